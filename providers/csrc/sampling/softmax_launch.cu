@@ -1,0 +1,67 @@
+// Host launcher for softmax: checks the views, picks the dtype and vector width, launches.
+// Variants built: logits float32, float16, bfloat16 (see kernel_list.h).
+#include <cstdint>
+#include <string>
+
+#include "../common/device_guard.h"
+#include "../common/status.h"
+#include "../common/view_checks.h"
+#include "sampling_launchers.h"
+#include "softmax.cuh"
+
+namespace aotinfer::sampling {
+namespace {
+
+template <typename T>
+void run(const TensorView& logits, const TensorView& probs, const TensorView* temperature,
+         float temperature_scalar, bool enable_pdl, cudaStream_t stream) {
+  SoftmaxParams<T> p;
+  p.logits = logits.ptr<const T>();
+  p.probs = probs.ptr<float>();
+  p.temperature_array = temperature ? temperature->ptr<const float>() : nullptr;
+  p.temperature = temperature_scalar;
+  p.rows = logits.size(0);
+  p.vocab = logits.size(1);
+  p.in_row_stride = logits.stride(0);
+  p.out_row_stride = probs.stride(0);
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vectorized = logits.data % 16 == 0 && probs.data % 16 == 0 &&
+                          p.in_row_stride % kVec == 0 && p.out_row_stride % 4 == 0;
+  DeviceGuard guard(logits.device);
+  throw_on_cuda_error(guard.status(), "softmax", logits.device);
+  throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);
+}
+
+}  // namespace
+
+void launch_softmax(const TensorView& logits, const TensorView& probs,
+                    const TensorView* temperature, float temperature_scalar, bool enable_pdl,
+                    std::uintptr_t stream) {
+  check_rank(logits, 2, "softmax", "logits");
+  check_rows_dense(logits, "softmax", "logits");
+  check_same_shape(probs, logits, "softmax", "probs", "logits");
+  check_dtype(probs, DType::kFloat32, "softmax", "probs");
+  check_rows_dense(probs, "softmax", "probs");
+  check_same_device(probs, logits, "softmax", "probs");
+  if (temperature != nullptr) {
+    check_rank(*temperature, 1, "softmax", "temperature");
+    check_dtype(*temperature, DType::kFloat32, "softmax", "temperature");
+    check_length(*temperature, logits.size(0), "softmax", "temperature");
+    check_same_device(*temperature, logits, "softmax", "temperature");
+    if (temperature->stride(0) != 1 && temperature->size(0) > 1) {
+      fail_argument("softmax: temperature must be contiguous");
+    }
+  }
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  switch (logits.dtype) {
+    case DType::kFloat32: return run<float>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
+    case DType::kFloat16: return run<__half>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
+    case DType::kBFloat16:
+      return run<__nv_bfloat16>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
+    default:
+      fail_argument(std::string("softmax: logits must be float32, float16 or bfloat16, got ") +
+                    dtype_name(logits.dtype));
+  }
+}
+
+}  // namespace aotinfer::sampling
