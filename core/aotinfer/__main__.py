@@ -1,0 +1,5 @@
+"""``python -m aotinfer ...`` runs the aotinfer command line."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""torch.Tensor -> provider view, the current stream, and the validation helpers every
+public function uses before any launch. Messages name the argument, what was expected and
+what was given.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Tuple
+
+import torch
+
+# Shared with providers/csrc/common/tensor_view.h (enum class DType); keep both in step.
+DTYPE_CODES = {
+    torch.float32: 0,
+    torch.float16: 1,
+    torch.bfloat16: 2,
+    torch.int32: 3,
+    torch.int64: 4,
+    torch.uint8: 5,
+    torch.bool: 6,
+    torch.float8_e4m3fn: 7,
+    torch.float8_e5m2: 8,
+}
+if hasattr(torch, "uint64"):
+    DTYPE_CODES[torch.uint64] = 9
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+View = Tuple[int, int, Tuple[int, ...], Tuple[int, ...], int]
+
+
+def view(t: Optional[torch.Tensor]) -> Optional[View]:
+    """The framework-free view the provider ABI takes: (ptr, dtype code, shape, strides, device)."""
+    if t is None:
+        return None
+    return (t.data_ptr(), DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()), t.device.index)
+
+
+def stream_handle(device: torch.device) -> int:
+    """The raw handle of the current CUDA stream on ``device``."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def check_tensor(
+    name: str,
+    value,
+    *,
+    ndim: Optional[int] = None,
+    dtypes: Optional[Tuple[torch.dtype, ...]] = None,
+    device: Optional[torch.device] = None,
+) -> torch.Tensor:
+    """Checks a tensor argument and returns it; raises ValueError naming ``name`` otherwise."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(
+            f"{name} must be a {ndim}-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}"
+        )
+    if dtypes is not None and value.dtype not in dtypes:
+        raise ValueError(
+            f"{name} must have dtype {_dtype_names(dtypes)}, got {str(value.dtype).replace('torch.', '')}"
+        )
+    if device is not None and value.device != device:
+        raise ValueError(f"{name} must be on {device}, got {value.device}")
+    return value
+
+
+def check_device_supported(name: str, t: torch.Tensor) -> None:
+    """Only CPU (reference path) and CUDA (provider path) tensors are served."""
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be a CUDA or CPU tensor, got device {t.device}")
+
+
+def check_positive_scalar(name: str, value, *, allow_int: bool = True) -> float:
+    """A Python number > 0 and finite, returned as float."""
+    kinds = (int, float) if allow_int else (float,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"{name} must be a positive float or a tensor, got {value!r}")
+    if not (value > 0 and value != float("inf")):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return float(value)
+
+
+def per_row_tensor(
+    name: str, value: torch.Tensor, rows: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """A per-row parameter: 1-D of length ``rows`` on ``device``, returned as contiguous ``dtype``."""
+    if value.dim() != 1:
+        raise ValueError(
+            f"{name} must be a scalar or a 1-D tensor of shape ({rows},), got a {value.dim()}-D "
+            f"tensor of shape {tuple(value.shape)}"
+        )
+    if value.size(0) != rows:
+        raise ValueError(f"{name} must have length {rows} (one per row), got length {value.size(0)}")
+    if value.device != device:
+        raise ValueError(f"{name} must be on {device}, like the input, got {value.device}")
+    return value.to(dtype).contiguous()
