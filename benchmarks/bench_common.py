@@ -1,0 +1,122 @@
+"""Shared benchmark plumbing: the card's copy bandwidth, event timing over rotating inputs,
+and results written as JSON plus a markdown table with card, driver, CUDA and commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def copy_bandwidth_bytes_per_s(nbytes: int = 2 << 30, reps: int = 20) -> float:
+    """Device-to-device copy rate, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), reps=reps, warmup=3)
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def time_ms(fn, reps: int = 50, warmup: int = 5, args_list=None) -> float:
+    """Median milliseconds of fn(*args) over reps, with CUDA events; args rotate over
+    args_list so repeated calls do not measure the L2 cache."""
+    args_list = args_list or [()]
+    for i in range(warmup):
+        fn(*args_list[i % len(args_list)])
+    torch.cuda.synchronize()
+    times = []
+    for i in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        args = args_list[i % len(args_list)]
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graph_time_ms(fn, reps: int = 50) -> float:
+    """Median milliseconds of a CUDA-graph replay of fn()."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_ms(graph.replay, reps=reps, warmup=3)
+
+
+def rotations(make, total_bytes_per_set: int, budget: int = 512 << 20):
+    """Enough input sets (from make(i)) that one pass over them overflows the L2 cache."""
+    n = max(2, min(16, budget // max(1, total_bytes_per_set)))
+    return [make(i) for i in range(n)]
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip().splitlines()[0]
+    except (OSError, IndexError):
+        driver = "unknown"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+            cwd=RESULTS.parent, check=False,
+        ).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    return {
+        "card": props.name,
+        "multiprocessors": props.multi_processor_count,
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def write_results(name: str, env: dict, rows: list, columns: list, notes: str = "") -> None:
+    """benchmarks/results/<name>.json and <name>.md (and copies under $OUT when set)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"environment": env, "rows": rows}
+    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    lines = [f"# {name}", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    if notes:
+        lines += ["", notes]
+    lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    out = os.environ.get("OUT")
+    if out:
+        for ext in ("json", "md"):
+            (Path(out) / f"{name}.{ext}").write_text((RESULTS / f"{name}.{ext}").read_text())
+    print("\n".join(lines))
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def try_import_flashinfer():
+    """FlashInfer as a baseline, when it is importable (BASELINES.md says how to carry it)."""
+    try:
+        import flashinfer  # noqa: F401
+
+        return flashinfer
+    except Exception as exc:  # not installed, or its JIT cannot run here
+        print(f"FlashInfer baseline unavailable: {exc}")
+        return None

@@ -1,0 +1,68 @@
+"""softmax(logits / temperature), bf16 logits in, fp32 probabilities out: aotinfer against
+plain torch and FlashInfer (when importable), in one run, with the card's copy bandwidth.
+
+    python benchmarks/bench_softmax.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import aotinfer
+from bench_common import (
+    copy_bandwidth_bytes_per_s,
+    environment,
+    rotations,
+    time_ms,
+    try_import_flashinfer,
+    write_results,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    copy_bw = copy_bandwidth_bytes_per_s()
+    fi = try_import_flashinfer()
+    batches = [1, 128] if args.quick else [1, 16, 128, 512]
+    rows = []
+    for vocab in (32000, 128256):
+        for batch in batches:
+            useful = batch * vocab * (2 + 4)  # bf16 read once, fp32 written once
+
+            def make(i, batch=batch, vocab=vocab):
+                g = torch.Generator(device="cuda").manual_seed(i)
+                logits = torch.randn(batch, vocab, device="cuda", generator=g).to(torch.bfloat16)
+                return (logits * 4, torch.rand(batch, device="cuda", generator=g) + 0.5)
+
+            sets = rotations(make, useful)
+            row = {"batch": batch, "vocab": vocab}
+            row["aotinfer_us"] = 1e3 * time_ms(lambda lg, t: aotinfer.softmax(lg, t), args_list=sets)
+            row["torch_us"] = 1e3 * time_ms(
+                lambda lg, t: torch.softmax(lg.float() / t[:, None], -1), args_list=sets
+            )
+            if fi is not None:
+                row["flashinfer_us"] = 1e3 * time_ms(
+                    lambda lg, t: fi.sampling.softmax(lg, t), args_list=sets
+                )
+                row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
+            row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
+            row["GB/s"] = useful / (row["aotinfer_us"] * 1e-6) / 1e9
+            row["% copy bw"] = 100 * useful / (row["aotinfer_us"] * 1e-6) / copy_bw
+            rows.append(row)
+    env = environment()
+    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
+    cols = ["batch", "vocab", "aotinfer_us", "torch_us", "flashinfer_us", "vs_torch",
+            "vs_flashinfer", "GB/s", "% copy bw"]
+    write_results(
+        "softmax", env, rows, cols,
+        notes="Median of CUDA-event timed eager calls over rotating inputs. Bytes counted: "
+        "bf16 logits read once + fp32 probs written once. vs_* = baseline time / aotinfer time.",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On a machine with a GPU: build the provider for the visible GPU (offline, no isolation),
+# install it with the core, run the GPU suite (pytest -m gpu) and write its summary to
+# benchmarks/results/gpu-tests.md (and to $OUT when set, for the device tool).
+#   ci/gpu-test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+
+arch=$(PYTHONPATH=core $PY -c '
+import torch
+from aotinfer._arches import suggested_provider
+print(suggested_provider(torch.cuda.get_device_capability(0)) or "")')
+if [ -z "$arch" ]; then echo "no aotinfer provider serves this GPU" >&2; exit 1; fi
+
+start=$(date +%s)
+rm -rf "providers/$arch/build"
+$PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
+$PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core
+echo "built and installed aotinfer-$arch in $(( $(date +%s) - start )) s"
+(cd /tmp && aotinfer show-config)
+
+mkdir -p benchmarks/results
+log=$(mktemp)
+set +e
+$PY -m pytest tests/gpu -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+{
+  echo "# GPU test suite"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | head -1)"
+  echo "- provider: aotinfer-$arch; torch $($PY -c 'import torch; print(torch.__version__)')"
+  echo "- command: ci/gpu-test.sh $*"
+  echo
+  echo '```'
+  grep -E "passed|failed|error|skipped" "$log" | tail -n 15
+  echo '```'
+} > benchmarks/results/gpu-tests.md
+if [ -n "${OUT:-}" ]; then cp benchmarks/results/gpu-tests.md "$log" "$OUT/" 2>/dev/null || true; fi
+exit "$rc"

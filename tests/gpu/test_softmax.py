@@ -1,0 +1,106 @@
+"""aotinfer.softmax on CUDA against the reference, on fresh random inputs."""
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer import reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _logits(batch, vocab, dtype, seed, scale=3.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(batch, vocab, device="cuda", generator=g) * scale).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", [1, 7, 128])
+@pytest.mark.parametrize("vocab", [1, 111, 4097, 32000, 128256, 151936])
+@pytest.mark.parametrize("temperature", [None, 0.7, "per_row"])
+def test_softmax_matches_reference(dtype, batch, vocab, temperature):
+    logits = _logits(batch, vocab, dtype, seed=batch * 1000 + vocab)
+    if temperature == "per_row":
+        temperature = torch.rand(batch, device="cuda") * 1.5 + 0.25
+    probs = aotinfer.softmax(logits, temperature)
+    expected = reference.softmax(logits, temperature, compute_dtype=torch.float64)
+    assert probs.dtype == torch.float32 and probs.shape == logits.shape
+    assert not probs.isnan().any()
+    torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(batch, device="cuda"), rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_writes_every_element_of_its_poisoned_output():
+    # conftest.poisoned_outputs fills the output with NaN before the kernel runs.
+    logits = _logits(33, 5003, torch.bfloat16, seed=3)
+    probs = aotinfer.softmax(logits)
+    assert not probs.isnan().any()
+    torch.testing.assert_close(probs, reference.softmax(logits), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("offset", [1, 3])
+def test_softmax_unaligned_and_strided_rows(offset):
+    # Rows that do not start on 16-byte boundaries take the scalar path.
+    base = _logits(6, 1000 + offset, torch.float16, seed=offset)
+    logits = base[:, offset:]
+    probs = aotinfer.softmax(logits, 1.3)
+    torch.testing.assert_close(probs, reference.softmax(logits, 1.3), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_infinities_and_nan_rows():
+    logits = _logits(4, 3000, torch.float32, seed=9)
+    logits[0, ::3] = float("-inf")
+    logits[1, :] = float("-inf")
+    logits[1, 17] = 2.0  # all -inf but one: one-hot
+    logits[2, :] = float("-inf")  # no finite entry: NaN row, like torch
+    logits[3, 5] = float("nan")  # one NaN poisons its row only
+    probs = aotinfer.softmax(logits)
+    expected = reference.softmax(logits)
+    torch.testing.assert_close(probs[0], expected[0], rtol=1e-4, atol=1e-6)
+    assert (probs[0, ::3] == 0).all()
+    assert probs[1, 17] == 1.0 and probs[1].sum() == 1.0
+    assert probs[2].isnan().all()
+    assert probs[3].isnan().all()
+
+
+def test_softmax_extreme_logits_stay_finite():
+    logits = _logits(3, 50000, torch.bfloat16, seed=11, scale=3000.0)
+    probs = aotinfer.softmax(logits)
+    assert not probs.isnan().any()
+    torch.testing.assert_close(probs, reference.softmax(logits), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_cuda_graph_capture_and_replay():
+    batch, vocab = 16, 32000
+    static_logits = _logits(batch, vocab, torch.bfloat16, seed=21)
+    static_temp = torch.rand(batch, device="cuda") + 0.5
+    aotinfer.softmax(static_logits, static_temp)  # warm up (provider import) outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_probs = aotinfer.softmax(static_logits, static_temp)
+    for seed in (22, 23):
+        static_logits.copy_(_logits(batch, vocab, torch.bfloat16, seed=seed))
+        static_temp.copy_(torch.rand(batch, device="cuda") + 0.5)
+        static_probs.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = reference.softmax(static_logits, static_temp)
+        torch.testing.assert_close(static_probs, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("enable_pdl", [False, True])
+def test_softmax_pdl_flag_gives_same_result(enable_pdl):
+    logits = _logits(8, 7777, torch.float16, seed=31)
+    probs = aotinfer.softmax(logits, 0.9, enable_pdl=enable_pdl)
+    torch.testing.assert_close(probs, reference.softmax(logits, 0.9), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_rejects_bad_input_before_launch():
+    logits = _logits(4, 100, torch.float32, seed=1)
+    with pytest.raises(ValueError, match="temperature must have length 4"):
+        aotinfer.softmax(logits, torch.ones(3, device="cuda"))
+    with pytest.raises(ValueError, match="temperature must be on"):
+        aotinfer.softmax(logits, torch.ones(4))
+    with pytest.raises(ValueError, match="logits must be a 2-D tensor"):
+        aotinfer.softmax(logits[0])
