@@ -1,9 +1,10 @@
 // Softmax of logits / temperature, fp32/fp16/bf16 logits in, fp32 probabilities out.
 //
-// One CTA per row in one launch. Each thread keeps an online (max, sum) pair in the exp2
-// domain over its share of the row, rescaling its sum only when its own max grows; one
+// One CTA per row in one launch. Each thread keeps an online (max, sum) pair over its share
+// of the row, rescaling its sum only when its own max grows; one
 // block-wide merge then gives the row's (max, sum) and a second pass writes
-// exp2(x - max) / sum. Loads are 16 bytes wide when the row is aligned for it.
+// exp2((x - max) * log2(e)) / sum. Subtracting before scaling keeps large logits exact
+// (x - max is exact when the two are close), as torch's fp32 softmax does. Loads are 16 bytes wide when the row is aligned for it.
 //
 // Numerics: -inf entries contribute 0 (the merge never forms -inf - -inf); any NaN in a
 // row makes the whole row NaN, and a row of only -inf is NaN, both as torch.softmax does.
@@ -42,7 +43,7 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Running (max, sum) of exp2(x - max); has_nan poisons the row at the end.
+// Running (max, sum) of exp(x - max); has_nan poisons the row at the end.
 struct OnlineMax {
   float m = -INFINITY;
   float s = 0.f;
@@ -51,20 +52,20 @@ struct OnlineMax {
   // Folds a group of values whose largest is group_max; rescales only when the max grows.
   __device__ __forceinline__ void rescale_to(float group_max) {
     if (group_max > m) {
-      s *= exp2f(m - group_max);  // m == -inf gives 0 * 0, never NaN
+      s *= exp2f((m - group_max) * kLog2e);  // m == -inf gives 0 * 0, never NaN
       m = group_max;
     }
   }
   __device__ __forceinline__ void add(float x) {
     has_nan |= (x != x);
-    if (m != -INFINITY) s += exp2f(x - m);  // NaN here is caught by has_nan
+    if (m != -INFINITY) s += exp2f((x - m) * kLog2e);  // NaN here is caught by has_nan
   }
   __device__ __forceinline__ void merge(const OnlineMax& o) {
     float new_m = fmaxf(m, o.m);
     if (new_m == -INFINITY) {
       s = 0.f;
     } else {
-      s = s * exp2f(m - new_m) + o.s * exp2f(o.m - new_m);
+      s = s * exp2f((m - new_m) * kLog2e) + o.s * exp2f((o.m - new_m) * kLog2e);
     }
     m = new_m;
     has_nan |= o.has_nan;
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const float inv_t =
-      kLog2e / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+      1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   const T* in = p.logits + row * p.in_row_stride;
   float* out = p.probs + row * p.out_row_stride;
   const std::int64_t n_vec = p.vocab / kVec;
@@ -151,12 +152,12 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     for (int j = 0; j < kVec; j += kOutVec) {
       Vec<float, kOutVec> o;
 #pragma unroll
-      for (int k = 0; k < kOutVec; ++k) o.v[k] = exp2f(to_float(x.v[j + k]) * inv_t - m) * inv_s;
+      for (int k = 0; k < kOutVec; ++k) o.v[k] = exp2f((to_float(x.v[j + k]) * inv_t - m) * kLog2e) * inv_s;
       reinterpret_cast<Vec<float, kOutVec>*>(out + i * kVec + j)[0] = o;
     }
   }
   for (std::int64_t i = n_vec * kVec + threadIdx.x; i < p.vocab; i += blockDim.x) {
-    out[i] = exp2f(to_float(in[i]) * inv_t - m) * inv_s;
+    out[i] = exp2f((to_float(in[i]) * inv_t - m) * kLog2e) * inv_s;
   }
 }
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command of the README (and of .ci/run): on a machine without a GPU, install the
+# tools, build the core and the sm90a and sm110a providers (so a broken build cannot land),
+# then run the CPU suite and the packaging test against those wheels. GPU tests skip with a
+# reason. On a GPU machine, ci/gpu-test.sh runs the GPU suite instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# torch first and pinned: on the CI machine 2.13.0 is the CPU build on local disk, and
+# nothing else may pull a multi-GB CUDA build of torch.
+$PY -m pip install -q torch==2.13.0
+$PY -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" build "cmake>=3.26" ninja \
+  "cuda-python>=12.6" pytest
+$PY -m pip install -q --no-build-isolation -e core
+
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm90a sm110a
+
+AOTINFER_TEST_WHEELHOUSE="$PWD/dist" $PY -m pytest tests -q "$@"

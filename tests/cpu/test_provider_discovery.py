@@ -1,0 +1,285 @@
+"""Real entry-point discovery over fake providers installed in a temporary sys.path entry.
+
+Each fake is a package ``fake_aotinfer_<arch>`` with manifest.json and a pure-Python
+``_kernels`` module, plus a dist-info that registers it in ``aotinfer.providers``. The package
+names differ from the real providers' so that a real wheel installed here does not clash; the
+tests assert on the fakes only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import warnings
+
+import pytest
+
+from aotinfer import _device_facts, _providers
+from aotinfer._providers import ProviderError
+from aotinfer._version import __version__
+
+FAKE_PREFIX = "fake_aotinfer_"
+TARGETS = {"sm75": ["sm_75"], "sm80": ["sm_80", "sm_89"], "sm120f": ["sm_120f"]}
+
+
+def _manifest(arch, version=__version__, abi=_providers.ABI_VERSION, **extra):
+    """A manifest.json's fields, as cmake/manifest.json.in writes them."""
+    targets = TARGETS[arch]
+    return {
+        "arch": arch,
+        "version": version,
+        "abi_version": abi,
+        "sass_targets": targets,
+        "gencode": " ".join(f"-gencode=arch=compute_{t[3:]},code={t}" for t in targets),
+        "cuda_version": "13.0",
+        "compiler": "nvcc 13.0.88 + GNU 12.2.0",
+        "source_revision": "0123456789ab",
+        **extra,
+    }
+
+
+def _install_fake(
+    root, arch, *, version=__version__, manifest=None, kernels_abi=_providers.ABI_VERSION
+):
+    """Writes fake provider ``arch`` under ``root``; returns its package name.
+
+    ``manifest``: None (a good one), a dict or a str (written as is), "no-manifest" or
+    "no-package" (left out).
+    """
+    module = FAKE_PREFIX + arch
+    if manifest != "no-package":
+        pkg = root / module
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text(f'ARCH = "{arch}"\n')
+        (pkg / "_kernels.py").write_text(f"ABI_VERSION = {kernels_abi}\n")
+        if manifest is None:
+            manifest = _manifest(arch, version)
+        if isinstance(manifest, dict):
+            manifest = json.dumps(manifest)
+        if manifest != "no-manifest":
+            (pkg / "manifest.json").write_text(manifest)
+    info = root / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: {version}\n"
+    )
+    (info / "entry_points.txt").write_text(f"[aotinfer.providers]\n{arch} = {module}\n")
+    importlib.invalidate_caches()
+    return module
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A fresh sys.path entry for fake providers; their modules are forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+    for name in [n for n in sys.modules if n.startswith(FAKE_PREFIX)]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def only_fakes(monkeypatch):
+    """Discovery through the real entry points, keeping only the fakes (hermetic choices)."""
+    real = _providers._entry_points
+    monkeypatch.setattr(
+        _providers,
+        "_entry_points",
+        lambda: [ep for ep in real() if ep.value.startswith(FAKE_PREFIX)],
+    )
+
+
+def test_read_manifests_finds_fakes_without_importing(site):
+    _install_fake(site, "sm75")
+    _install_fake(site, "sm80")
+    manifests, broken = _providers.read_manifests()
+    found = {m.arch: m for m in manifests if m.module.startswith(FAKE_PREFIX)}
+    assert sorted(found) == ["sm75", "sm80"]
+    m = found["sm80"]
+    assert m.module == "fake_aotinfer_sm80"
+    assert m.version == __version__
+    assert m.abi_version == _providers.ABI_VERSION
+    assert m.sass_targets == ("sm_80", "sm_89")
+    assert m.cuda_version == "13.0"
+    assert m.source_revision == "0123456789ab"
+    assert m.location == str(site / "fake_aotinfer_sm80")
+    assert not [s for s in broken if s.arch in ("sm75", "sm80")]
+    assert not [n for n in sys.modules if n.startswith(FAKE_PREFIX)]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "reason"),
+    [
+        ("{not json", "Expecting property name"),
+        ({"arch": "sm75"}, "'version'"),
+        ("no-manifest", "manifest.json"),
+        ("no-package", "package 'fake_aotinfer_sm75' not found"),
+    ],
+    ids=["bad-json", "missing-field", "no-manifest", "no-package"],
+)
+def test_broken_manifest_becomes_skipped(site, manifest, reason):
+    _install_fake(site, "sm75", manifest=manifest)
+    manifests, broken = _providers.read_manifests()
+    assert not [m for m in manifests if m.module == "fake_aotinfer_sm75"]
+    [entry] = [s for s in broken if s.arch == "sm75"]
+    assert entry.reason.startswith("its manifest could not be read")
+    assert reason in entry.reason
+    assert "sm75" in _providers.discover(warn=False).installed_names
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="_providers._read_manifest does not validate sass_targets: a bad target makes "
+    "choose() raise ValueError for every device instead of skipping that provider",
+)
+def test_manifest_with_bad_sass_target_is_skipped(site, only_fakes):
+    _install_fake(site, "sm75", manifest=_manifest("sm75", sass_targets=["compute_75"]))
+    _install_fake(site, "sm80")
+    discovery = _providers.discover(warn=False)
+    # A device served by another provider must not fail because of the broken one.
+    assert _providers.choose((8, 0), "NVIDIA A100", discovery).arch == "sm80"
+    [entry] = discovery.skipped
+    assert entry.arch == "sm75" and "compute_75" in entry.reason
+
+
+# --- discover(): screening under the environment ----------------------------------------
+
+
+def test_discover_skips_version_skew_by_default(site):
+    _install_fake(site, "sm75", version="0.0.7")
+    with pytest.warns(RuntimeWarning, match="aotinfer-sm75 is version 0.0.7"):
+        discovery = _providers.discover()
+    assert "sm75" not in [m.arch for m in discovery.usable if m.module.startswith(FAKE_PREFIX)]
+    [entry] = [s for s in discovery.skipped if s.arch == "sm75"]
+    assert "0.0.7" in entry.reason and __version__ in entry.reason
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "on", " 1 "])
+def test_discover_allows_skew_from_env(site, monkeypatch, value):
+    _install_fake(site, "sm75", version="0.0.7")
+    monkeypatch.setenv(_providers.ENV_ALLOW_SKEW, value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        discovery = _providers.discover()
+    [m] = [m for m in discovery.usable if m.module == "fake_aotinfer_sm75"]
+    assert m.version == "0.0.7"
+    assert "sm75" not in [s.arch for s in discovery.skipped]
+
+
+@pytest.mark.parametrize("value", ["0", "", "no"])
+def test_discover_skew_env_off(site, monkeypatch, value):
+    _install_fake(site, "sm75", version="0.0.7")
+    monkeypatch.setenv(_providers.ENV_ALLOW_SKEW, value)
+    discovery = _providers.discover(warn=False)
+    assert "sm75" in [s.arch for s in discovery.skipped]
+
+
+def test_discover_abi_skew_not_allowed_by_env(site, monkeypatch):
+    _install_fake(site, "sm75", manifest=_manifest("sm75", version="0.0.7", abi=999))
+    monkeypatch.setenv(_providers.ENV_ALLOW_SKEW, "1")
+    with pytest.warns(RuntimeWarning, match="ABI 999"):
+        discovery = _providers.discover()
+    assert "sm75" in [s.arch for s in discovery.skipped]
+
+
+# --- provider_for_device: choice per device, cached, imported only then -----------------
+
+GPUS = {
+    0: _device_facts.GpuFacts(0, "Tesla T4", (7, 5)),
+    1: _device_facts.GpuFacts(1, "NVIDIA A10", (8, 6)),
+    2: _device_facts.GpuFacts(2, "NVIDIA H200", (9, 0)),
+}
+
+
+@pytest.fixture
+def devices(monkeypatch):
+    """Fake device facts; returns the list of indices asked for through gpu()."""
+    asked = []
+
+    def gpu(index):
+        asked.append(index)
+        return GPUS[index]
+
+    facts = _device_facts.DriverFacts(True, (13, 0), None, tuple(GPUS.values()))
+    monkeypatch.setattr(_device_facts, "gpu", gpu)
+    monkeypatch.setattr(_device_facts, "driver_facts", lambda: facts)
+    return asked
+
+
+def test_provider_for_device_chooses_and_caches_per_device(site, only_fakes, devices):
+    _install_fake(site, "sm75")
+    _install_fake(site, "sm80")
+    first = _providers.provider_for_device(0)
+    assert first.manifest.arch == "sm75"
+    assert first.capability == (7, 5)
+    assert first.kernels is sys.modules["fake_aotinfer_sm75._kernels"]
+    assert "fake_aotinfer_sm80" not in sys.modules  # imported only when its device needs it
+
+    second = _providers.provider_for_device(1)
+    assert second.manifest.arch == "sm80"
+    assert second.kernels is sys.modules["fake_aotinfer_sm80._kernels"]
+
+    assert _providers.provider_for_device(0) is first
+    assert _providers.provider_for_device(1) is second
+    assert devices == [0, 1]
+
+    _providers.reset_cache()
+    assert _providers.provider_for_device(0) is not first
+    assert devices == [0, 1, 0]
+
+
+def test_provider_for_device_error_for_unserved_device(site, only_fakes, devices):
+    _install_fake(site, "sm75")
+    with pytest.raises(ProviderError) as info:
+        _providers.provider_for_device(2)
+    assert str(info.value) == (
+        "no aotinfer provider for compute capability 9.0 (NVIDIA H200); installed: sm75; "
+        "install: pip install 'aotinfer[sm90a]'"
+    )
+    assert not [n for n in sys.modules if n.startswith(FAKE_PREFIX)]
+
+
+def test_forced_provider_that_cannot_run_fails_before_import(
+    site, only_fakes, devices, monkeypatch
+):
+    _install_fake(site, "sm75")
+    _install_fake(site, "sm80")
+    monkeypatch.setenv(_providers.ENV_PROVIDER, "sm80")
+    with pytest.raises(ProviderError) as info:
+        _providers.provider_for_device(0)
+    message = str(info.value)
+    assert "Tesla T4" in message and "compute capability 7.5" in message
+    assert "sm_80, sm_89" in message
+    assert not [n for n in sys.modules if n.startswith(FAKE_PREFIX)]
+
+
+def test_forced_provider_is_part_of_the_cache_key(site, only_fakes, devices, monkeypatch):
+    _install_fake(site, "sm80")
+    _install_fake(site, "sm120f")
+    assert _providers.provider_for_device(1).manifest.arch == "sm80"
+    monkeypatch.setenv(_providers.ENV_PROVIDER, "sm120f")
+    with pytest.raises(ProviderError, match="AOTINFER_PROVIDER=sm120f"):
+        _providers.provider_for_device(1)
+    monkeypatch.delenv(_providers.ENV_PROVIDER)
+    assert _providers.provider_for_device(1).manifest.arch == "sm80"
+
+
+def test_extension_with_other_abi_is_refused(site, only_fakes, devices):
+    _install_fake(site, "sm75", kernels_abi=999)
+    with pytest.raises(ProviderError, match="ABI 999") as info:
+        _providers.provider_for_device(0)
+    assert f"aotinfer needs {_providers.ABI_VERSION}" in str(info.value)
+    assert "aotinfer-sm75" in str(info.value)
+
+
+def test_extension_that_fails_to_import(site, only_fakes, devices):
+    module = _install_fake(site, "sm75")
+    (site / module / "_kernels.py").write_text("raise ImportError('libcuda.so.1: not found')\n")
+    with pytest.raises(ProviderError) as info:
+        _providers.provider_for_device(0)
+    message = str(info.value)
+    assert "libcuda.so.1: not found" in message
+    assert "pip install 'aotinfer[sm75]'" in message
