@@ -132,7 +132,9 @@ def _table(entries: List[dict]) -> str:
     for e in entries:
         comp = e["compression"] or "no"
         size = f"{e['stored_bytes']} ({e['uncompressed_bytes']} raw)"
-        out.write(f"{e['file']:<60} {e['kind']:<4} {e['sm']:>4} {e['arch']:<13} {comp:<10} {size}\n")
+        out.write(
+            f"{e['file']:<60} {e['kind']:<4} {e['sm']:>4} {e['arch']:<13} {comp:<10} {size}\n"
+        )
     return out.getvalue().rstrip("\n")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from aotinfer import _providers
 from aotinfer._version import __version__
 

@@ -1,0 +1,167 @@
+"""Packaging: the core and sm90a wheels install offline and hold what DESIGN.md promises.
+
+Builds both wheels with ci/build-wheels.sh (no build isolation: offline), or reuses them
+from the folder named by AOTINFER_TEST_WHEELHOUSE so that CI does not build twice. Then
+installs them, as the air-gapped user does, into a fresh venv that sees the system's torch
+and cuda-python, and checks the installed provider: discovered by `aotinfer show-config`,
+no link-time dependency on PyTorch or the CUDA runtime/driver, sm_90a SASS only (no PTX),
+compressed, and a small wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_WHEEL_BYTES = 25_000_000  # DESIGN.md: provider wheel goal, 25 MB or less
+# No link-time dependency on PyTorch (any torch serves) or on the CUDA runtime/driver
+# (static cudart; libcuda is opened at run time, so the module imports without a driver).
+FORBIDDEN_NEEDED = ("libtorch", "libc10", "libcudart", "libcuda")
+
+
+def _fatbin_entries(path):
+    spec = importlib.util.spec_from_file_location("fatbin_targets", ROOT / "ci/fatbin_targets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fatbin_entries(path)
+
+
+def _nvcc():
+    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _clean_env():
+    """The environment without pip settings, so only the wheelhouse can satisfy an install
+    (site pip config may add find-links or index URLs that hold other builds)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(cmd, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n"
+        f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory):
+    if os.environ.get("AOTINFER_TEST_WHEELHOUSE"):
+        return Path(os.environ["AOTINFER_TEST_WHEELHOUSE"])
+    if _nvcc() is None:
+        pytest.skip("nvcc not found (CUDACXX, PATH, /usr/local/cuda/bin): cannot build sm90a")
+    out = tmp_path_factory.mktemp("wheelhouse")
+    env = dict(os.environ, AOTINFER_BUILD_ISOLATION="0", AOTINFER_WHEEL_DIR=str(out))
+    env.setdefault("PYTHON", sys.executable)
+    _run(["bash", str(ROOT / "ci/build-wheels.sh"), "sm90a"], env=env, cwd=ROOT)
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(wheelhouse, tmp_path_factory):
+    """A venv with the two wheels installed from the wheelhouse only."""
+    path = tmp_path_factory.mktemp("venv") / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", str(path)])
+    python = path / "bin" / "python"
+    env = _clean_env()
+    # --ignore-installed: the system site may already hold aotinfer (editable) and a
+    # provider, which would otherwise "satisfy" the request. --no-deps: torch and
+    # cuda-python come from the system site, and `pip check` below proves they satisfy
+    # the core's requirements.
+    _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "--ignore-installed",
+            "--no-deps",
+            "aotinfer",
+            "aotinfer-sm90a",
+        ],
+        env=env,
+    )
+    check = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, env=env)
+    # Judge only the two distributions installed here; other system packages are not ours.
+    ours = [line for line in check.stdout.splitlines() if line.lower().startswith("aotinfer")]
+    assert not ours, "\n".join(ours)
+    return path
+
+
+def _wheel(wheelhouse, prefix):
+    found = sorted(wheelhouse.glob(f"{prefix}-*.whl"))
+    assert found, f"no {prefix} wheel in {wheelhouse}"
+    return found[-1]
+
+
+def test_installed_core_is_the_wheel_not_the_system_copy(venv):
+    where = _run(
+        [venv / "bin/python", "-c", "import aotinfer; print(aotinfer.__file__)"],
+        env=_clean_env(),
+        cwd=venv,
+    )
+    assert Path(where.strip()).resolve().is_relative_to(venv.resolve()), where
+
+
+def test_show_config_lists_sm90a(venv):
+    text = _run([venv / "bin/aotinfer", "show-config"], env=_clean_env(), cwd=venv)
+    assert re.search(r"^\s+sm90a: aotinfer-sm90a ", text, re.M), text
+    cfg = json.loads(
+        _run([venv / "bin/aotinfer", "show-config", "--json"], env=_clean_env(), cwd=venv)
+    )
+    sm90a = [p for p in cfg["providers"] if p["arch"] == "sm90a"]
+    assert sm90a and sm90a[0]["status"] == "usable", cfg["providers"]
+    assert Path(sm90a[0]["location"]).resolve().is_relative_to(venv.resolve()), sm90a
+
+
+def _installed_extension(venv):
+    found = list(venv.glob("lib/python*/site-packages/aotinfer_sm90a/_kernels*.so"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_extension_needs_no_torch_or_cuda_libraries(venv):
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf not found (binutils): cannot read the extension's NEEDED entries")
+    dynamic = _run([readelf, "-d", _installed_extension(venv)])
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    assert needed, dynamic  # parsed something: at least libc/libstdc++
+    assert not [lib for lib in needed if lib.startswith(FORBIDDEN_NEEDED)], needed
+
+
+def test_fatbin_is_sm90a_sass_only(venv):
+    entries = _fatbin_entries(_installed_extension(venv))
+    assert entries, "no .nv_fatbin entries"
+    assert {(e["kind"], e["sm"]) for e in entries} == {("ELF", 90)}, entries
+    assert {e["arch"] for e in entries} == {"sm_90a"}, entries
+    assert all(e["compressed"] for e in entries), entries
+
+
+def test_wheel_size(wheelhouse):
+    wheel = _wheel(wheelhouse, "aotinfer_sm90a")
+    assert wheel.stat().st_size <= MAX_WHEEL_BYTES, f"{wheel.name}: {wheel.stat().st_size} bytes"
+    with zipfile.ZipFile(wheel) as zf:  # the manifest the core reads must travel with it
+        assert "aotinfer_sm90a/manifest.json" in zf.namelist()
