@@ -1,7 +1,7 @@
 """The provider table and the rule that says which SASS target runs on which GPU.
 
-``cmake/arches.cmake`` holds the same table for the build; ``tests/cpu/test_arches.py``
-checks that the two agree.
+``cmake/arches.cmake`` holds the same table for the build;
+``tests/cpu/test_versions.py`` checks that the two agree.
 
 A SASS target ``sm_XY[a|f]`` runs on a device of compute capability ``X.Y'`` when:
 

@@ -123,6 +123,8 @@ def format_config(cfg: dict) -> str:
             lines.append(head + f"served by aotinfer-{g['provider']}")
         else:
             lines.append(head + f"NOT served: {g['problem']}")
+            if g.get("install") and g["install"] not in g["problem"]:
+                lines.append(f"    install: {g['install']}")
     lines.append("environment:")
     if not cfg["environment"]:
         lines.append("  no AOTINFER_* variables set")

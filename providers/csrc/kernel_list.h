@@ -10,6 +10,17 @@ inline constexpr const char* kKernelList[] = {
     "softmax/float32",
     "softmax/float16",
     "softmax/bfloat16",
+    "sample/float32",
+    "renorm/float32",
+    "renorm/float16",
+    "renorm/bfloat16",
+    "top_k_mask/float32",
+    "top_k_mask/float16",
+    "top_k_mask/bfloat16",
+    "top_k_select/float32",
+    "top_k_select/float16",
+    "top_k_select/bfloat16",
+    "chain_speculative/float32",
 };
 
 }  // namespace aotinfer

@@ -1,0 +1,114 @@
+// Block-wide reductions and scans used by the row kernels. Every thread of the block must
+// call them (they contain __syncthreads), and every thread gets the result. Reductions run
+// in a fixed order, so the same inputs always give the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace aotinfer {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, m));
+  return v;
+}
+
+// Reduces one value per thread; blockDim.x must be a multiple of 32 and at most 1024.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T partial[32];
+  __syncthreads();  // partial may still be read by a previous call
+  v = warp_reduce(v, op);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T w = lane < (blockDim.x >> 5) ? partial[lane] : identity;
+  return warp_reduce(w, op);
+}
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t a, std::uint32_t b) const {
+    return a > b ? a : b;
+  }
+};
+
+// (score, index) pairs: the smallest score wins, ties to the lowest index. An index of -1
+// marks "no candidate" and loses to everything.
+struct ScoredIndex {
+  float score;
+  std::int64_t index;
+};
+
+__device__ __forceinline__ bool better_min(const ScoredIndex& a, const ScoredIndex& b) {
+  if (a.index < 0) return false;
+  if (b.index < 0) return true;
+  return a.score < b.score || (a.score == b.score && a.index < b.index);
+}
+
+__device__ __forceinline__ ScoredIndex shfl_xor(const ScoredIndex& v, int m) {
+  return ScoredIndex{__shfl_xor_sync(kFullMask, v.score, m),
+                     static_cast<std::int64_t>(__shfl_xor_sync(kFullMask, static_cast<long long>(v.index), m))};
+}
+
+__device__ ScoredIndex block_argmin(ScoredIndex v) {
+  __shared__ float scores[32];
+  __shared__ long long indices[32];
+  __syncthreads();
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    ScoredIndex o = shfl_xor(v, m);
+    if (better_min(o, v)) v = o;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    scores[warp] = v.score;
+    indices[warp] = v.index;
+  }
+  __syncthreads();
+  ScoredIndex w{0.f, -1};
+  if (lane < (blockDim.x >> 5)) w = ScoredIndex{scores[lane], indices[lane]};
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    ScoredIndex o = shfl_xor(w, m);
+    if (better_min(o, w)) w = o;
+  }
+  return w;
+}
+
+// Exclusive prefix sum of one uint64 per thread in thread order; *total gets the block sum.
+__device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* total) {
+  __shared__ std::uint64_t warp_sums[32];
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  std::uint64_t inclusive = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    std::uint64_t up = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d) inclusive += up;
+  }
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    std::uint64_t s = lane < (blockDim.x >> 5) ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      std::uint64_t up = __shfl_up_sync(kFullMask, s, d);
+      if (lane >= d) s += up;
+    }
+    warp_sums[lane] = s;  // inclusive scan of warp sums
+  }
+  __syncthreads();
+  const std::uint64_t before_warp = warp > 0 ? warp_sums[warp - 1] : 0;
+  *total = warp_sums[(blockDim.x >> 5) - 1];
+  return before_warp + inclusive - v;
+}
+
+}  // namespace aotinfer

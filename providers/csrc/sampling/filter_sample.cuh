@@ -1,0 +1,304 @@
+// Row kernels of the sampling family: filtered sampling (exponential race / Gumbel-max),
+// top-k / top-p renormalisation and top-k logit masking. One CTA of kRowThreads per output
+// row; filters come from radix_threshold.cuh, randomness from philox.cuh.
+//
+// Sampling from probabilities is an exponential race: with E_i = -log(u_i) independent
+// Exp(1) draws, argmin_i E_i / p_i is token i with probability p_i / sum(p), so one pass
+// over the kept tokens samples the renormalised distribution exactly, without sorting and
+// without normalising first. Sampling from logits is the same race in log space
+// (Gumbel-max: argmax_i x_i - log(E_i)).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+#include "../common/pdl.cuh"
+#include "philox.cuh"
+#include "radix_threshold.cuh"
+#include "row_access.cuh"
+#include "sampling_launchers.h"
+
+namespace aotinfer::sampling {
+
+struct FilterParams {
+  FilterMode mode;
+  const std::int32_t* top_k_array;  // (rows,) or nullptr
+  std::int32_t top_k;
+  const float* top_p_array;
+  float top_p;
+  const float* min_p_array;
+  float min_p;
+};
+
+struct RandomParams {
+  const std::uint64_t* seed_array;  // (1,) or (batch,) or nullptr
+  std::int64_t seed_length;
+  std::uint64_t seed;
+  const std::uint64_t* offset_array;
+  std::int64_t offset_length;
+  std::uint64_t offset;
+
+  __device__ __forceinline__ RowRandom for_row(std::int64_t b, std::uint32_t stream) const {
+    const std::uint64_t s = seed_array ? seed_array[seed_length == 1 ? 0 : b] : seed;
+    const std::uint64_t o = offset_array ? offset_array[offset_length == 1 ? 0 : b] : offset;
+    return RowRandom(s, o, static_cast<std::uint32_t>(b), stream);
+  }
+};
+
+struct SampleParams {
+  const float* input;  // (rows, vocab)
+  std::int64_t rows, vocab, row_stride;
+  const void* indices;  // (batch,) int32/int64 or nullptr
+  bool indices_int64;
+  std::int64_t batch;
+  void* samples;  // (batch,) int32/int64
+  bool samples_int64;
+  bool* valid;  // (batch,) or nullptr
+  bool input_is_logits;
+  FilterParams filter;
+  RandomParams random;
+};
+
+template <typename T>
+struct RowFilterParams {  // renorm and mask
+  const T* input;
+  T* out;
+  std::int64_t rows, vocab, in_row_stride, out_row_stride;
+  FilterParams filter;
+};
+
+namespace detail {
+
+__device__ __forceinline__ std::int64_t source_row(const void* indices, bool is64, std::int64_t b) {
+  if (indices == nullptr) return b;
+  return is64 ? static_cast<const std::int64_t*>(indices)[b]
+              : static_cast<const std::int32_t*>(indices)[b];
+}
+
+struct RowStats {
+  float total;  // sum of participating probabilities
+  float max;    // largest participating probability
+};
+
+template <typename T>
+__device__ RowStats prob_stats(const T* x, std::int64_t n) {
+  const bool aligned = group_aligned(x);
+  float total = 0.f, mx = 0.f;
+  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+    float v[4];
+    load_group4(x, n, g, aligned, 0.f, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (prob_key(v[j]) != 0u) {
+        total += v[j];
+        mx = fmaxf(mx, v[j]);
+      }
+    }
+  }
+  return RowStats{block_reduce(total, SumOp{}, 0.f), block_reduce(mx, MaxOp{}, 0.f)};
+}
+
+// The key every kept probability reaches (0 when the row has no participant). Also gives the
+// fixed-point mass of the kept set and the scale that maps probabilities to it.
+struct KeptSet {
+  std::uint32_t min_key;
+  std::uint64_t mass;
+  float scale;
+  bool any;
+};
+
+template <typename T>
+__device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f, std::int64_t row,
+                               bool need_mass, RadixShared& sh) {
+  const RowStats st = prob_stats(x, n);
+  KeptSet kept{0u, 0, 0.f, st.total > 0.f};
+  if (!kept.any) return kept;
+  const float scale = kMassOne / st.total;
+  kept.scale = scale;
+  auto key_of = [](float v) { return prob_key(v); };
+  auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rz(v * scale)); };
+
+  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
+  const bool use_k = (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
+                      f.mode == FilterMode::kJoint) && k > 0 && k < n;
+  const bool use_p = (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
+                      f.mode == FilterMode::kJoint) && p < 1.f;
+
+  std::uint32_t key = 0u;
+  std::uint64_t mass_k = 0;
+  bool mass_known = false;
+  std::uint64_t mass = 0;
+  if (use_k) {
+    const Threshold t = radix_threshold(x, n, key_of, mass_of,
+                                        SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, true}, sh);
+    key = t.key;
+    mass_k = t.mass_ge;
+    mass = t.mass_ge;
+    mass_known = true;
+  }
+  if (use_p) {
+    const std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
+    const Threshold t = radix_threshold(x, n, key_of, mass_of,
+                                        SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
+    if (t.key >= key) {
+      key = t.key;
+      mass = t.mass_ge;
+      mass_known = true;
+    }
+  }
+  if (f.mode == FilterMode::kMinP) {
+    key = prob_key(min_p * st.max);
+    if (key == 0u) key = 1u;  // min_p * max underflowed: keep every participant
+    mass_known = false;
+  }
+  kept.min_key = key;
+  if (need_mass && !mass_known) {
+    // Mass of keys >= key, for renormalisation (the race does not need it).
+    std::uint64_t local = 0;
+    const bool aligned = group_aligned(x);
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, aligned, 0.f, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const std::uint32_t kk = prob_key(v[j]);
+        if (kk != 0u && kk >= key) local += mass_of(v[j]);
+      }
+    }
+    mass = block_reduce(local, SumOp{}, std::uint64_t{0});
+  }
+  kept.mass = mass;
+  return kept;
+}
+
+}  // namespace detail
+
+__global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+  __shared__ RadixShared sh;
+  pdl_wait_for_prior_grid();
+  const std::int64_t b = blockIdx.x;
+  const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
+  ScoredIndex best{0.f, -1};
+  if (row >= 0 && row < p.rows) {
+    const float* x = p.input + row * p.row_stride;
+    const std::int64_t n = p.vocab;
+    const RowRandom rng = p.random.for_row(b, 0);
+    const bool aligned = group_aligned(x);
+    if (p.input_is_logits) {
+      // Gumbel-max as a race: minimise log(E_i) - x_i. NaN and -inf never win.
+      for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+        float v[4];
+        load_group4(x, n, g, aligned, -INFINITY, v);
+        const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
+        const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (!(v[j] > -INFINITY)) continue;  // -inf, NaN, tail
+          const float e = -logf(RowRandom::to_uniform(words[j]));
+          const ScoredIndex c{logf(e) - v[j], 4 * g + j};
+          if (better_min(c, best)) best = c;
+        }
+      }
+    } else {
+      const detail::KeptSet kept = detail::prob_filter(x, n, p.filter, row, false, sh);
+      if (kept.any) {
+        const std::uint32_t min_key = kept.min_key;
+        for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+          float v[4];
+          load_group4(x, n, g, aligned, 0.f, v);
+          bool any = false;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const std::uint32_t k = prob_key(v[j]);
+            any |= k != 0u && k >= min_key;
+          }
+          if (!any) continue;  // skip the generator where nothing in the group is kept
+          const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
+          const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const std::uint32_t k = prob_key(v[j]);
+            if (k == 0u || k < min_key) continue;
+            const float e = -logf(RowRandom::to_uniform(words[j]));
+            const ScoredIndex c{e / v[j], 4 * g + j};
+            if (better_min(c, best)) best = c;
+          }
+        }
+      }
+    }
+  }
+  best = block_argmin(best);
+  pdl_launch_dependents();
+  if (threadIdx.x == 0) {
+    const std::int64_t token = best.index >= 0 ? best.index : 0;
+    if (p.samples_int64) {
+      static_cast<std::int64_t*>(p.samples)[b] = token;
+    } else {
+      static_cast<std::int32_t*>(p.samples)[b] = static_cast<std::int32_t>(token);
+    }
+    if (p.valid) p.valid[b] = best.index >= 0;
+  }
+}
+
+// out = kept ? p / mass(kept) : 0, for top-k or top-p renormalisation.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) renorm_kernel(const __grid_constant__ RowFilterParams<T> p) {
+  __shared__ RadixShared sh;
+  pdl_wait_for_prior_grid();
+  const std::int64_t row = blockIdx.x;
+  const T* x = p.input + row * p.in_row_stride;
+  T* y = p.out + row * p.out_row_stride;
+  const std::int64_t n = p.vocab;
+  const detail::KeptSet kept = detail::prob_filter(x, n, p.filter, row, true, sh);
+  // mass is fixed point in units of kMassOne / total, so p / mass(kept) = p * scale / mass.
+  const float factor = kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
+  const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
+  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+    float v[4];
+    load_group4(x, n, g, in_aligned, 0.f, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t k = prob_key(v[j]);
+      v[j] = (kept.any && k != 0u && k >= kept.min_key) ? v[j] * factor : 0.f;
+    }
+    store_group4(y, n, g, out_aligned, v);
+  }
+  pdl_launch_dependents();
+}
+
+// out = logits where the logit is among the row's top k (ties kept), -inf elsewhere.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) top_k_mask_kernel(const __grid_constant__ RowFilterParams<T> p) {
+  __shared__ RadixShared sh;
+  pdl_wait_for_prior_grid();
+  const std::int64_t row = blockIdx.x;
+  const T* x = p.input + row * p.in_row_stride;
+  T* y = p.out + row * p.out_row_stride;
+  const std::int64_t n = p.vocab;
+  const std::int32_t k = p.filter.top_k_array ? p.filter.top_k_array[row] : p.filter.top_k;
+  std::uint32_t min_key = 0u;
+  if (k > 0 && k < n) {
+    auto key_of = [](float v) { return ordered_key(v); };
+    auto no_mass = [](float) { return std::uint64_t{0}; };
+    min_key = radix_threshold(x, n, key_of, no_mass,
+                              SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh)
+                  .key;
+  }
+  const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
+  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+    float v[4];
+    load_group4(x, n, g, in_aligned, 0.f, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (ordered_key(v[j]) < min_key) v[j] = -INFINITY;
+    }
+    store_group4(y, n, g, out_aligned, v);
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace aotinfer::sampling

@@ -1,0 +1,62 @@
+// Reading one row of a (rows, vocab) tensor in groups of four consecutive elements, the
+// unit of both the 16/8-byte vector loads and the Philox generator (4 words per call).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace aotinfer::sampling {
+
+__device__ __forceinline__ float load_float(const float* p) { return *p; }
+__device__ __forceinline__ float load_float(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+__device__ __forceinline__ void store_float(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_float(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Group4 {
+  T v[4];
+};
+
+// Loads elements 4g .. 4g+3 of row x (length n) into v; missing tail elements get `fill`.
+// `aligned`: the row start is aligned for a whole-group vector load.
+template <typename T>
+__device__ __forceinline__ void load_group4(const T* x, std::int64_t n, std::int64_t g, bool aligned,
+                                            float fill, float (&v)[4]) {
+  const std::int64_t base = 4 * g;
+  if (aligned && base + 4 <= n) {
+    const Group4<T> q = reinterpret_cast<const Group4<T>*>(x)[g];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = load_float(&q.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = base + j < n ? load_float(x + base + j) : fill;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t g, bool aligned,
+                                             const float (&v)[4]) {
+  const std::int64_t base = 4 * g;
+  if (aligned && base + 4 <= n) {
+    Group4<T> q;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) store_float(&q.v[j], v[j]);
+    reinterpret_cast<Group4<T>*>(y)[g] = q;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (base + j < n) store_float(y + base + j, v[j]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ bool group_aligned(const T* x) {
+  return reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0;
+}
+
+}  // namespace aotinfer::sampling

@@ -1,0 +1,285 @@
+// Host launchers for the row kernels of the sampling family (filter_sample.cuh,
+// top_k_select.cuh, chain_speculative.cuh): defensive checks on the views, dtype dispatch,
+// launch. Variants: sampling from float32; renorm, mask and top-k select for float32,
+// float16 and bfloat16 (see kernel_list.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "../common/device_guard.h"
+#include "../common/status.h"
+#include "../common/view_checks.h"
+#include "chain_speculative.cuh"
+#include "filter_sample.cuh"
+#include "sampling_launchers.h"
+#include "top_k_select.cuh"
+
+namespace aotinfer::sampling {
+namespace {
+
+void check_per_row(const TensorView* v, DType dtype, std::int64_t rows, const TensorView& ref,
+                   const char* op, const char* name) {
+  if (v == nullptr) return;
+  check_rank(*v, 1, op, name);
+  check_dtype(*v, dtype, op, name);
+  check_length(*v, rows, op, name);
+  check_same_device(*v, ref, op, name);
+  if (rows > 1 && v->stride(0) != 1) fail_argument(std::string(op) + ": " + name + " must be contiguous");
+}
+
+FilterParams filter_params(const FilterArgs& f, std::int64_t rows, const TensorView& ref, const char* op) {
+  check_per_row(f.top_k, DType::kInt32, rows, ref, op, "top_k");
+  check_per_row(f.top_p, DType::kFloat32, rows, ref, op, "top_p");
+  check_per_row(f.min_p, DType::kFloat32, rows, ref, op, "min_p");
+  FilterParams p;
+  p.mode = f.mode;
+  p.top_k_array = f.top_k ? f.top_k->ptr<const std::int32_t>() : nullptr;
+  p.top_k = f.top_k_scalar;
+  p.top_p_array = f.top_p ? f.top_p->ptr<const float>() : nullptr;
+  p.top_p = f.top_p_scalar;
+  p.min_p_array = f.min_p ? f.min_p->ptr<const float>() : nullptr;
+  p.min_p = f.min_p_scalar;
+  return p;
+}
+
+void check_seed_view(const TensorView* v, std::int64_t batch, const TensorView& ref, const char* op,
+                     const char* name) {
+  if (v == nullptr) return;
+  check_rank(*v, 1, op, name);
+  if (v->dtype != DType::kInt64 && v->dtype != DType::kUInt64) {
+    fail_argument(std::string(op) + ": " + name + " must be int64 or uint64, got " + dtype_name(v->dtype));
+  }
+  if (v->size(0) != 1 && v->size(0) != batch) {
+    fail_argument(std::string(op) + ": " + name + " must have length 1 or " + std::to_string(batch) +
+                  ", got " + std::to_string(v->size(0)));
+  }
+  if (v->size(0) > 1 && v->stride(0) != 1) fail_argument(std::string(op) + ": " + name + " must be contiguous");
+  check_same_device(*v, ref, op, name);
+}
+
+RandomParams random_params(const RandomArgs& r, std::int64_t batch, const TensorView& ref, const char* op) {
+  check_seed_view(r.seed, batch, ref, op, "seed");
+  check_seed_view(r.offset, batch, ref, op, "offset");
+  RandomParams p;
+  p.seed_array = r.seed ? r.seed->ptr<const std::uint64_t>() : nullptr;
+  p.seed_length = r.seed ? r.seed->size(0) : 0;
+  p.seed = r.seed_scalar;
+  p.offset_array = r.offset ? r.offset->ptr<const std::uint64_t>() : nullptr;
+  p.offset_length = r.offset ? r.offset->size(0) : 0;
+  p.offset = r.offset_scalar;
+  return p;
+}
+
+bool is_index_dtype(DType d) { return d == DType::kInt32 || d == DType::kInt64; }
+
+void check_matrix(const TensorView& v, const char* op, const char* name) {
+  check_rank(v, 2, op, name);
+  check_rows_dense(v, op, name);
+}
+
+void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(err, op, device); }
+
+template <typename T>
+void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
+                    cudaStream_t stream) {
+  RowFilterParams<T> p;
+  p.input = input.ptr<const T>();
+  p.out = out.ptr<T>();
+  p.rows = input.size(0);
+  p.vocab = input.size(1);
+  p.in_row_stride = input.stride(0);
+  p.out_row_stride = out.stride(0);
+  p.filter = f;
+  if (p.rows == 0 || p.vocab == 0) return;
+  const char* op = mask ? "top_k_mask_logits" : "renorm";
+  DeviceGuard guard(input.device);
+  finish(guard.status(), op, input.device);
+  auto kernel = mask ? top_k_mask_kernel<T> : renorm_kernel<T>;
+  kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
+  finish(cudaGetLastError(), op, input.device);
+}
+
+template <typename F>
+void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: f(float{}); return;
+    case DType::kFloat16: f(__half{}); return;
+    case DType::kBFloat16: f(__nv_bfloat16{}); return;
+    default:
+      fail_argument(std::string(op) + ": " + name + " must be float32, float16 or bfloat16, got " +
+                    dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+void launch_sample(const TensorView& input, bool input_is_logits, const TensorView* indices,
+                   const TensorView& samples, const TensorView* valid, const FilterArgs& filter,
+                   const RandomArgs& random, std::uintptr_t stream) {
+  const char* op = "sampling";
+  check_matrix(input, op, "probs");
+  check_dtype(input, DType::kFloat32, op, "probs");
+  const std::int64_t rows = input.size(0);
+  check_rank(samples, 1, op, "samples");
+  const std::int64_t batch = samples.size(0);
+  if (!is_index_dtype(samples.dtype)) fail_argument("sampling: samples must be int32 or int64");
+  if (indices) {
+    check_rank(*indices, 1, op, "indices");
+    if (!is_index_dtype(indices->dtype)) fail_argument("sampling: indices must be int32 or int64");
+    check_length(*indices, batch, op, "indices");
+    check_same_device(*indices, input, op, "indices");
+    if (batch > 1 && indices->stride(0) != 1) fail_argument("sampling: indices must be contiguous");
+  } else if (batch != rows) {
+    fail_argument("sampling: without indices, samples must have one entry per row");
+  }
+  if (batch > 1 && samples.stride(0) != 1) fail_argument("sampling: samples must be contiguous");
+  check_same_device(samples, input, op, "samples");
+  if (valid) {
+    check_rank(*valid, 1, op, "valid");
+    check_dtype(*valid, DType::kBool, op, "valid");
+    check_length(*valid, batch, op, "valid");
+    check_same_device(*valid, input, op, "valid");
+  }
+  if (input_is_logits && filter.mode != FilterMode::kNone) fail_argument("sampling: logits take no filter");
+  SampleParams p;
+  p.input = input.ptr<const float>();
+  p.rows = rows;
+  p.vocab = input.size(1);
+  p.row_stride = input.stride(0);
+  p.indices = indices ? reinterpret_cast<const void*>(indices->data) : nullptr;
+  p.indices_int64 = indices && indices->dtype == DType::kInt64;
+  p.batch = batch;
+  p.samples = reinterpret_cast<void*>(samples.data);
+  p.samples_int64 = samples.dtype == DType::kInt64;
+  p.valid = valid ? valid->ptr<bool>() : nullptr;
+  p.input_is_logits = input_is_logits;
+  p.filter = filter_params(filter, rows, input, op);
+  p.random = random_params(random, batch, input, op);
+  if (batch == 0) return;
+  DeviceGuard guard(input.device);
+  finish(guard.status(), op, input.device);
+  sample_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  finish(cudaGetLastError(), op, input.device);
+}
+
+void launch_renorm(const TensorView& input, const TensorView& out, const FilterArgs& filter,
+                   std::uintptr_t stream) {
+  const char* op = "renorm";
+  check_matrix(input, op, "probs");
+  check_matrix(out, op, "out");
+  check_same_shape(out, input, op, "out", "probs");
+  if (out.dtype != input.dtype) fail_argument("renorm: out must have the dtype of probs");
+  check_same_device(out, input, op, "out");
+  if (filter.mode != FilterMode::kTopK && filter.mode != FilterMode::kTopP) {
+    fail_argument("renorm: filter must be top-k or top-p");
+  }
+  const FilterParams f = filter_params(filter, input.size(0), input, op);
+  dispatch_float(input.dtype, op, "probs", [&](auto tag) {
+    run_row_filter<decltype(tag)>(false, input, out, f, reinterpret_cast<cudaStream_t>(stream));
+  });
+}
+
+void launch_top_k_mask(const TensorView& logits, const TensorView& out, const FilterArgs& filter,
+                       std::uintptr_t stream) {
+  const char* op = "top_k_mask_logits";
+  check_matrix(logits, op, "logits");
+  check_matrix(out, op, "out");
+  check_same_shape(out, logits, op, "out", "logits");
+  if (out.dtype != logits.dtype) fail_argument("top_k_mask_logits: out must have the dtype of logits");
+  check_same_device(out, logits, op, "out");
+  FilterArgs f = filter;
+  f.mode = FilterMode::kTopK;
+  const FilterParams fp = filter_params(f, logits.size(0), logits, op);
+  dispatch_float(logits.dtype, op, "logits", [&](auto tag) {
+    run_row_filter<decltype(tag)>(true, logits, out, fp, reinterpret_cast<cudaStream_t>(stream));
+  });
+}
+
+void launch_top_k_select(const TensorView& input, std::int64_t k, const TensorView& values,
+                         const TensorView& indices, std::uintptr_t stream) {
+  const char* op = "top_k";
+  check_matrix(input, op, "input");
+  if (k < 1 || k > input.size(1)) {
+    fail_argument("top_k: k must be in [1, " + std::to_string(input.size(1)) + "], got " + std::to_string(k));
+  }
+  check_rank(values, 2, op, "values");
+  check_rank(indices, 2, op, "indices");
+  check_dtype(indices, DType::kInt64, op, "indices");
+  if (values.dtype != input.dtype) fail_argument("top_k: values must have the dtype of input");
+  for (const TensorView* v : {&values, &indices}) {
+    if (v->size(0) != input.size(0) || v->size(1) != k || v->stride(1) != 1 || v->stride(0) != k) {
+      fail_argument("top_k: values and indices must be contiguous (rows, k)");
+    }
+    check_same_device(*v, input, op, "output");
+  }
+  if (input.size(0) == 0) return;
+  DeviceGuard guard(input.device);
+  finish(guard.status(), op, input.device);
+  dispatch_float(input.dtype, op, "input", [&](auto tag) {
+    using T = decltype(tag);
+    TopKSelectParams<T> p{input.ptr<const T>(), input.size(0), input.size(1), input.stride(0), k,
+                          values.ptr<T>(), indices.ptr<std::int64_t>()};
+    top_k_select_kernel<T><<<static_cast<unsigned>(p.rows), kRowThreads, 0,
+                             reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  });
+  finish(cudaGetLastError(), op, input.device);
+}
+
+void launch_chain_speculative(const TensorView& draft_probs, const TensorView& draft_ids,
+                              const TensorView& target_probs, const TensorView& out_ids,
+                              const TensorView& accepted, const TensorView& emitted,
+                              const RandomArgs& random, std::uintptr_t stream) {
+  const char* op = "chain_speculative_sampling";
+  check_rank(draft_probs, 3, op, "draft_probs");
+  check_rank(target_probs, 3, op, "target_probs");
+  check_rank(draft_ids, 2, op, "draft_token_ids");
+  check_dtype(draft_probs, DType::kFloat32, op, "draft_probs");
+  check_dtype(target_probs, DType::kFloat32, op, "target_probs");
+  if (!is_index_dtype(draft_ids.dtype)) fail_argument("chain_speculative_sampling: draft_token_ids must be int32 or int64");
+  const std::int64_t B = draft_probs.size(0), n = draft_probs.size(1), V = draft_probs.size(2);
+  if (target_probs.size(0) != B || target_probs.size(1) != n + 1 || target_probs.size(2) != V ||
+      draft_ids.size(0) != B || draft_ids.size(1) != n) {
+    fail_argument("chain_speculative_sampling: shapes must be draft_probs (B, n, V), draft_token_ids (B, n), "
+                  "target_probs (B, n+1, V)");
+  }
+  const auto contiguous3 = [](const TensorView& v) {
+    return v.stride(2) == 1 && v.stride(1) == v.size(2) && v.stride(0) == v.size(1) * v.size(2);
+  };
+  if (!contiguous3(draft_probs) || !contiguous3(target_probs) || draft_ids.stride(1) != 1 ||
+      draft_ids.stride(0) != n) {
+    fail_argument("chain_speculative_sampling: inputs must be contiguous");
+  }
+  check_rank(out_ids, 2, op, "output_token_ids");
+  check_dtype(out_ids, DType::kInt32, op, "output_token_ids");
+  if (out_ids.size(0) != B || out_ids.size(1) != n + 1 || out_ids.stride(1) != 1 || out_ids.stride(0) != n + 1) {
+    fail_argument("chain_speculative_sampling: output_token_ids must be contiguous (B, n+1)");
+  }
+  for (const TensorView* v : {&accepted, &emitted}) {
+    check_rank(*v, 1, op, "counters");
+    check_dtype(*v, DType::kInt32, op, "counters");
+    check_length(*v, B, op, "counters");
+    if (B > 1 && v->stride(0) != 1) fail_argument("chain_speculative_sampling: counters must be contiguous");
+    check_same_device(*v, draft_probs, op, "counters");
+  }
+  for (const TensorView* v : {&draft_ids, &target_probs, &out_ids}) check_same_device(*v, draft_probs, op, "input");
+  ChainSpeculativeParams p;
+  p.draft_probs = draft_probs.ptr<const float>();
+  p.draft_ids = reinterpret_cast<const void*>(draft_ids.data);
+  p.draft_ids_int64 = draft_ids.dtype == DType::kInt64;
+  p.target_probs = target_probs.ptr<const float>();
+  p.out_ids = out_ids.ptr<std::int32_t>();
+  p.accepted = accepted.ptr<std::int32_t>();
+  p.emitted = emitted.ptr<std::int32_t>();
+  p.batch = B;
+  p.n = n;
+  p.vocab = V;
+  p.random = random_params(random, B, draft_probs, op);
+  if (B == 0 || V == 0) return;
+  DeviceGuard guard(draft_probs.device);
+  finish(guard.status(), op, draft_probs.device);
+  chain_speculative_kernel<<<static_cast<unsigned>(B), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  finish(cudaGetLastError(), op, draft_probs.device);
+}
+
+}  // namespace aotinfer::sampling
