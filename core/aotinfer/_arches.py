@@ -39,7 +39,7 @@ class Target(NamedTuple):
     suffix: str  # "a", "f" or ""
 
     @classmethod
-    def parse(cls, text: str) -> "Target":
+    def parse(cls, text: str) -> Target:
         m = _TARGET_RE.match(text)
         if not m:
             raise ValueError(f"not a SASS target: {text!r} (expected e.g. 'sm_90a', 'sm_80')")

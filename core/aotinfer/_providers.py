@@ -105,12 +105,7 @@ def _read_manifest(arch: str, module: str) -> Manifest:
         raise FileNotFoundError(f"package {module!r} not found")
     path = Path(list(spec.submodule_search_locations)[0]) / "manifest.json"
     data = json.loads(path.read_text())
-    targets = data["sass_targets"]
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise ValueError(f"sass_targets must be a list of strings, got {targets!r}")
-    for t in targets:
-        _arches.Target.parse(t)  # a malformed target makes the provider Skipped, not a crash later
-    return Manifest(
+    manifest = Manifest(
         arch=data["arch"],
         version=data["version"],
         abi_version=int(data["abi_version"]),
@@ -122,6 +117,12 @@ def _read_manifest(arch: str, module: str) -> Manifest:
         source_revision=data.get("source_revision", ""),
         location=str(path.parent),
     )
+    targets = data["sass_targets"]
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise ValueError(f"sass_targets must be a list of strings, got {targets!r}")
+    for t in targets:
+        _arches.Target.parse(t)  # a malformed target makes the provider Skipped, not a crash later
+    return manifest
 
 
 def read_manifests() -> Tuple[List[Manifest], List[Skipped]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aotinfer import _providers
 from aotinfer._version import __version__
 

@@ -6,6 +6,7 @@ Pure function tests with fake manifests: no entry points, no imports, no device.
 from __future__ import annotations
 
 import pytest
+
 from aotinfer import _arches
 from aotinfer._providers import Discovery, ProviderError, choose
 

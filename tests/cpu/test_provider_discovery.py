@@ -14,6 +14,7 @@ import sys
 import warnings
 
 import pytest
+
 from aotinfer import _device_facts, _providers
 from aotinfer._providers import ProviderError
 from aotinfer._version import __version__

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+
 from aotinfer import _providers
 from aotinfer._providers import Discovery, ProviderError, choose, driver_refusal, screen
 from aotinfer._version import __version__

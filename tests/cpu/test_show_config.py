@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from aotinfer import _providers
 from aotinfer._version import __version__
 from aotinfer.cli import format_config

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-import aotinfer
 import pytest
 import torch
+
+import aotinfer
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 

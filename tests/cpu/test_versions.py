@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from aotinfer import _arches, _providers, _views
 from aotinfer._version import __version__
 
