@@ -61,10 +61,18 @@ def machine_facts() -> dict:
         "cpu": cpu[0].split(":", 1)[1].strip() if cpu else platform.processor(),
         "nvcc": nvcc_release[0].strip() if nvcc_release else "not found",
         "cmake": (_output(["cmake", "--version"]).splitlines() or ["not found"])[0],
-        "generator": "Ninja" if shutil.which("ninja") else "Unix Makefiles",
         "python": platform.python_version(),
         "CMAKE_BUILD_PARALLEL_LEVEL": PARALLEL,
     }
+
+
+def _generator(arch: str) -> str:
+    """The generator scikit-build-core chose (Ninja when one is installed), from the cache."""
+    for cache in (ROOT / "providers" / arch / "build").glob("*/CMakeCache.txt"):
+        for line in cache.read_text(errors="replace").splitlines():
+            if line.startswith("CMAKE_GENERATOR:"):
+                return line.split("=", 1)[1]
+    return "unknown"
 
 
 def build_provider(arch: str, outdir: Path) -> dict:
@@ -92,6 +100,7 @@ def build_provider(arch: str, outdir: Path) -> dict:
         wheel = Path(shutil.move(str(wheels[0]), str(outdir / wheels[0].name)))
     entries = fatbin_targets.fatbin_entries(wheel)
     row.update(
+        generator=_generator(arch),
         wheel=wheel.name,
         wheel_mb=round(wheel.stat().st_size / 1e6, 2),
         sass=sorted({e["arch"] for e in entries if e["kind"] == "ELF"}),
@@ -159,7 +168,9 @@ def markdown(result: dict) -> str:
         f"(min {imp['min_ms']}, max {imp['max_ms']}, {imp['runs']} fresh interpreters; "
         f"goal <= {GOAL_IMPORT_MS} ms: {ok(imp['median_ms'], GOAL_IMPORT_MS)}).",
         "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in m.items()) + ".",
+        "| machine | |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in m.items()],
         "",
         "The SASS column is read from each wheel's `.nv_fatbin` by `ci/fatbin_targets.py`; "
         "the a/f suffix comes from fatbin flag bits found by experiment with nvcc 13.0.",
@@ -184,7 +195,9 @@ def main() -> int:
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "error"}), flush=True)
         if "error" in rows[-1]:
             print(rows[-1]["error"], file=sys.stderr)
-    result = {"machine": machine_facts(), "providers": rows, "import_aotinfer": import_ms()}
+    machine = machine_facts()
+    machine["generator"] = next((r["generator"] for r in rows if "generator" in r), "unknown")
+    result = {"machine": machine, "providers": rows, "import_aotinfer": import_ms()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "build.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / "build.md").write_text(markdown(result))

@@ -1,0 +1,99 @@
+// Host entry points of the decode-attention family, on framework-free views. The binding
+// file (pybind11) includes only this header. Python-side signature (the contract with
+// core/aotinfer/decode.py):
+//
+//   kernels.batch_decode(q, k_cache, v_cache, kv_layout, page_size, indptr|None, indices|None,
+//       last_page_len|None, kv_len_scalar, out, lse|None, partial_out|None, partial_lse|None,
+//       chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
+//       pos_encoding_mode, rope_scale, rope_theta, alibi_slopes|None, k_scale, v_scale,
+//       sinks|None, stream)
+//
+//   kernels.merge_states(v (N, S, H, D), s (N, S, H) float32, v_out (N, H, D), s_out (N, H)|None,
+//       stream)                                            # S states merged per (n, h)
+//   kernels.merge_state_in_place(v (N, H, D), s (N, H), v_other, s_other, mask (N,) bool|None,
+//       stream)
+//   kernels.append_paged_kv_cache(append_key (nnz, Hkv, D), append_value, batch_indices (nnz,)
+//       int32, positions (nnz,) int32, k_cache, v_cache, kv_layout, page_size, indices (int32),
+//       indptr (B+1) int32, stream)
+//
+// Shapes and meaning (B requests, Hq query heads, Hkv KV heads, D head dim):
+// - q: (B * q_len_per_req, Hq, D) float16/bfloat16, last dim contiguous, other strides free
+//   (a slice of a fused QKV projection is fine). Row r of request b is b*q_len_per_req + r.
+// - k_cache / v_cache: 4-D, (pages, page_size, Hkv, D) for kv_layout 0 (NHD) or
+//   (pages, Hkv, page_size, D) for 1 (HND); last dim contiguous, other strides free (the two
+//   halves of a 5-D cache are views of it). dtype: q's dtype, float8_e4m3fn or float8_e5m2.
+// - indptr (B+1), indices (indptr[B]), last_page_len (B): int32 CSR page table. With indptr
+//   None there is one request whose keys are k_cache[0] rows 0 .. kv_len_scalar-1 (single
+//   decode over contiguous K/V: pages=1, page_size=kv_len).
+// - Request b has kv_len_b = page_size * (pages_b - 1) + last_page_len[b] keys; its query
+//   row r sits at position kv_len_b - q_len_per_req + r and sees key j iff
+//   j <= that position (bottom-right causal) and, with window_left >= 0,
+//   position - j <= window_left.
+// - logits s = (q . k) * sm_scale * k_scale; with logits_soft_cap > 0, s = cap * tanh(s / cap);
+//   ALiBi adds slope_h * (j - position); ROPE_LLAMA rotates q and k (non-interleaved halves,
+//   inv_freq = 1 / (rope_scale * rope_theta^(2i/D)), k at its key index, q at its position).
+// - sinks (Hq) float32: one extra logit per head in the softmax denominator (no value).
+// - out (B * q_len_per_req, Hq, D) q's dtype = v_scale * softmax(s) . v; lse (same rows, Hq)
+//   float32 = log2 of the denominator (base 2, sinks included).
+// - Split-KV: with max_splits > 1, request b's pages are cut into chunks of chunk_pages
+//   pages; split s of request b handles chunk s (if it exists) and writes its partial output
+//   and lse to partial_out (B*q_len, max_splits, Hq, D) float32 / partial_lse (B*q_len,
+//   max_splits, Hq) float32 (lse -inf for an empty chunk), and a merge kernel combines them.
+//   The core's planner picks chunk_pages and max_splits (from the workspace) so the grid
+//   fills the GPU; the grid depends on them only, so a captured graph can be replayed with
+//   new page tables of the same batch size.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/tensor_view.h"
+
+namespace aotinfer::attention {
+
+enum class PosEncoding : int { kNone = 0, kRopeLlama = 1, kAlibi = 2 };
+enum class KvLayout : int { kNHD = 0, kHND = 1 };
+
+struct DecodeArgs {
+  const TensorView* q;
+  const TensorView* k_cache;
+  const TensorView* v_cache;
+  KvLayout layout;
+  std::int64_t page_size;
+  const TensorView* indptr;         // nullptr: single request
+  const TensorView* indices;
+  const TensorView* last_page_len;
+  std::int64_t kv_len_scalar;
+  const TensorView* out;
+  const TensorView* lse;            // nullptr: not wanted
+  const TensorView* partial_out;    // nullptr when max_splits == 1
+  const TensorView* partial_lse;
+  std::int64_t chunk_pages;
+  std::int64_t max_splits;
+  std::int64_t q_len_per_req;
+  float sm_scale;
+  float logits_soft_cap;
+  std::int64_t window_left;
+  PosEncoding pos_encoding;
+  float rope_scale;
+  float rope_theta;
+  const TensorView* alibi_slopes;   // (Hq) float32 or nullptr
+  float k_scale;
+  float v_scale;
+  const TensorView* sinks;          // (Hq) float32 or nullptr
+};
+
+void launch_batch_decode(const DecodeArgs& args, std::uintptr_t stream);
+
+void launch_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                         const TensorView* s_out, std::uintptr_t stream);
+
+void launch_merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
+                                 const TensorView& s_other, const TensorView* mask, std::uintptr_t stream);
+
+void launch_append_paged_kv_cache(const TensorView& append_key, const TensorView& append_value,
+                                  const TensorView& batch_indices, const TensorView& positions,
+                                  const TensorView& k_cache, const TensorView& v_cache, KvLayout layout,
+                                  std::int64_t page_size, const TensorView& indices,
+                                  const TensorView& indptr, std::uintptr_t stream);
+
+}  // namespace aotinfer::attention
