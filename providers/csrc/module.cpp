@@ -18,6 +18,9 @@ namespace py = pybind11;
 namespace aotinfer::sampling {
 void register_bindings(py::module_& m);
 }
+namespace aotinfer::attention {
+void register_bindings(py::module_& m);
+}
 
 namespace {
 
@@ -56,4 +59,5 @@ PYBIND11_MODULE(_kernels, m) {
   py::register_exception<aotinfer::CudaError>(m, "CudaError", PyExc_RuntimeError);
 
   aotinfer::sampling::register_bindings(m);
+  aotinfer::attention::register_bindings(m);
 }

@@ -1,0 +1,378 @@
+// Decode attention over a paged KV cache, on CUDA cores, one CTA per (request, KV head,
+// block of query rows, KV split).
+//
+// The query rows that share one KV head -- the GQA group times q_len_per_req -- are handled
+// by one CTA, so every K/V row is read from memory once per group, the decode kernel's
+// whole cost. K/V tiles of kTileKeys keys move to shared memory with cp.async, two stages
+// deep (the next tile is in flight while the current one is used); page ids are looked up
+// per row, so any page size and both layouts share one code path. Softmax is online in the
+// exp2 domain; the output is written normalised with its base-2 LSE, or, with split-KV, as
+// a partial state that merge.cuh combines.
+//
+// Variants (template): query dtype (fp16, bf16) x KV dtype (same, fp8 e4m3, fp8 e5m2) x head
+// dim (64, 128, 256). Everything else is a run-time argument.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kv_types.cuh"
+
+namespace aotinfer::attention {
+
+constexpr int kDecodeThreads = 128;
+constexpr int kTileKeys = 32;   // keys per tile: one per lane in the softmax warps
+constexpr int kRowBlock = 16;   // query rows per CTA (GQA group x q_len_per_req, blocked)
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename QT, typename KVT>
+struct DecodeParams {
+  const QT* q;
+  std::int64_t q_stride_row, q_stride_head;
+  const KVT* k;
+  const KVT* v;
+  std::int64_t k_stride_page, k_stride_slot, k_stride_head;
+  std::int64_t v_stride_page, v_stride_slot, v_stride_head;
+  const std::int32_t* indptr;  // nullptr: one request, kv_len = kv_len_scalar, page 0
+  const std::int32_t* indices;
+  const std::int32_t* last_page_len;
+  std::int64_t page_size, kv_len_scalar;
+  std::int64_t num_pages;  // page ids are clamped into [0, num_pages): a bad table cannot read outside the cache
+  QT* out;
+  std::int64_t out_stride_row, out_stride_head;
+  float* lse;  // (rows, Hq) contiguous or nullptr
+  float* partial_out;  // (rows, splits, Hq, D) contiguous, when splits > 1
+  float* partial_lse;  // (rows, splits, Hq)
+  std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
+  float sm_scale;  // includes q_scale and k_scale
+  float soft_cap;  // 0: off
+  std::int64_t window_left;  // < 0: off
+  int pos_encoding;  // 0 none, 1 rope llama, 2 alibi
+  float rope_log2_theta, rope_inv_scale;
+  const float* alibi_slopes;
+  float v_scale;
+  const float* sinks;
+};
+
+namespace detail {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill with zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Shared-memory tile of kTileKeys rows x D elements with its 16-byte chunks XOR-swizzled by
+// row, so the score loop (each lane a different row, same column) is free of bank conflicts.
+template <typename KVT, int D>
+struct TileLayout {
+  static constexpr int kRowBytes = D * static_cast<int>(sizeof(KVT));
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
+  static constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(KVT));
+  // Element offset of (row, col) in the tile.
+  static __device__ __forceinline__ int offset(int row, int col) {
+    const int chunk = col / kElemsPerChunk, within = col % kElemsPerChunk;
+    return row * D + ((chunk ^ (row & kSwizzle)) * kElemsPerChunk) + within;
+  }
+};
+
+template <int D>
+__device__ __forceinline__ float rope_inv_freq(int i, float log2_theta, float inv_scale) {
+  // inv_freq_i = 1 / (rope_scale * theta^(2i/D)), for i in [0, D/2)
+  return inv_scale * exp2f(-log2_theta * (2.f * i / D));
+}
+
+}  // namespace detail
+
+template <typename QT, typename KVT, int D>
+struct DecodeSmem {
+  float q[kRowBlock][D];
+  KVT k[2][kTileKeys * D];
+  KVT v[2][kTileKeys * D];
+  float s[kRowBlock][kTileKeys];
+  float p[kTileKeys][kRowBlock];
+  float alpha[kRowBlock];
+  float m[kRowBlock];
+  float l[kRowBlock];
+};
+
+template <typename QT, typename KVT, int D>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel(const __grid_constant__ DecodeParams<QT, KVT> p) {
+  static_assert(D % 64 == 0, "head dim must be a multiple of 64");
+  using Layout = detail::TileLayout<KVT, D>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<DecodeSmem<QT, KVT, D>*>(smem_raw);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const std::int64_t b = blockIdx.x;
+  const std::int64_t kv_head = blockIdx.y % p.num_kv_heads;
+  const std::int64_t row_block = blockIdx.y / p.num_kv_heads;
+  const std::int64_t split = blockIdx.z;
+  const std::int64_t rows_total = p.q_len * p.group;
+  const int row0 = static_cast<int>(row_block * kRowBlock);
+  const int rows = static_cast<int>(rows_total - row0 < kRowBlock ? rows_total - row0 : kRowBlock);
+
+  // This request's keys.
+  std::int64_t kv_len, page_begin = 0;
+  if (p.indptr) {
+    page_begin = p.indptr[b];
+    const std::int64_t pages = p.indptr[b + 1] - page_begin;
+    kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[b] : 0;
+    if (kv_len > pages * p.page_size) kv_len = pages * p.page_size;  // last_page_len too large
+    if (kv_len < 0) kv_len = 0;
+  } else {
+    kv_len = p.kv_len_scalar;
+  }
+  const std::int64_t chunk_keys = p.chunk_pages * p.page_size;
+  std::int64_t k_begin = p.splits > 1 ? split * chunk_keys : 0;
+  std::int64_t k_end = p.splits > 1 ? (split + 1) * chunk_keys : kv_len;
+  if (k_end > kv_len) k_end = kv_len;
+  // Query row r (local) is query qi = (row0 + r) / group of head kv_head*group + (row0+r) % group,
+  // at position kv_len - q_len + qi. The window lets whole tiles before the earliest visible key go.
+  const std::int64_t first_pos = kv_len - p.q_len + (row0 / p.group);
+  if (p.window_left >= 0) {
+    const std::int64_t first_visible = first_pos - p.window_left;
+    if (k_begin < first_visible) k_begin = first_visible;
+  }
+  if (k_begin < 0) k_begin = 0;
+
+  // Load the CTA's query rows as float (RoPE applied at their positions).
+  for (int idx = tid; idx < kRowBlock * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    float val = 0.f;
+    if (r < rows) {
+      const std::int64_t gr = row0 + r, qi = gr / p.group, head = kv_head * p.group + gr % p.group;
+      const QT* qrow = p.q + (b * p.q_len + qi) * p.q_stride_row + head * p.q_stride_head;
+      val = to_f32(qrow[d]);
+      if (p.pos_encoding == 1) {
+        const int i = d % (D / 2);
+        const float partner = to_f32(qrow[d < D / 2 ? d + D / 2 : d - D / 2]);
+        float sn, cs;
+        sincosf(static_cast<float>(kv_len - p.q_len + qi) * detail::rope_inv_freq<D>(i, p.rope_log2_theta, p.rope_inv_scale), &sn, &cs);
+        val = d < D / 2 ? val * cs - partner * sn : val * cs + partner * sn;
+      }
+    }
+    sm.q[r][d] = val;
+  }
+  if (tid < kRowBlock) {
+    sm.m[tid] = -INFINITY;
+    sm.l[tid] = 0.f;
+  }
+
+  // Issues the cp.async copies of tile `t` (keys k_begin + t*kTileKeys ...) into stage `stage`.
+  auto issue_tile = [&](std::int64_t tile_start, int stage) {
+    constexpr int kChunks = Layout::kChunks;
+    for (int idx = tid; idx < kTileKeys * kChunks; idx += blockDim.x) {
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const std::int64_t j = tile_start + row;
+      const bool valid = j < k_end;
+      std::int64_t page = 0, slot = 0;
+      if (valid) {
+        if (p.indptr) {
+          page = p.indices[page_begin + j / p.page_size];
+          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+          slot = j % p.page_size;
+        } else {
+          slot = j;
+        }
+      }
+      const int col = chunk * Layout::kElemsPerChunk;
+      const KVT* ksrc = p.k + page * p.k_stride_page + slot * p.k_stride_slot + kv_head * p.k_stride_head + col;
+      const KVT* vsrc = p.v + page * p.v_stride_page + slot * p.v_stride_slot + kv_head * p.v_stride_head + col;
+      detail::cp_async16(&sm.k[stage][Layout::offset(row, col)], valid ? ksrc : p.k, valid);
+      detail::cp_async16(&sm.v[stage][Layout::offset(row, col)], valid ? vsrc : p.v, valid);
+    }
+    detail::cp_async_commit();
+  };
+
+  // Per-thread output accumulators: columns c0 + 64*ci, rows rp + 2*ri.
+  constexpr int kCols = D / 64;
+  constexpr int kRowsPerThread = kRowBlock / 2;
+  const int c0 = tid % 64, rp = tid / 64;
+  float acc[kCols][kRowsPerThread];
+#pragma unroll
+  for (int ci = 0; ci < kCols; ++ci)
+#pragma unroll
+    for (int ri = 0; ri < kRowsPerThread; ++ri) acc[ci][ri] = 0.f;
+
+  const std::int64_t num_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
+  if (num_tiles > 0) issue_tile(k_begin, 0);
+  __syncthreads();  // q, m, l ready
+
+  for (std::int64_t t = 0; t < num_tiles; ++t) {
+    const int stage = static_cast<int>(t & 1);
+    const std::int64_t tile_start = k_begin + t * kTileKeys;
+    if (t + 1 < num_tiles) {
+      issue_tile(tile_start + kTileKeys, stage ^ 1);
+      detail::cp_async_wait<1>();
+    } else {
+      detail::cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    // Scores: lane = key, warp = first of its rows (rows warp, warp+4, ...).
+    {
+      const int key = lane;
+      const std::int64_t j = tile_start + key;
+      const KVT* ktile = sm.k[stage];
+      float dot[kRowBlock / 4];
+#pragma unroll
+      for (int i = 0; i < kRowBlock / 4; ++i) dot[i] = 0.f;
+      if (p.pos_encoding == 1) {
+        // Rotate the key's pairs (i, i + D/2) at its index j, then dot both halves.
+#pragma unroll 2
+        for (int c = 0; c < D / 2; c += 8) {
+          float lo[8], hi[8];
+          load8(ktile + Layout::offset(key, c), lo);
+          load8(ktile + Layout::offset(key, c + D / 2), hi);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            float sn, cs;
+            sincosf(static_cast<float>(j) * detail::rope_inv_freq<D>(c + e, p.rope_log2_theta, p.rope_inv_scale), &sn, &cs);
+            const float a = lo[e] * cs - hi[e] * sn, bb = hi[e] * cs + lo[e] * sn;
+            lo[e] = a;
+            hi[e] = bb;
+          }
+#pragma unroll
+          for (int i = 0; i < kRowBlock / 4; ++i) {
+            const int r = warp + 4 * i;
+            if (r < rows) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) dot[i] += sm.q[r][c + e] * lo[e] + sm.q[r][c + D / 2 + e] * hi[e];
+            }
+          }
+        }
+      } else {
+#pragma unroll 4
+        for (int c = 0; c < D; c += 8) {
+          float kv[8];
+          load8(ktile + Layout::offset(key, c), kv);
+#pragma unroll
+          for (int i = 0; i < kRowBlock / 4; ++i) {
+            const int r = warp + 4 * i;
+            if (r < rows) {
+              const float4 qa = *reinterpret_cast<const float4*>(&sm.q[r][c]);
+              const float4 qb = *reinterpret_cast<const float4*>(&sm.q[r][c + 4]);
+              dot[i] += qa.x * kv[0] + qa.y * kv[1] + qa.z * kv[2] + qa.w * kv[3] + qb.x * kv[4] +
+                        qb.y * kv[5] + qb.z * kv[6] + qb.w * kv[7];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kRowBlock / 4; ++i) {
+        const int r = warp + 4 * i;
+        if (r >= rows) continue;
+        const std::int64_t gr = row0 + r, qi = gr / p.group;
+        const std::int64_t pos = kv_len - p.q_len + qi;
+        float s = dot[i] * p.sm_scale;
+        if (p.soft_cap > 0.f) s = p.soft_cap * tanhf(s / p.soft_cap);
+        if (p.pos_encoding == 2) {
+          const std::int64_t head = kv_head * p.group + gr % p.group;
+          s += p.alibi_slopes[head] * static_cast<float>(j - pos);
+        }
+        const bool visible = j < k_end && j <= pos && (p.window_left < 0 || pos - j <= p.window_left);
+        sm.s[r][key] = visible ? s * kLog2e : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Online softmax, one warp per row (rows warp, warp+4, ...), lane = key.
+    for (int r = warp; r < rows; r += 4) {
+      const float x = sm.s[r][lane];
+      float mx = x;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = sm.m[r];
+      const float m_new = fmaxf(m_old, mx);
+      float pr = 0.f, alpha = 1.f;
+      if (m_new != -INFINITY) {
+        pr = exp2f(x - m_new);
+        alpha = exp2f(m_old - m_new);
+      }
+      float sum = pr;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      sm.p[lane][r] = pr;
+      __syncwarp();
+      if (lane == 0) {
+        sm.alpha[r] = alpha;
+        sm.m[r] = m_new;
+        sm.l[r] = sm.l[r] * alpha + sum;
+      }
+    }
+    __syncthreads();
+
+    // Output: acc[c][r] = alpha_r * acc + sum_key p[key][r] * v[key][c].
+    {
+      const KVT* vtile = sm.v[stage];
+#pragma unroll
+      for (int ri = 0; ri < kRowsPerThread; ++ri) {
+        const int r = rp + 2 * ri;
+        const float a = r < rows ? sm.alpha[r] : 1.f;
+#pragma unroll
+        for (int ci = 0; ci < kCols; ++ci) acc[ci][ri] *= a;
+      }
+#pragma unroll 4
+      for (int key = 0; key < kTileKeys; ++key) {
+        float vv[kCols];
+#pragma unroll
+        for (int ci = 0; ci < kCols; ++ci) vv[ci] = to_f32(vtile[Layout::offset(key, c0 + 64 * ci)]);
+#pragma unroll
+        for (int ri = 0; ri < kRowsPerThread; ++ri) {
+          const float pr = sm.p[key][rp + 2 * ri];
+#pragma unroll
+          for (int ci = 0; ci < kCols; ++ci) acc[ci][ri] += pr * vv[ci];
+        }
+      }
+    }
+    __syncthreads();  // the stage just read is refilled by the next iteration
+  }
+  __syncthreads();
+
+  // Write the rows: normalised output and base-2 LSE, or this split's partial state.
+#pragma unroll
+  for (int ri = 0; ri < kRowsPerThread; ++ri) {
+    const int r = rp + 2 * ri;
+    if (r >= rows) continue;
+    const std::int64_t gr = row0 + r, qi = gr / p.group, head = kv_head * p.group + gr % p.group;
+    const std::int64_t row = b * p.q_len + qi;
+    const float m = sm.m[r], l = sm.l[r];
+    if (p.splits > 1) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* po = p.partial_out + ((row * p.splits + split) * p.num_qo_heads + head) * D;
+#pragma unroll
+      for (int ci = 0; ci < kCols; ++ci) po[c0 + 64 * ci] = acc[ci][ri] * inv;
+      if (c0 == 0) {
+        p.partial_lse[(row * p.splits + split) * p.num_qo_heads + head] = l > 0.f ? m + log2f(l) : -INFINITY;
+      }
+    } else {
+      // Sinks add exp(sink) to the denominator: in base 2 relative to m, 2^(sink*log2e - m).
+      float denom = l;
+      float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+      if (p.sinks) {
+        const float sink2 = p.sinks[head] * kLog2e;
+        if (l > 0.f) {
+          denom = l + exp2f(sink2 - m);
+          lse = m + log2f(denom);
+        } else {
+          lse = sink2;
+        }
+      }
+      const float scale = denom > 0.f ? p.v_scale / denom : 0.f;
+      QT* o = p.out + row * p.out_stride_row + head * p.out_stride_head;
+#pragma unroll
+      for (int ci = 0; ci < kCols; ++ci) o[c0 + 64 * ci] = from_f32<QT>(acc[ci][ri] * scale);
+      if (p.lse && c0 == 0) p.lse[row * p.num_qo_heads + head] = lse;
+    }
+  }
+}
+
+}  // namespace aotinfer::attention

@@ -1,0 +1,360 @@
+// Host launchers of the decode family: defensive checks on the views, the grid, and the
+// split-KV merge. See decode_launchers.h for the contract.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "../common/device_guard.h"
+#include "../common/status.h"
+#include "../common/view_checks.h"
+#include "append_kv.cuh"
+#include "decode_dispatch.cuh"
+#include "decode_launchers.h"
+#include "merge.cuh"
+
+namespace aotinfer::attention {
+namespace {
+
+constexpr const char* kOp = "batch_decode";
+
+void require(bool ok, const std::string& message) {
+  if (!ok) fail_argument(message);
+}
+
+void check_int32_vector(const TensorView* v, const TensorView& ref, const char* name) {
+  if (!v) return;
+  check_rank(*v, 1, kOp, name);
+  check_dtype(*v, DType::kInt32, kOp, name);
+  check_same_device(*v, ref, kOp, name);
+  require(v->size(0) <= 1 || v->stride(0) == 1, std::string(kOp) + ": " + name + " must be contiguous");
+}
+
+bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+template <typename TIn, typename TOut>
+cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
+                      const float* sinks, float v_scale, cudaStream_t stream) {
+  MergeParams<TIn, TOut> p;
+  p.v = v.ptr<const TIn>();
+  p.v_stride_n = v.stride(0);
+  p.v_stride_s = v.stride(1);
+  p.v_stride_h = v.stride(2);
+  p.s = s.ptr<const float>();
+  p.s_stride_n = s.stride(0);
+  p.s_stride_s = s.stride(1);
+  p.s_stride_h = s.stride(2);
+  p.v_out = v_out.ptr<TOut>();
+  p.o_stride_n = v_out.stride(0);
+  p.o_stride_h = v_out.stride(1);
+  p.s_out = s_out ? s_out->ptr<float>() : nullptr;
+  p.n = v.size(0);
+  p.num_states = v.size(1);
+  p.heads = v.size(2);
+  p.dim = v.size(3);
+  p.sinks = sinks;
+  p.v_scale = v_scale;
+  if (p.n == 0 || p.heads == 0) return cudaSuccess;
+  merge_states_kernel<TIn, TOut><<<dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), kMergeThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename TOut>
+cudaError_t run_merge_in(DType in, const TensorView& v, const TensorView& s, const TensorView& v_out,
+                         const TensorView* s_out, const float* sinks, float v_scale, cudaStream_t stream) {
+  switch (in) {
+    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
+    default: fail_argument("merge_states: v must be float32, float16 or bfloat16");
+  }
+}
+
+cudaError_t merge_dispatch(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
+                           const float* sinks, float v_scale, cudaStream_t stream) {
+  switch (v_out.dtype) {
+    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kBFloat16: return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
+    default: fail_argument("merge_states: v_out must be float32, float16 or bfloat16");
+  }
+}
+
+}  // namespace
+
+void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
+  const TensorView& q = *a.q;
+  const TensorView& k = *a.k_cache;
+  const TensorView& v = *a.v_cache;
+  check_rank(q, 3, kOp, "q");
+  check_rank(k, 4, kOp, "k_cache");
+  check_rank(v, 4, kOp, "v_cache");
+  require(is_half(q.dtype), std::string("batch_decode: q must be float16 or bfloat16, got ") + dtype_name(q.dtype));
+  require(k.dtype == v.dtype, "batch_decode: k_cache and v_cache must have one dtype");
+  require(k.dtype == q.dtype || k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2,
+          std::string("batch_decode: KV dtype must be q's dtype or float8, got ") + dtype_name(k.dtype));
+  require(k.shape == v.shape, "batch_decode: k_cache and v_cache must have one shape");
+  check_same_device(k, q, kOp, "k_cache");
+  check_same_device(v, q, kOp, "v_cache");
+  const bool nhd = a.layout == KvLayout::kNHD;
+  const std::int64_t D = q.size(2), Hq = q.size(1);
+  const std::int64_t Hkv = nhd ? k.size(2) : k.size(1);
+  const std::int64_t cache_page_size = nhd ? k.size(1) : k.size(2);
+  require(k.size(3) == D, "batch_decode: head dim of k_cache (" + std::to_string(k.size(3)) + ") differs from q's (" +
+                              std::to_string(D) + ")");
+  require(D == 64 || D == 128 || D == 256,
+          "batch_decode: head_dim " + std::to_string(D) + " is not built; this provider has 64, 128, 256");
+  require(Hkv > 0 && Hq % Hkv == 0, "batch_decode: num_qo_heads (" + std::to_string(Hq) +
+                                        ") must be a multiple of num_kv_heads (" + std::to_string(Hkv) + ")");
+  require(q.stride(2) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+          "batch_decode: q, k_cache and v_cache need a contiguous last dimension");
+  require(q.data % 16 == 0 && k.data % 16 == 0 && v.data % 16 == 0 && q.stride(1) % 8 == 0 &&
+              q.stride(0) % 8 == 0,
+          "batch_decode: q and the KV cache must be 16-byte aligned");
+  for (const TensorView* t : {&k, &v}) {
+    const std::int64_t elem_per_16 = (t->dtype == DType::kFloat8E4M3 || t->dtype == DType::kFloat8E5M2) ? 16 : 8;
+    for (int d = 0; d < 3; ++d)
+      require(t->stride(d) % elem_per_16 == 0, "batch_decode: KV cache strides must keep rows 16-byte aligned");
+  }
+  require(a.q_len_per_req >= 1, "batch_decode: q_len_per_req must be at least 1");
+  require(q.size(0) % a.q_len_per_req == 0, "batch_decode: q rows must be a multiple of q_len_per_req");
+  const std::int64_t batch = q.size(0) / a.q_len_per_req;
+  if (a.indptr) {
+    require(a.indices && a.last_page_len, "batch_decode: indptr needs indices and last_page_len");
+    check_int32_vector(a.indptr, q, "indptr");
+    check_int32_vector(a.indices, q, "indices");
+    check_int32_vector(a.last_page_len, q, "last_page_len");
+    require(a.indptr->size(0) == batch + 1, "batch_decode: indptr must have batch_size + 1 = " +
+                                                std::to_string(batch + 1) + " entries, got " +
+                                                std::to_string(a.indptr->size(0)));
+    require(a.last_page_len->size(0) == batch, "batch_decode: last_page_len must have batch_size entries");
+    require(a.page_size == cache_page_size, "batch_decode: page_size differs from the cache's");
+  } else {
+    require(batch == 1, "batch_decode: without a page table there is one request");
+    require(a.kv_len_scalar >= 0 && a.kv_len_scalar <= cache_page_size, "batch_decode: kv_len out of range");
+  }
+  const TensorView& out = *a.out;
+  check_rank(out, 3, kOp, "out");
+  require(out.shape == q.shape && out.dtype == q.dtype && out.stride(2) == 1, "batch_decode: out must match q");
+  check_same_device(out, q, kOp, "out");
+  if (a.lse) {
+    check_rank(*a.lse, 2, kOp, "lse");
+    check_dtype(*a.lse, DType::kFloat32, kOp, "lse");
+    require(a.lse->size(0) == q.size(0) && a.lse->size(1) == Hq && a.lse->stride(1) == 1 && a.lse->stride(0) == Hq,
+            "batch_decode: lse must be contiguous (rows, num_qo_heads)");
+  }
+  const std::int64_t splits = a.max_splits < 1 ? 1 : a.max_splits;
+  if (splits > 1) {
+    require(a.chunk_pages >= 1, "batch_decode: chunk_pages must be at least 1 with split-KV");
+    require(a.partial_out && a.partial_lse, "batch_decode: split-KV needs partial_out and partial_lse");
+    check_dtype(*a.partial_out, DType::kFloat32, kOp, "partial_out");
+    check_dtype(*a.partial_lse, DType::kFloat32, kOp, "partial_lse");
+    const std::int64_t need_o = q.size(0) * splits * Hq * D, need_s = q.size(0) * splits * Hq;
+    std::int64_t have_o = 1, have_s = 1;
+    for (auto x : a.partial_out->shape) have_o *= x;
+    for (auto x : a.partial_lse->shape) have_s *= x;
+    require(have_o >= need_o && have_s >= need_s, "batch_decode: split-KV buffers too small");
+  }
+  const std::int64_t group = Hq / Hkv;
+  for (const TensorView* t : {a.alibi_slopes, a.sinks}) {
+    if (!t) continue;
+    check_rank(*t, 1, kOp, "per-head parameter");
+    check_dtype(*t, DType::kFloat32, kOp, "per-head parameter");
+    require(t->size(0) == Hq && (Hq == 1 || t->stride(0) == 1), "batch_decode: per-head parameters need num_qo_heads entries");
+  }
+  require(a.pos_encoding != PosEncoding::kAlibi || a.alibi_slopes, "batch_decode: ALiBi needs slopes");
+
+  RawDecode r{};
+  r.q = reinterpret_cast<const void*>(q.data);
+  r.q_stride_row = q.stride(0);
+  r.q_stride_head = q.stride(1);
+  r.k = reinterpret_cast<const void*>(k.data);
+  r.v = reinterpret_cast<const void*>(v.data);
+  r.k_stride_page = k.stride(0);
+  r.k_stride_slot = nhd ? k.stride(1) : k.stride(2);
+  r.k_stride_head = nhd ? k.stride(2) : k.stride(1);
+  r.v_stride_page = v.stride(0);
+  r.v_stride_slot = nhd ? v.stride(1) : v.stride(2);
+  r.v_stride_head = nhd ? v.stride(2) : v.stride(1);
+  r.indptr = a.indptr ? a.indptr->ptr<const std::int32_t>() : nullptr;
+  r.indices = a.indices ? a.indices->ptr<const std::int32_t>() : nullptr;
+  r.last_page_len = a.last_page_len ? a.last_page_len->ptr<const std::int32_t>() : nullptr;
+  r.page_size = a.indptr ? a.page_size : cache_page_size;
+  r.kv_len_scalar = a.kv_len_scalar;
+  r.num_pages = k.size(0);
+  r.out = reinterpret_cast<void*>(out.data);
+  r.out_stride_row = out.stride(0);
+  r.out_stride_head = out.stride(1);
+  r.lse = a.lse ? a.lse->ptr<float>() : nullptr;
+  r.partial_out = splits > 1 ? a.partial_out->ptr<float>() : nullptr;
+  r.partial_lse = splits > 1 ? a.partial_lse->ptr<float>() : nullptr;
+  r.chunk_pages = a.chunk_pages;
+  r.splits = splits;
+  r.q_len = a.q_len_per_req;
+  r.num_qo_heads = Hq;
+  r.num_kv_heads = Hkv;
+  r.group = group;
+  r.sm_scale = a.sm_scale * a.k_scale;
+  r.soft_cap = a.logits_soft_cap > 0.f ? a.logits_soft_cap : 0.f;
+  r.window_left = a.window_left;
+  r.pos_encoding = static_cast<int>(a.pos_encoding);
+  r.rope_log2_theta = log2f(a.rope_theta);
+  r.rope_inv_scale = 1.f / a.rope_scale;
+  r.alibi_slopes = a.alibi_slopes ? a.alibi_slopes->ptr<const float>() : nullptr;
+  r.v_scale = a.v_scale;
+  r.sinks = a.sinks ? a.sinks->ptr<const float>() : nullptr;
+  if (batch == 0) return;
+  const std::int64_t row_blocks = (a.q_len_per_req * group + kRowBlock - 1) / kRowBlock;
+  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(Hkv * row_blocks), static_cast<unsigned>(splits));
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  DeviceGuard guard(q.device);
+  throw_on_cuda_error(guard.status(), kOp, q.device);
+  cudaError_t err = cudaErrorInvalidValue;
+  if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, grid, stream);
+  if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, grid, stream);
+  if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, grid, stream);
+  throw_on_cuda_error(err, kOp, q.device);
+  if (splits > 1) {
+    // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
+    const std::int64_t rows = q.size(0);
+    TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};
+    TensorView ps{a.partial_lse->data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, q.device};
+    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, stream), "batch_decode merge", q.device);
+  }
+}
+
+void launch_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
+                         std::uintptr_t stream) {
+  const char* op = "merge_states";
+  check_rank(v, 4, op, "v");
+  check_rank(s, 3, op, "s");
+  check_dtype(s, DType::kFloat32, op, "s");
+  check_rank(v_out, 3, op, "v_out");
+  require(v.stride(3) == 1 && v_out.stride(2) == 1, "merge_states: v needs a contiguous last dimension");
+  require(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.size(2) == v.size(2), "merge_states: s must be (N, S, H)");
+  require(v_out.size(0) == v.size(0) && v_out.size(1) == v.size(2) && v_out.size(2) == v.size(3),
+          "merge_states: v_out must be (N, H, D)");
+  if (s_out) {
+    check_rank(*s_out, 2, op, "s_out");
+    check_dtype(*s_out, DType::kFloat32, op, "s_out");
+    require(s_out->size(0) == v.size(0) && s_out->size(1) == v.size(2) && s_out->stride(1) == 1 &&
+                s_out->stride(0) == v.size(2),
+            "merge_states: s_out must be contiguous (N, H)");
+  }
+  DeviceGuard guard(v.device);
+  throw_on_cuda_error(guard.status(), op, v.device);
+  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, reinterpret_cast<cudaStream_t>(stream)), op,
+                      v.device);
+}
+
+void launch_merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
+                                 const TensorView& s_other, const TensorView* mask, std::uintptr_t stream) {
+  const char* op = "merge_state_in_place";
+  check_rank(v, 3, op, "v");
+  check_rank(v_other, 3, op, "v_other");
+  check_rank(s, 2, op, "s");
+  check_rank(s_other, 2, op, "s_other");
+  check_dtype(s, DType::kFloat32, op, "s");
+  check_dtype(s_other, DType::kFloat32, op, "s_other");
+  require(v.shape == v_other.shape && v.dtype == v_other.dtype, "merge_state_in_place: v and v_other must match");
+  require(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.shape == s_other.shape,
+          "merge_state_in_place: s and s_other must be (N, H)");
+  require(v.stride(2) == 1 && v_other.stride(2) == 1, "merge_state_in_place: v needs a contiguous last dimension");
+  if (mask) {
+    check_rank(*mask, 1, op, "mask");
+    check_dtype(*mask, DType::kBool, op, "mask");
+    check_length(*mask, v.size(0), op, "mask");
+  }
+  if (v.size(0) == 0 || v.size(1) == 0) return;
+  DeviceGuard guard(v.device);
+  throw_on_cuda_error(guard.status(), op, v.device);
+  const dim3 grid(static_cast<unsigned>(v.size(0)), static_cast<unsigned>(v.size(1)));
+  auto st = reinterpret_cast<cudaStream_t>(stream);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    MergeInPlaceParams<T> p{v.ptr<T>(),       v.stride(0),       v.stride(1),       s.ptr<float>(),
+                            s.stride(0),      s.stride(1),       v_other.ptr<const T>(), v_other.stride(0),
+                            v_other.stride(1), s_other.ptr<const float>(), s_other.stride(0), s_other.stride(1),
+                            mask ? mask->ptr<const bool>() : nullptr, v.size(0), v.size(1), v.size(2)};
+    merge_state_in_place_kernel<T><<<grid, kMergeThreads, 0, st>>>(p);
+  };
+  switch (v.dtype) {
+    case DType::kFloat32: run(float{}); break;
+    case DType::kFloat16: run(__half{}); break;
+    case DType::kBFloat16: run(__nv_bfloat16{}); break;
+    default: fail_argument("merge_state_in_place: v must be float32, float16 or bfloat16");
+  }
+  throw_on_cuda_error(cudaGetLastError(), op, v.device);
+}
+
+void launch_append_paged_kv_cache(const TensorView& key, const TensorView& value, const TensorView& batch_indices,
+                                  const TensorView& positions, const TensorView& k_cache, const TensorView& v_cache,
+                                  KvLayout layout, std::int64_t page_size, const TensorView& indices,
+                                  const TensorView& indptr, std::uintptr_t stream) {
+  const char* op = "append_paged_kv_cache";
+  check_rank(key, 3, op, "append_key");
+  check_rank(value, 3, op, "append_value");
+  check_rank(k_cache, 4, op, "k_cache");
+  check_rank(v_cache, 4, op, "v_cache");
+  require(key.shape == value.shape, "append_paged_kv_cache: append_key and append_value must have one shape");
+  require(key.dtype == k_cache.dtype && value.dtype == v_cache.dtype,
+          "append_paged_kv_cache: appended keys/values must have the cache's dtype");
+  require(key.stride(2) == 1 && value.stride(2) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
+          "append_paged_kv_cache: last dimensions must be contiguous");
+  const bool nhd = layout == KvLayout::kNHD;
+  const std::int64_t heads = nhd ? k_cache.size(2) : k_cache.size(1);
+  require(key.size(1) == heads && key.size(2) == k_cache.size(3), "append_paged_kv_cache: heads/head_dim mismatch");
+  require((nhd ? k_cache.size(1) : k_cache.size(2)) == page_size, "append_paged_kv_cache: page_size mismatch");
+  for (const TensorView* t : {&batch_indices, &positions, &indices, &indptr}) {
+    check_rank(*t, 1, op, "page table");
+    check_dtype(*t, DType::kInt32, op, "page table");
+    require(t->size(0) <= 1 || t->stride(0) == 1, "append_paged_kv_cache: index tensors must be contiguous");
+  }
+  require(batch_indices.size(0) == key.size(0) && positions.size(0) == key.size(0),
+          "append_paged_kv_cache: batch_indices and positions need one entry per appended token");
+  const std::int64_t nnz = key.size(0);
+  if (nnz == 0) return;
+  DeviceGuard guard(key.device);
+  throw_on_cuda_error(guard.status(), op, key.device);
+  auto st = reinterpret_cast<cudaStream_t>(stream);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    AppendParams<T> p;
+    p.key = key.ptr<const T>();
+    p.value = value.ptr<const T>();
+    p.key_stride_n = key.stride(0);
+    p.key_stride_h = key.stride(1);
+    p.value_stride_n = value.stride(0);
+    p.value_stride_h = value.stride(1);
+    p.batch_indices = batch_indices.ptr<const std::int32_t>();
+    p.positions = positions.ptr<const std::int32_t>();
+    p.k_cache = k_cache.ptr<T>();
+    p.v_cache = v_cache.ptr<T>();
+    p.k_stride_page = k_cache.stride(0);
+    p.k_stride_slot = nhd ? k_cache.stride(1) : k_cache.stride(2);
+    p.k_stride_head = nhd ? k_cache.stride(2) : k_cache.stride(1);
+    p.v_stride_page = v_cache.stride(0);
+    p.v_stride_slot = nhd ? v_cache.stride(1) : v_cache.stride(2);
+    p.v_stride_head = nhd ? v_cache.stride(2) : v_cache.stride(1);
+    p.indices = indices.ptr<const std::int32_t>();
+    p.indptr = indptr.ptr<const std::int32_t>();
+    p.nnz = nnz;
+    p.heads = heads;
+    p.dim = key.size(2);
+    p.page_size = page_size;
+    p.batch = indptr.size(0) - 1;
+    p.num_pages = k_cache.size(0);
+    append_kv_kernel<T><<<static_cast<unsigned>(nnz), 128, 0, st>>>(p);
+  };
+  switch (key.dtype) {
+    case DType::kFloat16: run(__half{}); break;
+    case DType::kBFloat16: run(__nv_bfloat16{}); break;
+    case DType::kFloat32: run(float{}); break;
+    case DType::kFloat8E4M3: run(__nv_fp8_e4m3{}); break;
+    case DType::kFloat8E5M2: run(__nv_fp8_e5m2{}); break;
+    default: fail_argument(std::string("append_paged_kv_cache: unsupported dtype ") + dtype_name(key.dtype));
+  }
+  throw_on_cuda_error(cudaGetLastError(), op, key.device);
+}
+
+}  // namespace aotinfer::attention

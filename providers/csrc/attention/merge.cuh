@@ -1,0 +1,98 @@
+// Merging attention states (output, base-2 LSE): the split-KV combine and the public
+// merge_states / merge_state_in_place. A state (o, s) stands for sum_j 2^(x_j) v_j / 2^s with
+// s = log2 sum_j 2^(x_j); merging weights each state by 2^(s_i - max_i s_i).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kv_types.cuh"
+
+namespace aotinfer::attention {
+
+constexpr int kMergeThreads = 128;
+
+template <typename TIn, typename TOut>
+struct MergeParams {
+  const TIn* v;        // (N, S, H, D) with strides below
+  std::int64_t v_stride_n, v_stride_s, v_stride_h;
+  const float* s;      // (N, S, H) with strides below
+  std::int64_t s_stride_n, s_stride_s, s_stride_h;
+  TOut* v_out;         // (N, H, D)
+  std::int64_t o_stride_n, o_stride_h;
+  float* s_out;        // (N, H) contiguous or nullptr
+  std::int64_t n, num_states, heads, dim;
+  const float* sinks;  // (H) natural-log sink logits or nullptr
+  float v_scale;
+};
+
+// One CTA per (n, h): weights from the S LSEs, then a weighted sum over D columns.
+template <typename TIn, typename TOut>
+__global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
+  const std::int64_t n = blockIdx.x, h = blockIdx.y;
+  float m = -INFINITY;
+  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h]);
+  float denom = 0.f;
+  for (std::int64_t i = 0; i < p.num_states; ++i) {
+    const float si = p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h];
+    denom += si == -INFINITY ? 0.f : exp2f(si - m);
+  }
+  float lse = denom > 0.f ? m + log2f(denom) : -INFINITY;
+  float total = denom;  // in units of 2^m
+  if (p.sinks) {
+    const float sink2 = p.sinks[h] * 1.4426950408889634f;
+    if (denom > 0.f) {
+      total = denom + exp2f(sink2 - m);
+      lse = m + log2f(total);
+    } else {
+      lse = sink2;
+    }
+  }
+  const float inv = total > 0.f ? p.v_scale / total : 0.f;
+  for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
+    float accum = 0.f;
+    for (std::int64_t i = 0; i < p.num_states; ++i) {
+      const float si = p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h];
+      if (si == -INFINITY) continue;
+      accum += exp2f(si - m) * to_f32(p.v[n * p.v_stride_n + i * p.v_stride_s + h * p.v_stride_h + d]);
+    }
+    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * inv);
+  }
+  if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = lse;
+}
+
+template <typename T>
+struct MergeInPlaceParams {
+  T* v;  // (N, H, D), last dim contiguous
+  std::int64_t v_stride_n, v_stride_h;
+  float* s;  // (N, H) strides
+  std::int64_t s_stride_n, s_stride_h;
+  const T* v_other;
+  std::int64_t vo_stride_n, vo_stride_h;
+  const float* s_other;
+  std::int64_t so_stride_n, so_stride_h;
+  const bool* mask;  // (N,) or nullptr
+  std::int64_t n, heads, dim;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kMergeThreads) merge_state_in_place_kernel(const __grid_constant__ MergeInPlaceParams<T> p) {
+  const std::int64_t n = blockIdx.x, h = blockIdx.y;
+  if (p.mask && !p.mask[n]) return;
+  const float sa = p.s[n * p.s_stride_n + h * p.s_stride_h];
+  const float sb = p.s_other[n * p.so_stride_n + h * p.so_stride_h];
+  const float m = fmaxf(sa, sb);
+  const float wa = sa == -INFINITY ? 0.f : exp2f(sa - m), wb = sb == -INFINITY ? 0.f : exp2f(sb - m);
+  const float total = wa + wb;
+  __syncthreads();  // every thread read s before thread 0 overwrites it
+  for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
+    T* va = p.v + n * p.v_stride_n + h * p.v_stride_h + d;
+    const float a = to_f32(*va), bb = to_f32(p.v_other[n * p.vo_stride_n + h * p.vo_stride_h + d]);
+    *va = from_f32<T>(total > 0.f ? (a * wa + bb * wb) / total : 0.f);
+  }
+  if (threadIdx.x == 0) p.s[n * p.s_stride_n + h * p.s_stride_h] = total > 0.f ? m + log2f(total) : -INFINITY;
+}
+
+}  // namespace aotinfer::attention
