@@ -1,5 +1,6 @@
 // Host launcher for softmax: checks the views, picks the dtype and vector width, launches.
-// Variants built: logits float32, float16, bfloat16 (see kernel_list.h).
+// Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and
+// (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see kernel_list.h).
 #include <cstdint>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "../common/view_checks.h"
 #include "sampling_launchers.h"
 #include "softmax.cuh"
+#include "softmax_cluster.cuh"
 
 namespace aotinfer::sampling {
 namespace {
@@ -29,6 +31,16 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
                           p.in_row_stride % kVec == 0 && p.out_row_stride % 4 == 0;
   DeviceGuard guard(logits.device);
   throw_on_cuda_error(guard.status(), "softmax", logits.device);
+  // Rows long enough to be worth a cluster, short enough for its registers, on sm_90+: the
+  // one-read cluster kernel. Otherwise one CTA per row.
+  int major = 0;
+  throw_on_cuda_error(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, logits.device), "softmax",
+                      logits.device);
+  const int elems = cluster_softmax_elems(p.vocab);
+  if (major >= 9 && elems != 0 && p.vocab >= 16384) {
+    throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
+    return;
+  }
   throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);
 }
 
