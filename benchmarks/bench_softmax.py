@@ -11,9 +11,12 @@ import argparse
 import torch
 
 import aotinfer
+import os
+
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
+    graph_time_ms,
     rotations,
     time_ms,
     try_import_flashinfer,
@@ -50,17 +53,30 @@ def main() -> None:
                 )
                 row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
             row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
-            row["GB/s"] = useful / (row["aotinfer_us"] * 1e-6) / 1e9
-            row["% copy bw"] = 100 * useful / (row["aotinfer_us"] * 1e-6) / copy_bw
+            # Kernel time without host overhead: CUDA-graph replay, for each kernel variant.
+            lg, t = sets[0]
+            for variant in ("rowwise", "cluster"):
+                os.environ["AOTINFER_SOFTMAX_KERNEL"] = variant
+                row[f"graph_{variant}_us"] = 1e3 * graph_time_ms(lambda: aotinfer.softmax(lg, t))
+            del os.environ["AOTINFER_SOFTMAX_KERNEL"]
+            row["graph_us"] = 1e3 * graph_time_ms(lambda: aotinfer.softmax(lg, t))
+            row["torch_graph_us"] = 1e3 * graph_time_ms(lambda: torch.softmax(lg.float() / t[:, None], -1))
+            if fi is not None:
+                row["fi_graph_us"] = 1e3 * graph_time_ms(lambda: fi.sampling.softmax(lg, t))
+            row["GB/s"] = useful / (row["graph_us"] * 1e-6) / 1e9
+            row["% copy bw"] = 100 * useful / (row["graph_us"] * 1e-6) / copy_bw
             rows.append(row)
     env = environment()
     env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
     cols = ["batch", "vocab", "aotinfer_us", "torch_us", "flashinfer_us", "vs_torch",
-            "vs_flashinfer", "GB/s", "% copy bw"]
+            "vs_flashinfer", "graph_us", "graph_rowwise_us", "graph_cluster_us", "torch_graph_us",
+            "fi_graph_us", "GB/s", "% copy bw"]
     write_results(
         "softmax", env, rows, cols,
-        notes="Median of CUDA-event timed eager calls over rotating inputs. Bytes counted: "
-        "bf16 logits read once + fp32 probs written once. vs_* = baseline time / aotinfer time.",
+        notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
+        "inputs; graph_*: CUDA-graph replay of one input set (kernel time; rowwise/cluster pin "
+        "one kernel). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 
 

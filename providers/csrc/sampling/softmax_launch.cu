@@ -2,6 +2,7 @@
 // Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and
 // (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see kernel_list.h).
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "../common/device_guard.h"
@@ -37,7 +38,10 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   throw_on_cuda_error(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  if (major >= 9 && elems != 0 && p.vocab >= 16384) {
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster pins one kernel (benchmarks compare the two).
+  const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
+  const bool want_cluster = pin ? std::string(pin) == "cluster" : p.vocab >= 16384;
+  if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
   }
