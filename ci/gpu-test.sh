@@ -2,7 +2,7 @@
 # On a machine with a GPU: build the provider for the visible GPU (offline, no isolation),
 # install it with the core, run the GPU suite (pytest -m gpu) and write its summary to
 # benchmarks/results/gpu-tests.md (and to $OUT when set, for the device tool).
-#   ci/gpu-test.sh [pytest args...]
+#   ci/gpu-test.sh [pytest args...]      (GPU_TESTS=paths narrows the suite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -24,7 +24,7 @@ echo "built and installed aotinfer-$arch in $(( $(date +%s) - start )) s"
 mkdir -p benchmarks/results
 log=$(mktemp)
 set +e
-$PY -m pytest tests/gpu -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
+$PY -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 {

@@ -40,7 +40,10 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   const int elems = cluster_softmax_elems(p.vocab);
   // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster pins one kernel (benchmarks compare the two).
   const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
-  const bool want_cluster = pin ? std::string(pin) == "cluster" : p.vocab >= 16384;
+  // Measured on an H200 (benchmarks/results/softmax.md): the cluster kernel wins while the
+  // rows alone cannot fill the GPU (batch 1-16: 12-18 us vs 37 us at vocab 128256) and loses
+  // from batch 128 on (76 vs 51 us), so it serves small batches of long rows.
+  const bool want_cluster = pin ? std::string(pin) == "cluster" : (p.vocab >= 16384 && p.rows <= 64);
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
