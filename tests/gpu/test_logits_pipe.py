@@ -120,6 +120,7 @@ def _one_sample(counts: torch.Tensor, probs: torch.Tensor, per_row: int):
     stat = torch.where(big, (counts - expected) ** 2 / expected.clamp_min(1e-30), 0.0)
     stat = stat.sum(dtype=torch.float64)
     e_rest = per_row - torch.where(big, expected, 0.0).sum(-1, dtype=torch.float64)
+    e_rest = e_rest.clamp_min(0)  # rounding when the big cells hold all the mass
     o_rest = per_row - torch.where(big, counts, 0.0).sum(-1, dtype=torch.float64)
     pooled = e_rest >= 5
     stat = stat + ((o_rest - e_rest)[pooled] ** 2 / e_rest[pooled]).sum()

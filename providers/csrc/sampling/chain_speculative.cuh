@@ -45,8 +45,11 @@ __global__ void __launch_bounds__(kRowThreads) chain_speculative_kernel(const __
       const std::int64_t t = draft_id(j);
       bool ok = false;
       if (t >= 0 && t < V) {  // an out-of-range draft token is rejected, never read
-        const float q = p.draft_probs[(b * n + j) * V + t];
-        const float tp = p.target_probs[(b * (n + 1) + j) * V + t];
+        // NaN, negative or infinite probabilities act as 0, as everywhere in the family.
+        float q = p.draft_probs[(b * n + j) * V + t];
+        float tp = p.target_probs[(b * (n + 1) + j) * V + t];
+        q = prob_key(q) ? q : 0.f;
+        tp = prob_key(tp) ? tp : 0.f;
         ok = accept_rng.uniform(static_cast<std::uint64_t>(j)) * q < tp;
       }
       accepted += ok;
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(kRowThreads) chain_speculative_kernel(const __
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (prob_key(t4[j]) == 0u) continue;
-      const float e = -logf(RowRandom::to_uniform(words[j]));
+      const float e = RowRandom::exponential(words[j]);
       const ScoredIndex from_target{e / t4[j], 4 * g + j};
       if (better_min(from_target, fallback)) fallback = from_target;
       const float r = t4[j] - (prob_key(d4[j]) ? d4[j] : 0.f);

@@ -112,13 +112,18 @@ struct KeptSet {
 template <typename T>
 __device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, RadixShared& sh) {
+  if (f.mode == FilterMode::kNone && !need_mass) {
+    // Plain sampling: the race needs no statistics (a row with nothing positive ends with no
+    // candidate and is reported invalid).
+    return KeptSet{1u, 0, 0.f, true};
+  }
   const RowStats st = prob_stats(x, n);
   KeptSet kept{0u, 0, 0.f, st.total > 0.f};
   if (!kept.any) return kept;
   const float scale = kMassOne / st.total;
   kept.scale = scale;
   auto key_of = [](float v) { return prob_key(v); };
-  auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rz(v * scale)); };
+  auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rn(v * scale)); };
 
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (!(v[j] > -INFINITY)) continue;  // -inf, NaN, tail
-          const float e = -logf(RowRandom::to_uniform(words[j]));
+          const float e = RowRandom::exponential(words[j]);
           const ScoredIndex c{logf(e) - v[j], 4 * g + j};
           if (better_min(c, best)) best = c;
         }
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
           for (int j = 0; j < 4; ++j) {
             const std::uint32_t k = prob_key(v[j]);
             if (k == 0u || k < min_key) continue;
-            const float e = -logf(RowRandom::to_uniform(words[j]));
+            const float e = RowRandom::exponential(words[j]);
             const ScoredIndex c{e / v[j], 4 * g + j};
             if (better_min(c, best)) best = c;
           }
@@ -270,7 +275,8 @@ __global__ void __launch_bounds__(kRowThreads) renorm_kernel(const __grid_consta
   pdl_launch_dependents();
 }
 
-// out = logits where the logit is among the row's top k (ties kept), -inf elsewhere.
+// out = logits where the logit is among the row's top k (ties kept), -inf elsewhere and
+// for NaN.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) top_k_mask_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RadixShared sh;
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(kRowThreads) top_k_mask_kernel(const __grid_co
     load_group4(x, n, g, in_aligned, 0.f, v);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (ordered_key(v[j]) < min_key) v[j] = -INFINITY;
+      if (v[j] != v[j] || ordered_key(v[j]) < min_key) v[j] = -INFINITY;  // NaN is never kept
     }
     store_group4(y, n, g, out_aligned, v);
   }

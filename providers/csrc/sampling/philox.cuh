@@ -4,7 +4,11 @@
 //   key     = (seed_lo32, seed_hi32 + s * 0x9E3779B9)
 //   counter = (i / 4, b, offset_lo32, offset_hi32)
 //   word    = philox4x32_10(counter, key)[i % 4]
-//   u       = ((word >> 8) + 1) * 2^-24, in (0, 1]
+//   u       = float(word) * 2^-32 + 2^-33 (float32), in (0, 1]
+//   E       = -log1p(-u), the Exp(1) variate the samplers race with
+// E is formed from 1 - u through log1p so that small E -- the values that decide a race --
+// keep full precision: with 24-bit uniforms, E = 0 came up once in 2^24 draws, enough for
+// one of 128k tail tokens to beat a token of probability 0.99 almost 1% of the time.
 // The offset lives in its own counter words, so two calls with different offsets draw
 // independent numbers whatever their sizes, and each row has its own sequence, which is
 // what makes per-request seeds and offsets work. core/aotinfer/reference/philox.py
@@ -54,7 +58,11 @@ struct RowRandom {
   }
 
   static __device__ __forceinline__ float to_uniform(std::uint32_t word) {
-    return static_cast<float>((word >> 8) + 1u) * (1.0f / 16777216.0f);
+    return fmaf(__uint2float_rn(word), 2.3283064365386963e-10f, 1.1641532182693481e-10f);
+  }
+
+  static __device__ __forceinline__ float exponential(std::uint32_t word) {
+    return -log1pf(-to_uniform(word));
   }
 
   __device__ __forceinline__ float uniform(std::uint64_t i) const {

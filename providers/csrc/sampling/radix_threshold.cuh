@@ -44,6 +44,31 @@ struct RadixShared {
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
 
+// Adds one element (count 1, mass q) to bin d when takes_part. Rows with concentrated values
+// (a flat distribution puts most of a row in a handful of top-level bins) make plain shared
+// atomics serialise, so on sm_80+ the lanes of a warp that hit one bin first combine their
+// counts and masses (match + reduce) and one lane adds the sum.
+__device__ __forceinline__ void add_to_histogram(RadixShared& sh, bool takes_part, std::uint32_t d,
+                                                 std::uint64_t q) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned active = __activemask();
+  const unsigned peers = __match_any_sync(active, takes_part ? d : 0xFFFFFFFFu);
+  if (!takes_part) return;
+  // q < 2^41: two 21-bit halves, so a 32-lane sum of each fits 32 bits.
+  const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(q & 0x1FFFFFu));
+  const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(q >> 21));
+  if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
+    atomicAdd(&sh.count[d], static_cast<std::uint32_t>(__popc(peers)));
+    const std::uint64_t sum = (static_cast<std::uint64_t>(hi) << 21) + lo;
+    if (sum) atomicAdd(&sh.mass[d], static_cast<unsigned long long>(sum));
+  }
+#else
+  if (!takes_part) return;
+  atomicAdd(&sh.count[d], 1u);
+  if (q) atomicAdd(&sh.mass[d], static_cast<unsigned long long>(q));
+#endif
+}
+
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
   std::uint64_t count_ge;  // how many participants have key >= key
@@ -87,11 +112,10 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t k = key_of(v[j]);  // the NaN fill of a tail gives key 0
-        if (k != 0u && (k & prefix_mask) == prefix) {
-          const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
-          atomicAdd(&sh.count[d], 1u);
-          if (target.by_mass || target.track_mass) atomicAdd(&sh.mass[d], static_cast<unsigned long long>(mass_of(v[j])));
-        }
+        const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
+        const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
+        const std::uint64_t q = takes_part && (target.by_mass || target.track_mass) ? mass_of(v[j]) : 0;
+        add_to_histogram(sh, takes_part, d, q);
       }
     }
     __syncthreads();

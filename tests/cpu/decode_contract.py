@@ -1,0 +1,223 @@
+"""A simulated provider for the decode-attention family: providers/csrc/attention/
+decode_launchers.h read as Python. The CPU tests install it (``install``) so that the
+core's CUDA path (argument order, workspace carving, split plans, page tables) runs on CPU
+tensors: views become the tensors themselves and every precondition the header states is
+asserted before computing the result from the reference.
+
+Split-KV is simulated as the header describes it: split s of request b covers the pages
+``[s * chunk_pages, (s + 1) * chunk_pages)``, writes its partial state to
+``partial_out``/``partial_lse`` (lse -inf when empty), and a merge combines them; sinks
+join once, after the merge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from aotinfer import _decode_launch, _views
+from aotinfer.reference import attention as ref_attn
+from aotinfer.reference import cascade as ref_cascade
+from aotinfer.reference import page as ref_page
+
+POS_NAMES = ("NONE", "ROPE_LLAMA", "ALIBI")
+LAYOUTS = ("NHD", "HND")
+Q_DTYPES = (torch.float16, torch.bfloat16)
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+V_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+class FakeKernels:
+    """Records every call (name, args) in ``calls`` and computes what the kernel would."""
+
+    def __init__(self):
+        self.calls = []
+
+    def batch_decode(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        kv_layout,
+        page_size,
+        indptr,
+        indices,
+        last_page_len,
+        kv_len_scalar,
+        out,
+        lse,
+        partial_out,
+        partial_lse,
+        chunk_pages,
+        max_splits,
+        q_len_per_req,
+        sm_scale,
+        logits_soft_cap,
+        window_left,
+        pos_encoding_mode,
+        rope_scale,
+        rope_theta,
+        alibi_slopes,
+        k_scale,
+        v_scale,
+        sinks,
+        stream,
+    ):
+        self.calls.append(("batch_decode", dict(locals())))
+        rows, hq, d = q.shape
+        assert q.dtype in Q_DTYPES and q.stride(-1) == 1
+        assert k_cache.dim() == 4 and v_cache.shape == k_cache.shape
+        assert k_cache.dtype == v_cache.dtype and k_cache.dtype in (q.dtype, *FP8)
+        assert k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+        assert kv_layout in (0, 1)
+        layout = LAYOUTS[kv_layout]
+        cache_ps = k_cache.size(1) if layout == "NHD" else k_cache.size(2)
+        hkv = k_cache.size(2) if layout == "NHD" else k_cache.size(1)
+        assert cache_ps == page_size and k_cache.size(3) == d and hq % hkv == 0
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse is None or (lse.shape == (rows, hq) and lse.dtype == torch.float32)
+        assert lse is None or lse.is_contiguous()
+        assert q.stride(0) % 8 == 0 and q.stride(1) % 8 == 0  # 16-byte aligned rows
+        for t in (k_cache, v_cache):
+            per16 = 16 if t.dtype in FP8 else 8
+            assert all(t.stride(i) % per16 == 0 for i in range(3))
+        assert isinstance(chunk_pages, int) and chunk_pages >= 1
+        assert isinstance(max_splits, int) and max_splits >= 1
+        if max_splits > 1:
+            assert partial_out.shape == (rows, max_splits, hq, d)
+            assert partial_lse.shape == (rows, max_splits, hq)
+            assert partial_out.dtype == partial_lse.dtype == torch.float32
+        else:
+            assert partial_out is None and partial_lse is None
+        assert (alibi_slopes is not None) == (pos_encoding_mode == 2)
+        if alibi_slopes is not None:
+            assert alibi_slopes.shape == (hq,) and alibi_slopes.dtype == torch.float32
+        if sinks is not None:
+            assert sinks.shape == (hq,) and sinks.dtype == torch.float32
+        assert all(
+            isinstance(x, float)
+            for x in (sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale)
+        )
+        assert isinstance(window_left, int) and isinstance(stream, int)
+
+        if indptr is None:  # single request over k_cache[0] rows 0 .. kv_len_scalar - 1
+            assert indices is None and last_page_len is None
+            assert k_cache.size(0) == 1 and page_size == kv_len_scalar
+            batch, pages, kv_lens = 1, [[0]], [kv_len_scalar]
+        else:
+            for t in (indptr, indices, last_page_len):
+                assert t.dtype == torch.int32 and t.dim() == 1
+                assert t.numel() <= 1 or t.stride(0) == 1  # contiguous, as the launcher checks
+            ip, lp = indptr.tolist(), last_page_len.tolist()
+            batch = len(ip) - 1
+            assert len(lp) == batch and ip[-1] <= indices.numel()
+            pages = [indices[ip[b] : ip[b + 1]].tolist() for b in range(batch)]
+            kv_lens = [page_size * (len(pages[b]) - 1) + lp[b] for b in range(batch)]
+            for b in range(batch):
+                assert 1 <= lp[b] <= page_size
+                # The planner's promise: every request fits in max_splits chunks.
+                assert _ceil_div(len(pages[b]), chunk_pages) <= max_splits
+        assert rows == batch * q_len_per_req
+
+        params = dict(
+            sm_scale=sm_scale,
+            k_scale=k_scale,
+            v_scale=1.0,
+            logits_soft_cap=logits_soft_cap,
+            window_left=window_left,
+            pos_encoding_mode=POS_NAMES[pos_encoding_mode],
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+            alibi_slopes=alibi_slopes,
+        )
+        for b in range(batch):
+            ids = torch.tensor(pages[b], dtype=torch.int64)
+            k, v = ref_attn.gather_paged_kv(k_cache, v_cache, ids, kv_lens[b], layout)
+            r0 = b * q_len_per_req
+            qb = q[r0 : r0 + q_len_per_req]
+            chunk = chunk_pages * page_size if max_splits > 1 else max(kv_lens[b], 1)
+            states = [
+                ref_attn.attention(qb, k, v, key_range=(s * chunk, (s + 1) * chunk), **params)
+                for s in range(max_splits)
+            ]
+            vs = torch.stack([o for o, _ in states], dim=1)  # (q_len, S, Hq, D)
+            ls = torch.stack([s for _, s in states], dim=1)  # (q_len, S, Hq)
+            if max_splits > 1:
+                partial_out[r0 : r0 + q_len_per_req] = vs
+                partial_lse[r0 : r0 + q_len_per_req] = ls
+            o, s = ref_cascade.merge_states(vs, ls)
+            if sinks is not None:  # the sink joins the denominator once
+                total = torch.logaddexp2(s, sinks.view(1, hq) / math.log(2.0))
+                o = o * torch.exp2(s - total).unsqueeze(-1)
+                s = total
+            out[r0 : r0 + q_len_per_req] = (o * v_scale).to(out.dtype)
+            if lse is not None:
+                lse[r0 : r0 + q_len_per_req] = s
+
+    def merge_states(self, v, s, v_out, s_out, stream):
+        self.calls.append(("merge_states", dict(locals())))
+        assert v.dim() == 4 and v.dtype in V_DTYPES and s.dtype == torch.float32
+        assert v_out.shape == (v.size(0), v.size(2), v.size(3)) and v_out.dtype == v.dtype
+        vm, sm = ref_cascade.merge_states(v, s)
+        v_out.copy_(vm)
+        if s_out is not None:
+            s_out.copy_(sm)
+
+    def merge_state_in_place(self, v, s, v_other, s_other, mask, stream):
+        self.calls.append(("merge_state_in_place", dict(locals())))
+        assert v.shape == v_other.shape and v.dtype == v_other.dtype
+        assert s.dtype == s_other.dtype == torch.float32
+        assert mask is None or (mask.dtype == torch.bool and mask.shape == (v.size(0),))
+        ref_cascade.merge_state_in_place(v, s, v_other, s_other, mask)
+
+    def append_paged_kv_cache(
+        self,
+        append_key,
+        append_value,
+        batch_indices,
+        positions,
+        k_cache,
+        v_cache,
+        kv_layout,
+        page_size,
+        indices,
+        indptr,
+        stream,
+    ):
+        self.calls.append(("append_paged_kv_cache", dict(locals())))
+        nnz = append_key.size(0)
+        assert append_key.stride(-1) == 1 and append_value.stride(-1) == 1
+        assert batch_indices.dtype == positions.dtype == torch.int32
+        assert batch_indices.shape == positions.shape == (nnz,)
+        assert indices.dtype == indptr.dtype == torch.int32
+        layout = LAYOUTS[kv_layout]
+        assert page_size == (k_cache.size(1) if layout == "NHD" else k_cache.size(2))
+        ref_page.append_paged_kv_cache(
+            append_key,
+            append_value,
+            batch_indices,
+            positions,
+            k_cache,
+            v_cache,
+            indices,
+            indptr,
+            layout,
+        )
+
+
+def install(monkeypatch, num_sms: int = 132) -> FakeKernels:
+    """Route every attention call through a FakeKernels on CPU tensors; returns it."""
+    fake = FakeKernels()
+    monkeypatch.setattr(_decode_launch, "use_reference", lambda device: False)
+    monkeypatch.setattr(_decode_launch, "provider_kernels", lambda device: fake)
+    monkeypatch.setattr(_decode_launch, "num_sms", lambda device: num_sms)
+    monkeypatch.setattr(_views, "view", lambda t: t)
+    monkeypatch.setattr(_decode_launch, "stream_handle", lambda device: 0)
+    monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
+    monkeypatch.setattr(_decode_launch, "cache_half_views", lambda c: (c[:, 0], c[:, 1]))
+    return fake

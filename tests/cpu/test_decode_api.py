@@ -1,0 +1,701 @@
+"""single_decode_with_kv_cache and BatchDecodeWithPagedKVCacheWrapper on CPU tensors:
+argument handling, every error before any launch, the reference path, and the provider
+path (argument order, split-KV, workspace carving, CUDA-graph buffers) through the
+simulated provider of decode_contract.py."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import decode_contract
+import pytest
+import torch
+
+import aotinfer
+from aotinfer import _decode_plan
+from aotinfer.reference import attention as ref
+
+HQ, HKV, D, PS = 8, 2, 64, 16
+
+
+def _randn(shape, seed, dtype=torch.float16, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(dtype)
+
+
+def make_batch(
+    kv_lens,
+    page_size=PS,
+    layout="NHD",
+    hq=HQ,
+    hkv=HKV,
+    d=D,
+    dtype=torch.float16,
+    q_len=1,
+    seed=0,
+    tuple_cache=False,
+    spare_pages=5,
+):
+    """A random paged batch: (q, cache, indptr, indices, last_page_len)."""
+    pages = [-(-n // page_size) for n in kv_lens]
+    total = sum(pages) + spare_pages
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randperm(total, generator=g)[: sum(pages)].to(torch.int32)
+    indptr = torch.tensor([0] + pages).cumsum(0).to(torch.int32)
+    last = torch.tensor(
+        [n - (p - 1) * page_size for n, p in zip(kv_lens, pages)], dtype=torch.int32
+    )
+    if layout == "NHD":
+        shape = (total, 2, page_size, hkv, d)
+    else:
+        shape = (total, 2, hkv, page_size, d)
+    cache = _randn(shape, seed + 1, torch.float32).to(dtype)
+    if tuple_cache:
+        cache = (cache[:, 0].contiguous(), cache[:, 1].contiguous())
+    q = _randn(
+        (len(kv_lens) * q_len, hq, d),
+        seed + 2,
+        torch.float16 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype,
+    )
+    return q, cache, indptr, indices, last
+
+
+def workspace(nbytes=8 << 20):
+    return torch.zeros(nbytes, dtype=torch.uint8)
+
+
+def planned(kv_lens=(1, 17, 40), layout="NHD", **plan_kwargs):
+    q, cache, indptr, indices, last = make_batch(list(kv_lens), layout=layout)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, **plan_kwargs)
+    return w, q, cache, indptr, indices, last
+
+
+def expected(q, cache, indptr, indices, last, layout="NHD", q_len=1, **params):
+    k, v = aotinfer._attention_utils.unpack_paged_kv_cache(cache, layout)
+    o, s = ref.batch_decode(
+        q, k, v, indptr, indices, last, kv_layout=layout, q_len_per_req=q_len, **params
+    )
+    return o, s
+
+
+def close(out, lse, exp_o, exp_l, tol=2e-3):
+    torch.testing.assert_close(out.float(), exp_o.float(), rtol=tol, atol=tol)
+    if lse is not None:
+        torch.testing.assert_close(lse, exp_l.float(), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- constructor
+
+
+def test_constructor_errors():
+    ws = workspace()
+    with pytest.raises(KeyError, match="Invalid kv_layout NDH"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NDH")
+    with pytest.raises(NotImplementedError, match="supports backend 'auto' and 'fa2'"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend="trtllm-gen")
+    with pytest.raises(ValueError, match="backend must be 'auto' or 'fa2'"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend="fast")
+    with pytest.raises(NotImplementedError, match="jit_args"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, jit_args=[1])
+    r = ws[1:].data_ptr() % 16
+    with pytest.raises(ValueError, match=f"must be 16-byte aligned, got data_ptr % 16 = {r}"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws[1:])
+    for backend in ("auto", "fa2"):
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend=backend, use_tensor_cores=True)
+        assert w.use_tensor_cores and not w.is_cuda_graph_enabled
+
+
+def test_cuda_graph_constructor_errors():
+    ws = workspace()
+    ip, ix, lp = (
+        torch.zeros(5, dtype=torch.int32),
+        torch.zeros(64, dtype=torch.int32),
+        torch.zeros(4, dtype=torch.int32),
+    )
+    with pytest.raises(
+        ValueError, match="paged_kv_indptr_buffer should be a torch.Tensor in cudagraph mode"
+    ):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, use_cuda_graph=True)
+    with pytest.raises(ValueError, match="paged_kv_indices_buffer should be a torch.Tensor"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+            ws, use_cuda_graph=True, paged_kv_indptr_buffer=ip
+        )
+    with pytest.raises(
+        ValueError, match=re.escape("The size of paged_kv_indptr_buffer should be batch_size + 1")
+    ):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip[:4], ix, lp)
+    with pytest.raises(ValueError, match="must have dtype int32"):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip.long(), ix, lp)
+    w = aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip, ix, lp)
+    assert w.is_cuda_graph_enabled and not w.use_tensor_cores
+
+
+# ---------------------------------------------------------------- plan errors
+
+
+def _plan(w=None, kv_lens=(1, 17, 40), *args, hq=HQ, hkv=HKV, d=D, ps=PS, table=None, **kw):
+    w = w or aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    _, _, indptr, indices, last = make_batch(list(kv_lens), page_size=max(ps, 1))
+    if table is not None:
+        indptr, indices, last = table
+    w.plan(indptr, indices, last, hq, hkv, d, ps, *args, **kw)
+    return w
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, text",
+    [
+        (
+            dict(hq=30, hkv=8),
+            ValueError,
+            r"num_qo_heads \(30\) must be a multiple of num_kv_heads \(8\)",
+        ),
+        (
+            dict(d=96),
+            ValueError,
+            "head_dim 96 is not built; aotinfer decode kernels exist for head_dim 64, 128, 256",
+        ),
+        (dict(ps=0), ValueError, "page_size must be a positive int"),
+        (dict(pos_encoding_mode="XPOS"), KeyError, "Invalid pos_encoding_mode XPOS"),
+        (
+            dict(q_data_type="float32"),
+            ValueError,
+            "q_data_type must be float16 or bfloat16, got float32",
+        ),
+        (
+            dict(q_data_type=torch.float16, kv_data_type="bfloat16"),
+            ValueError,
+            "kv_data_type must be q_data_type",
+        ),
+        (dict(data_type="bfloat16"), ValueError, "data_type sets only kv_data_type"),
+        (
+            dict(q_data_type="bfloat16", o_data_type="float16"),
+            ValueError,
+            "o_data_type must equal q_data_type",
+        ),
+        (dict(q_data_type="floatish"), ValueError, "q_data_type must be a torch.dtype or its name"),
+        (
+            dict(q_len_per_req=2),
+            ValueError,
+            r"q_len_per_req > 1 requires tensor-core decode \(use_tensor_cores=True or the trtllm-gen/cute-dsl backend\).",  # noqa: E501
+        ),
+        (
+            dict(fixed_split_size=4),
+            ValueError,
+            "fixed_split_size is only supported by tensor core decode for now.",
+        ),
+        (dict(window_right=3), NotImplementedError, "window_right"),
+        (dict(window_left=-2), ValueError, "window_left must be an int >= -1"),
+        (dict(logits_soft_cap=-1.0), ValueError, "logits_soft_cap must be >= 0"),
+        (dict(sm_scale=0.0), ValueError, "sm_scale must be positive"),
+        (dict(rope_theta=-1.0), ValueError, "rope_theta must be positive"),
+        (dict(bogus=1), TypeError, "plan\\(\\) got an unexpected keyword argument 'bogus'"),
+    ],
+)
+def test_plan_errors(kwargs, exc, text):
+    with pytest.raises(exc, match=text):
+        _plan(**kwargs)
+
+
+def test_plan_q_len_zero_and_kv_shorter_than_q_len():
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    with pytest.raises(ValueError, match="q_len_per_req must be an int >= 1, got 0"):
+        _plan(w, q_len_per_req=0)
+    with pytest.raises(ValueError, match="request 0 has kv_len 1 < q_len_per_req 2"):
+        _plan(w, (1, 17), q_len_per_req=2)
+
+
+def test_plan_page_table_errors():
+    i32 = dict(dtype=torch.int32)
+    idx = torch.arange(10, **i32)
+    bad = [
+        (
+            (torch.tensor([0, 2, 3], **i32), idx, torch.tensor([0, 4], **i32)),
+            r"last_page_len must be in \[1, page_size=16\], got 0 for request 0",
+        ),
+        (
+            (torch.tensor([0, 2, 3], **i32), idx, torch.tensor([5, 17], **i32)),
+            r"last_page_len must be in \[1, page_size=16\], got 17 for request 1",
+        ),
+        (
+            (torch.tensor([0, 2, 2], **i32), idx, torch.tensor([5, 1], **i32)),
+            "request 1 has 0 pages",
+        ),
+        (
+            (torch.tensor([1, 2, 3], **i32), idx, torch.tensor([5, 1], **i32)),
+            r"indptr\[0\] must be 0, got 1",
+        ),
+        (
+            (torch.tensor([0, 6, 12], **i32), idx, torch.tensor([5, 1], **i32)),
+            r"indptr\[-1\] = 12 pages but indices has only 10 entries",
+        ),
+        (
+            (torch.tensor([0, 2, 3], **i32), idx, torch.tensor([5, 1, 1], **i32)),
+            "last_page_len must have batch_size = len\\(indptr\\) - 1 = 2 entries, got 3",
+        ),
+        (
+            (torch.tensor([0, 2, 3], dtype=torch.float32), idx, torch.tensor([5, 1], **i32)),
+            "indptr must be int32",
+        ),
+    ]
+    for table, text in bad:
+        with pytest.raises(ValueError, match=text):
+            _plan(table=table)
+
+
+def test_plan_seq_lens_must_agree_and_block_tables_are_ignored():
+    _, _, indptr, indices, last = make_batch([1, 17, 40])
+    w = _plan(seq_lens=torch.tensor([1, 17, 40]), block_tables=torch.zeros(3, 3))
+    assert w._plan.batch == 3
+    with pytest.raises(ValueError, match="seq_lens .* does not match the kv lengths"):
+        _plan(seq_lens=torch.tensor([1, 17, 41]))
+
+
+def test_plan_legacy_positional_arguments():
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"Passing optional arguments to BatchDecodeWithPagedKVCacheWrapper.plan\(\) positionally is deprecated",  # noqa: E501
+    ):
+        w = _plan(None, (1, 17, 40), "ALIBI", 5, 30.0, "bfloat16")
+    p = w._plan
+    assert (p.pos_encoding_mode, p.window_left, p.logits_soft_cap) == ("ALIBI", 5, 30.0)
+    assert p.q_dtype == p.kv_dtype == p.o_dtype == torch.bfloat16
+    with pytest.raises(
+        TypeError,
+        match="accepts at most 16 deprecated optional positional arguments after page_size; got 17",
+    ):
+        _plan(None, (1,), *([None] * 17))
+    with pytest.raises(TypeError, match="got multiple values for argument 'window_left'"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _plan(None, (1,), "NONE", 3, window_left=4)
+
+
+def test_plan_dtype_resolution():
+    p = _plan()._plan
+    assert (p.q_dtype, p.kv_dtype, p.o_dtype) == (torch.float16,) * 3
+    p = _plan(data_type=torch.float8_e4m3fn)._plan  # fills only kv_data_type
+    assert (p.q_dtype, p.kv_dtype) == (torch.float16, torch.float8_e4m3fn)
+    p = _plan(q_data_type=None, data_type="bfloat16")._plan
+    assert (p.q_dtype, p.kv_dtype, p.o_dtype) == (torch.bfloat16,) * 3
+    p = _plan(q_data_type="bfloat16", kv_data_type="float8_e5m2", o_data_type="bfloat16")._plan
+    assert (p.q_dtype, p.kv_dtype, p.o_dtype) == (torch.bfloat16, torch.float8_e5m2, torch.bfloat16)
+
+
+def test_cuda_graph_plan_errors_and_copies():
+    ip, ix, lp = (
+        torch.zeros(4, dtype=torch.int32),
+        torch.full((8,), -7, dtype=torch.int32),
+        torch.zeros(3, dtype=torch.int32),
+    )
+    w = aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(), ip, ix, lp)
+    with pytest.raises(
+        ValueError,
+        match="The batch size should be fixed in cudagraph mode, the runtime batch size 2 mismatches the batch size set during initialization 3",  # noqa: E501
+    ):
+        _plan(w, (1, 17))
+    with pytest.raises(
+        ValueError, match="The size of indices should be less than or equal to the allocated buffer"
+    ):
+        _plan(w, (16 * 4, 16 * 4, 17))  # 10 pages > 8
+    _, _, indptr, indices, last = make_batch([1, 17, 40])
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    assert torch.equal(ip, indptr) and torch.equal(lp, last)
+    assert torch.equal(ix[: indices.numel()], indices) and (ix[indices.numel() :] == -7).all()
+
+
+# ---------------------------------------------------------------- run errors
+
+
+def test_run_before_plan():
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    q, cache, *_ = make_batch([3])
+    with pytest.raises(RuntimeError, match="plan\\(\\) must be called before run\\(\\)"):
+        w.run(q, cache)
+
+
+def test_run_q_errors():
+    w, q, cache, *_ = planned()
+    with pytest.raises(
+        ValueError,
+        match="The dtype of q torch.bfloat16 does not match the q_data_type torch.float16 specified in plan function.",  # noqa: E501
+    ):
+        w.run(q.bfloat16(), cache)
+    with pytest.raises(ValueError, match="q has 4 heads but plan\\(\\) used num_qo_heads=8"):
+        w.run(q[:, :4], cache)
+    with pytest.raises(ValueError, match="q has head_dim 32 but plan\\(\\) used head_dim=64"):
+        w.run(q[..., :32], cache)
+    with pytest.raises(
+        ValueError,
+        match="q implies q_len_per_req=2 but plan\\(\\) used 1; re-plan with the matching q_len_per_req.",  # noqa: E501
+    ):
+        w.run(torch.cat([q, q]), cache)
+    with pytest.raises(ValueError, match="q has 2 rows but plan\\(\\) was for batch_size 3"):
+        w.run(q[:2], cache)
+    with pytest.raises(ValueError, match="q must be a 3-D tensor"):
+        w.run(q[0], cache)
+
+
+def test_run_cache_errors():
+    w, q, cache, *_ = planned()
+    with pytest.raises(
+        ValueError,
+        match="The dtype of k torch.bfloat16 does not match the kv_data_type torch.float16 specified in plan function.",  # noqa: E501
+    ):
+        w.run(q, cache.bfloat16())
+    with pytest.raises(
+        KeyError,
+        match="Unrecognized paged_kv_cache type <class 'list'>, expect a single tensor or a tuple of tensor.",  # noqa: E501
+    ):
+        w.run(q, [cache])
+    with pytest.raises(ValueError, match="paged_kv_cache as one tensor must be 5-D"):
+        w.run(q, cache[:, 0])
+    with pytest.raises(
+        ValueError,
+        match="paged_kv_cache has page_size 8 \\(NHD\\) but plan\\(\\) used page_size=16",
+    ):
+        w.run(q, cache[:, :, :8])
+    with pytest.raises(ValueError, match="paged_kv_cache has 1 KV heads"):
+        w.run(q, cache[:, :, :, :1])
+    with pytest.raises(
+        ValueError, match="paged_kv_cache has head_dim 32 but plan\\(\\) used head_dim=64"
+    ):
+        w.run(q, cache[..., :32])
+    with pytest.raises(ValueError, match="v cache must have the k cache's shape"):
+        w.run(q, (cache[:, 0], cache[:, 1, :, :1]))
+    with pytest.raises(ValueError, match="contiguous last"):
+        w.run(q, cache.transpose(-1, -2).contiguous().transpose(-1, -2))
+
+
+def test_run_output_and_option_errors():
+    w, q, cache, *_ = planned()
+    with pytest.raises(
+        ValueError, match=r"Invalid shape of out: expected \(3, 8, 64\), got \(3, 8, 32\)"
+    ):
+        w.run(q, cache, out=torch.empty(3, HQ, 32, dtype=torch.float16))
+    with pytest.raises(
+        ValueError, match="Invalid dtype of out: expected torch.float16, got torch.float32"
+    ):
+        w.run(q, cache, out=torch.empty(3, HQ, D))
+    with pytest.raises(ValueError, match="Invalid device of out"):
+        w.run(q, cache, out=torch.empty(3, HQ, D, dtype=torch.float16, device="meta"))
+    with pytest.raises(ValueError, match="Invalid dtype of lse: expected torch.float32"):
+        w.run(q, cache, lse=torch.empty(3, HQ, dtype=torch.float16), return_lse=True)
+    with pytest.raises(ValueError, match="Invalid shape of lse: expected \\(3, 8\\)"):
+        w.run(q, cache, lse=torch.empty(3, 1), return_lse=True)
+    with pytest.raises(ValueError, match="sinks must be a float tensor of shape \\(8,\\)"):
+        w.run(q, cache, sinks=torch.zeros(4))
+    with pytest.raises(TypeError, match="extra positional argument"):
+        w.run(q, cache, 1.0)
+    with pytest.raises(NotImplementedError, match="kv_cache_sf"):
+        w.run(q, cache, kv_cache_sf=(1, 2))
+    with pytest.raises(ValueError, match="k_scale must be positive and finite"):
+        w.run(q, cache, k_scale=-1.0)
+    with pytest.raises(ValueError, match="window_left must be an int >= -1"):
+        w.run(q, cache, window_left=-3)
+    with pytest.warns(DeprecationWarning, match="q_len_per_req"):
+        w.run(q, cache, q_len_per_req=1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="re-plan"):
+        w.run(q, cache, q_len_per_req=2)
+
+
+# ---------------------------------------------------------------- CPU reference path
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("tuple_cache", [False, True])
+def test_run_matches_reference(layout, tuple_cache):
+    q, cache, indptr, indices, last = make_batch(
+        [1, 17, 40, 3], layout=layout, tuple_cache=tuple_cache
+    )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout)
+    w.plan(
+        indptr,
+        indices,
+        last,
+        HQ,
+        HKV,
+        D,
+        PS,
+        pos_encoding_mode="ROPE_LLAMA",
+        logits_soft_cap=20.0,
+        rope_theta=500.0,
+    )
+    out, lse = w.run(q, cache, return_lse=True, q_scale=0.8, k_scale=1.1, v_scale=0.9)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    eo, el = expected(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout,
+        pos_encoding_mode="ROPE_LLAMA",
+        logits_soft_cap=20.0,
+        rope_theta=500.0,
+        q_scale=0.8,
+        k_scale=1.1,
+        v_scale=0.9,
+    )
+    close(out, lse, eo, el)
+
+
+def test_run_out_lse_aliases_and_window_override():
+    w, q, cache, indptr, indices, last = planned(window_left=4)
+    out = torch.empty(3, HQ, D, dtype=torch.float16)
+    lse = torch.empty(3, HQ)
+    res = w.run(q, cache, out=out, lse=lse, return_lse=True)
+    assert res[0] is out and res[1] is lse
+    eo, el = expected(q, cache, indptr, indices, last, window_left=4)
+    close(out, lse, eo, el)
+    o2, l2 = w.run_return_lse(q, cache, window_left=10)
+    eo, el = expected(q, cache, indptr, indices, last, window_left=10)
+    close(o2, l2, eo, el)
+    o3 = w.forward(q, cache, pos_encoding_mode="ALIBI", logits_soft_cap=5.0)
+    eo, _ = expected(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        pos_encoding_mode="ALIBI",
+        alibi_slopes=aotinfer._attention_utils.get_alibi_slopes(HQ),
+        logits_soft_cap=5.0,
+    )
+    close(o3, None, eo, None)
+    o4, l4 = w.forward_return_lse(q, cache)
+    eo, el = expected(q, cache, indptr, indices, last)
+    close(o4, l4, eo, el)
+    w.begin_forward(indptr, indices, last, HQ, HKV, D, PS)
+    w.end_forward()
+
+
+def test_sinks_q_len_and_fp8():
+    q, cache, indptr, indices, last = make_batch([5, 17, 33], q_len=4, dtype=torch.float8_e4m3fn)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, q_len_per_req=4, kv_data_type=torch.float8_e4m3fn)
+    sinks = _randn((HQ,), 9, torch.bfloat16)
+    out, lse = w.run(q, cache, sinks=sinks, k_scale=0.5, v_scale=2.0, return_lse=True)
+    eo, el = expected(
+        q, cache, indptr, indices, last, q_len=4, sinks=sinks.float(), k_scale=0.5, v_scale=2.0
+    )
+    close(out, lse, eo, el)
+
+
+def test_non_contiguous_q_slice_of_fused_qkv():
+    w, q, cache, indptr, indices, last = planned()
+    qkv = torch.zeros(3, HQ + 2 * HKV, D, dtype=torch.float16)
+    qkv[:, :HQ] = q
+    q_view = qkv[:, :HQ]
+    assert not q_view.is_contiguous()
+    close(w.run(q_view, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+
+
+# ---------------------------------------------------------------- single decode
+
+
+def test_single_decode_errors():
+    q, k, v = _randn((8, 64), 1), _randn((20, 2, 64), 2), _randn((20, 2, 64), 3)
+    with pytest.raises(KeyError, match="Invalid kv_layout nhd"):
+        aotinfer.single_decode_with_kv_cache(q, k, v, kv_layout="nhd")
+    with pytest.raises(KeyError, match="Invalid pos_encoding_mode rope"):
+        aotinfer.single_decode_with_kv_cache(q, k, v, pos_encoding_mode="rope")
+    with pytest.raises(
+        ValueError, match=r"num_qo_heads \(8\) must be a multiple of num_kv_heads \(3\)"
+    ):
+        aotinfer.single_decode_with_kv_cache(
+            q, k[:, :1].expand(20, 3, 64), v[:, :1].expand(20, 3, 64)
+        )
+    with pytest.raises(ValueError, match="q's head_dim 32 is not built"):
+        aotinfer.single_decode_with_kv_cache(q[:, :32], k[..., :32], v[..., :32])
+    with pytest.raises(ValueError, match="k has head_dim 128 but q has head_dim 64"):
+        aotinfer.single_decode_with_kv_cache(q, torch.cat([k, k], -1), torch.cat([v, v], -1))
+    with pytest.raises(ValueError, match="v must have k's shape and dtype"):
+        aotinfer.single_decode_with_kv_cache(q, k, v[:5])
+    with pytest.raises(ValueError, match="k must be the query dtype"):
+        aotinfer.single_decode_with_kv_cache(q, k.float(), v.float())
+    with pytest.raises(ValueError, match="q must be float16 or bfloat16"):
+        aotinfer.single_decode_with_kv_cache(q.float(), k, v)
+    with pytest.raises(ValueError, match="q must be a 2-D tensor"):
+        aotinfer.single_decode_with_kv_cache(q[None], k, v)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_single_decode_matches_reference(layout):
+    q, k, v = _randn((8, 64), 1), _randn((33, 2, 64), 2), _randn((33, 2, 64), 3)
+    kk, vv = (k, v) if layout == "NHD" else (k.transpose(0, 1), v.transpose(0, 1))
+    out, lse = aotinfer.single_decode_with_kv_cache(
+        q,
+        kk,
+        vv,
+        kv_layout=layout,
+        pos_encoding_mode="ALIBI",
+        window_left=9,
+        return_lse=True,
+        use_tensor_cores=True,
+    )
+    eo, el = ref.attention(
+        q[None],
+        k,
+        v,
+        pos_encoding_mode="ALIBI",
+        window_left=9,
+        alibi_slopes=aotinfer._attention_utils.get_alibi_slopes(8),
+    )
+    assert out.shape == (8, 64) and out.dtype == torch.float16 and lse.shape == (8,)
+    close(out, lse, eo[0], el[0])
+    assert isinstance(
+        aotinfer.single_decode_with_kv_cache(q, kk, vv, kv_layout=layout), torch.Tensor
+    )
+
+
+# ---------------------------------------------------------------- provider path (simulated)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("min_chunk", [1, 256])
+def test_provider_path_splits_and_matches_reference(monkeypatch, layout, min_chunk):
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", min_chunk)
+    fake = decode_contract.install(monkeypatch, num_sms=4)
+    q, cache, indptr, indices, last = make_batch([1, 17, 200, 2], layout=layout)
+    ws = workspace()
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, layout)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, pos_encoding_mode="ROPE_LLAMA", window_left=40)
+    out = torch.empty(4, HQ, D, dtype=torch.float16)
+    lse = torch.empty(4, HQ)
+    sinks = torch.linspace(-1, 1, HQ)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", None)  # run() must allocate nothing when given out/lse
+    w.run(q, cache, out=out, lse=lse, sinks=sinks, q_scale=0.5)
+    monkeypatch.setattr(torch, "empty", real_empty)
+    name, args = fake.calls[-1]
+    assert name == "batch_decode"
+    if min_chunk == 1:
+        assert args["max_splits"] > 1
+        ws_lo, ws_hi = ws.data_ptr(), ws.data_ptr() + ws.numel()
+        for t in (args["partial_out"], args["partial_lse"]):
+            assert ws_lo <= t.data_ptr() and t.data_ptr() + t.numel() * 4 <= ws_hi
+            assert (t.data_ptr() - ws_lo) % 256 == 0
+    else:
+        assert args["max_splits"] == 1 and args["partial_out"] is None
+    assert args["sm_scale"] == pytest.approx(0.5 / math.sqrt(D))
+    assert args["kv_layout"] == (0 if layout == "NHD" else 1) and args["pos_encoding_mode"] == 1
+    eo, el = expected(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout,
+        pos_encoding_mode="ROPE_LLAMA",
+        window_left=40,
+        sinks=sinks,
+        q_scale=0.5,
+    )
+    close(out, lse, eo, el)
+
+
+def test_provider_path_cuda_graph_replan_keeps_the_launch(monkeypatch):
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    fake = decode_contract.install(monkeypatch, num_sms=4)
+    ip, ix, lp = (
+        torch.zeros(4, dtype=torch.int32),
+        torch.zeros(40, dtype=torch.int32),
+        torch.zeros(3, dtype=torch.int32),
+    )
+    w = aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(), ip, ix, lp)
+    launches = []
+    for seed, lens in enumerate([[1, 17, 40], [200, 3, 9], [16 * 38, 1, 1]]):
+        q, cache, indptr, indices, last = make_batch(
+            lens, seed=seed, spare_pages=50 - sum(-(-n // PS) for n in lens)
+        )
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+        out = w.run(q, cache)
+        args = fake.calls[-1][1]
+        launches.append(
+            (
+                args["chunk_pages"],
+                args["max_splits"],
+                args["indptr"].data_ptr(),
+                args["indices"].data_ptr(),
+                args["partial_out"].data_ptr(),
+            )
+        )
+        assert args["indices"] is ix and args["indptr"] is ip and args["last_page_len"] is lp
+        close(out, None, expected(q, cache, indptr, indices, last)[0], None)
+    assert launches[0] == launches[1] == launches[2]
+    chunk, splits = launches[0][:2]
+    assert chunk * splits >= ix.numel()  # any table that fits the buffers is covered
+
+
+def test_provider_path_fixed_split_and_disabled_split(monkeypatch):
+    fake = decode_contract.install(monkeypatch)
+    q, cache, indptr, indices, last = make_batch([100, 17])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, fixed_split_size=2)
+    w.run(q, cache)
+    assert (fake.calls[-1][1]["chunk_pages"], fake.calls[-1][1]["max_splits"]) == (2, 4)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, disable_split_kv=True)
+    out = w.run(q, cache)
+    assert fake.calls[-1][1]["max_splits"] == 1
+    close(out, None, expected(q, cache, indptr, indices, last)[0], None)
+    small = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(4096), use_tensor_cores=True)
+    with pytest.raises(ValueError, match="fixed_split_size=1 pages .* at most"):
+        small.plan(indptr, indices, last, HQ, HKV, D, PS, fixed_split_size=1)
+
+
+def test_provider_path_workspace_bounds_splits(monkeypatch):
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    fake = decode_contract.install(monkeypatch, num_sms=64)
+    q, cache, indptr, indices, last = make_batch([16 * 40])
+    need = _decode_plan.partial_bytes(1, 3, HQ, D)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(need))
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    assert w._plan.split.max_splits == 3
+    out = w.run(q, cache)
+    close(out, None, expected(q, cache, indptr, indices, last)[0], None)
+    assert fake.calls[-1][1]["max_splits"] == 3
+    big = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    assert big.workspace_size(indptr, indices, last, HQ, HKV, D, PS)[0] > need
+    big.plan(indptr, indices, last, HQ, HKV, D, PS)
+    assert big._plan.split.max_splits > 3
+    big.reset_workspace_buffer(workspace(), None)  # same size: carved again
+    close(big.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+    with pytest.raises(ValueError, match="call plan\\(\\) again"):
+        big.reset_workspace_buffer(workspace(1024), None)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("kv_len", [5, 1000, 4096, 777])
+def test_provider_path_single_decode(monkeypatch, layout, kv_len):
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 64)
+    fake = decode_contract.install(monkeypatch, num_sms=8)
+    q, k, v = _randn((8, 64), 1), _randn((kv_len, 2, 64), 2), _randn((kv_len, 2, 64), 3)
+    kk, vv = (k, v) if layout == "NHD" else (k.transpose(0, 1), v.transpose(0, 1))
+    out, lse = aotinfer.single_decode_with_kv_cache(
+        q, kk, vv, kv_layout=layout, return_lse=True, logits_soft_cap=7.0
+    )
+    args = fake.calls[-1][1]
+    if kv_len == 5:
+        assert args["indptr"] is None and args["kv_len_scalar"] == 5 and args["max_splits"] == 1
+    else:
+        assert args["max_splits"] > 1 and args["kv_len_scalar"] == 0
+        assert args["page_size"] == math.gcd(kv_len, 64)
+        assert args["indices"].tolist() == list(range(kv_len // args["page_size"]))
+    eo, el = ref.attention(q[None], k, v, logits_soft_cap=7.0)
+    close(out, lse, eo[0], el[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
+def test_cache_half_views_equal_the_sliced_views(dtype):
+    from aotinfer import _decode_launch, _views
+
+    cache = torch.zeros(9, 2, 16, 4, 64).to(dtype)[1:8]  # an offset, non-zero storage start
+    k_view, v_view = _decode_launch.cache_half_views(cache)
+    for got, half in ((k_view, cache[:, 0]), (v_view, cache[:, 1])):
+        want = _views.view(half)
+        assert (got[0], got[1], tuple(got[2]), tuple(got[3])) == want[:4]
+        assert got[4] == (-1 if want[4] is None else want[4])  # CPU: no index

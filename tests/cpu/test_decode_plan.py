@@ -1,0 +1,106 @@
+"""The split-KV planner's cost model (aotinfer._decode_plan) and the workspace carving."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aotinfer import _decode_plan as dp
+
+SMS = 132  # an H100 / H200
+
+
+def plan(lens, page_size=16, hkv=8, sms=SMS, allowed=10_000):
+    pages = [-(-n // page_size) for n in lens]
+    return dp.plan_splits(
+        batch=len(lens),
+        max_pages=max(pages),
+        total_pages=sum(pages),
+        page_size=page_size,
+        num_kv_heads=hkv,
+        num_sms=sms,
+        max_splits_allowed=allowed,
+    )
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def covers(p, lens, page_size=16):
+    """Every request fits in max_splits chunks of chunk_pages pages."""
+    return all(ceil_div(ceil_div(n, page_size), p.chunk_pages) <= p.max_splits for n in lens)
+
+
+@pytest.mark.parametrize("batch, kv", [(64, 4096), (256, 4096), (128, 17), (64, 512)])
+def test_full_grids_do_not_split(batch, kv):
+    p = plan([kv] * batch)
+    assert p.max_splits == 1 and covers(p, [kv] * batch)
+
+
+@pytest.mark.parametrize("batch, kv", [(1, 1024), (1, 16384), (16, 16384), (4, 4096)])
+def test_small_grids_split_to_about_two_waves(batch, kv):
+    p = plan([kv] * batch)
+    ctas = batch * 8 * p.max_splits
+    assert p.max_splits > 1 and covers(p, [kv] * batch)
+    assert ctas >= dp.WAVES * SMS or p.chunk_pages * 16 <= 2 * dp.MIN_CHUNK_TOKENS
+    assert ctas <= dp.WAVES * SMS + batch * 8 * 2  # not much more than 2 waves
+
+
+def test_skewed_batch_cuts_the_long_request_into_fair_shares():
+    lens = [16384] + [1024] * 63
+    p = plan(lens)
+    assert covers(p, lens)
+    total_pages = sum(n // 16 for n in lens)
+    fair = total_pages * 8 / (dp.WAVES * SMS)
+    assert p.max_splits > 1 and p.chunk_pages <= 2 * fair
+    assert plan([1024] * 64).max_splits == 1  # the same batch without the long one
+
+
+def test_min_chunk_and_caps():
+    assert plan([300]).max_splits == 2  # 19 pages, chunks of >= 16 pages
+    assert plan([255]).max_splits == 1
+    p = plan([1 << 20], allowed=5)  # workspace holds 5 splits
+    assert p.max_splits <= 5 and covers(p, [1 << 20])
+    p = plan([1 << 14] * 128, sms=SMS)  # grid cap: B*Hkv*splits <= 32 CTAs per SM
+    assert 128 * 8 * p.max_splits <= dp.GRID_CTAS_PER_SM * SMS or p.max_splits == 1
+
+
+def test_graph_mode_plan_covers_any_table():
+    # CUDA-graph mode plans with total = max = the indices buffer's length.
+    for max_num_pages in (1, 100, 4096, 1 << 16):
+        p = dp.plan_splits(
+            batch=8,
+            max_pages=max_num_pages,
+            total_pages=max_num_pages,
+            page_size=16,
+            num_kv_heads=8,
+            num_sms=SMS,
+            max_splits_allowed=64,
+        )
+        assert p.chunk_pages * p.max_splits >= max_num_pages
+
+
+def test_plan_fixed():
+    assert dp.plan_fixed(100, 8, 20) == dp.SplitPlan(8, 13)
+    with pytest.raises(ValueError, match="fixed_split_size=1 pages"):
+        dp.plan_fixed(100, 1, 20)
+
+
+def test_workspace_accounting_and_carving():
+    rows, hq, d = 7, 32, 128
+    for s in (2, 3, 17):
+        need = dp.partial_bytes(rows, s, hq, d)
+        assert dp.splits_that_fit(need, rows, hq, d) == s
+        assert dp.splits_that_fit(need - 1, rows, hq, d) == s - 1
+    assert dp.partial_bytes(rows, 1, hq, d) == 0
+    ws = torch.zeros(dp.partial_bytes(rows, 5, hq, d), dtype=torch.uint8)
+    po, pl = dp.carve_partials(ws, rows, 5, hq, d)
+    assert po.shape == (rows, 5, hq, d) and pl.shape == (rows, 5, hq)
+    assert po.dtype == pl.dtype == torch.float32 and po.is_contiguous() and pl.is_contiguous()
+    end_out = po.data_ptr() + po.numel() * 4
+    assert pl.data_ptr() >= end_out and (pl.data_ptr() - ws.data_ptr()) % dp.ALIGN == 0
+    assert pl.data_ptr() + pl.numel() * 4 <= ws.data_ptr() + ws.numel()
+    po.fill_(1.0)
+    pl.fill_(2.0)
+    assert ws.view(torch.float32)[: po.numel()].eq(1.0).all()

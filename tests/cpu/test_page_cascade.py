@@ -1,0 +1,313 @@
+"""Paged-KV utilities and merging of attention states on CPU tensors: against FlashInfer's
+documented examples, plain loops and float64 formulas; the provider path through the
+simulated provider of decode_contract.py."""
+
+from __future__ import annotations
+
+import math
+
+import decode_contract
+import pytest
+import torch
+
+import aotinfer
+from aotinfer.reference import cascade as ref_cascade
+from aotinfer.reference import page as ref_page
+
+F64 = torch.float64
+
+
+def _randn(shape, seed, dtype=torch.float32, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g, dtype=F64) * scale).to(dtype)
+
+
+# ---------------------------------------------------------------- get_seq_lens / positions
+
+
+def test_get_seq_lens():
+    indptr = torch.tensor([0, 3, 4, 4, 9], dtype=torch.int32)
+    last = torch.tensor([5, 16, 7, 1], dtype=torch.int32)
+    got = aotinfer.get_seq_lens(indptr, last, 16)
+    assert got.tolist() == [37, 16, 7, 65]  # an empty request counts its last_page_len
+    assert got.tolist() == ref_page.get_seq_lens(indptr, last, 16).tolist()
+
+
+def test_get_batch_indices_positions_documented_example():
+    indptr = torch.tensor([0, 1, 3, 6, 10], dtype=torch.int32)
+    b, p = aotinfer.get_batch_indices_positions(indptr, torch.tensor([5, 5, 5, 5]), 10)
+    assert b.dtype == p.dtype == torch.int32
+    assert b.tolist() == [0, 1, 1, 2, 2, 2, 3, 3, 3, 3]
+    assert p.tolist() == [4, 3, 4, 2, 3, 4, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_get_batch_indices_positions_against_loops(seed):
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 6, (7,), generator=g)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32)
+    seq_lens = counts + torch.randint(0, 50, (7,), generator=g)
+    nnz = int(indptr[-1]) + seed  # extra slots get -1 / 0
+    got = aotinfer.get_batch_indices_positions(indptr, seq_lens, nnz)
+    want = ref_page.get_batch_indices_positions(indptr, seq_lens, nnz)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    b_buf = torch.full((nnz,), 99, dtype=torch.int32)
+    p_buf = torch.full((nnz,), 99, dtype=torch.int32)
+    res = aotinfer.get_batch_indices_positions(indptr, seq_lens, nnz, b_buf, p_buf)
+    assert res[0] is b_buf and res[1] is p_buf and b_buf.tolist() == want[0].tolist()
+
+
+def test_get_batch_indices_positions_errors():
+    indptr = torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"Invalid shape of batch_indices: expected \(2,\)"):
+        aotinfer.get_batch_indices_positions(
+            indptr, torch.tensor([3]), 2, torch.zeros(3, dtype=torch.int32)
+        )
+    with pytest.raises(ValueError, match="Invalid dtype of positions"):
+        aotinfer.get_batch_indices_positions(
+            indptr, torch.tensor([3]), 2, None, torch.zeros(2, dtype=torch.int64)
+        )
+    with pytest.raises(ValueError, match="seq_lens must have batch_size"):
+        aotinfer.get_batch_indices_positions(indptr, torch.tensor([3, 4]), 2)
+    with pytest.raises(ValueError, match="append_indptr must have dtype"):
+        aotinfer.get_batch_indices_positions(indptr.float(), torch.tensor([3]), 2)
+
+
+# ---------------------------------------------------------------- append
+
+
+def _cache(layout, pages, ps, hkv, d, dtype, tuple_cache, seed=0):
+    shape = (pages, 2, ps, hkv, d) if layout == "NHD" else (pages, 2, hkv, ps, d)
+    c = _randn(shape, seed, torch.float32).to(dtype)
+    return (c[:, 0].clone(), c[:, 1].clone()) if tuple_cache else c
+
+
+def _halves(cache):
+    return cache if isinstance(cache, tuple) else (cache[:, 0], cache[:, 1])
+
+
+def _append_case(layout, tuple_cache, dtype=torch.float16, ps=4, seed=0, d=8):
+    """Three requests with 2, 0 and 5 existing tokens each appending 3, 4 and 1 tokens."""
+    hkv = 2
+    old, new = [2, 0, 5], [3, 4, 1]
+    seq = [o + n for o, n in zip(old, new)]
+    pages = [-(-s // ps) for s in seq]
+    total = sum(pages) + 2
+    perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[: sum(pages)]
+    kv_indices = perm.to(torch.int32)
+    kv_indptr = torch.tensor([0] + pages).cumsum(0).to(torch.int32)
+    last = torch.tensor([s - (p - 1) * ps for s, p in zip(seq, pages)], dtype=torch.int32)
+    append_indptr = torch.tensor([0] + new).cumsum(0).to(torch.int32)
+    nnz = sum(new)
+    k = _randn((nnz, hkv, d), seed + 1).to(dtype)
+    v = _randn((nnz, hkv, d), seed + 2).to(dtype)
+    cache = _cache(layout, total, ps, hkv, d, dtype, tuple_cache, seed + 3)
+    return dict(
+        k=k,
+        v=v,
+        cache=cache,
+        kv_indices=kv_indices,
+        kv_indptr=kv_indptr,
+        last=last,
+        append_indptr=append_indptr,
+        seq=seq,
+        new=new,
+        ps=ps,
+        nnz=nnz,
+    )
+
+
+def _append(c, layout):
+    seq_lens = aotinfer.get_seq_lens(c["kv_indptr"], c["last"], c["ps"])
+    b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, c["nnz"])
+    aotinfer.append_paged_kv_cache(
+        c["k"],
+        c["v"],
+        b,
+        p,
+        c["cache"],
+        c["kv_indices"],
+        c["kv_indptr"],
+        c["last"],
+        kv_layout=layout,
+    )
+
+
+def _check_appended(c, layout):
+    kc, vc = _halves(c["cache"])
+    t = 0
+    for b, (s, n) in enumerate(zip(c["seq"], c["new"])):
+        for pos in range(s - n, s):
+            page = int(c["kv_indices"][int(c["kv_indptr"][b]) + pos // c["ps"]])
+            slot = pos % c["ps"]
+            got_k = kc[page, slot] if layout == "NHD" else kc[page, :, slot]
+            got_v = vc[page, slot] if layout == "NHD" else vc[page, :, slot]
+            assert torch.equal(got_k, c["k"][t]) and torch.equal(got_v, c["v"][t])
+            t += 1
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("tuple_cache", [False, True])
+def test_append_writes_where_the_page_table_says(layout, tuple_cache):
+    c = _append_case(layout, tuple_cache)
+    before = [t.clone() for t in _halves(c["cache"])]
+    _append(c, layout)
+    _check_appended(c, layout)
+    changed = sum(int((a != b).any(-1).sum()) for a, b in zip(before, _halves(c["cache"])))
+    assert changed <= 2 * c["nnz"] * 2  # nothing but the appended slots (k and v, 2 heads)
+
+
+def test_append_accepts_strided_keys_and_then_decode_reads_them():
+    c = _append_case("NHD", False, ps=4, d=64)
+    fused = torch.zeros(c["nnz"], 3, 2, 64, dtype=torch.float16)
+    fused[:, 1], fused[:, 2] = c["k"], c["v"]
+    c["k"], c["v"] = fused[:, 1], fused[:, 2]
+    assert not c["k"].is_contiguous()
+    _append(c, "NHD")
+    _check_appended(c, "NHD")
+    # decode over the grown cache: the appended keys are the newest ones
+    q = _randn((3, 4, 64), 9).half()
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(torch.zeros(1 << 20, dtype=torch.uint8))
+    w.plan(c["kv_indptr"], c["kv_indices"], c["last"], 4, 2, 64, 4)
+    out = w.run(q, c["cache"])
+    kc, vc = _halves(c["cache"])
+    t = 0
+    for b, (s, n) in enumerate(zip(c["seq"], c["new"])):
+        ids = c["kv_indices"][int(c["kv_indptr"][b]) : int(c["kv_indptr"][b + 1])].long()
+        keys, vals = kc[ids].reshape(-1, 2, 64)[:s], vc[ids].reshape(-1, 2, 64)[:s]
+        assert torch.equal(keys[s - n :], c["k"][t : t + n])
+        t += n
+        want = aotinfer.single_decode_with_kv_cache(q[b], keys, vals)
+        torch.testing.assert_close(out[b], want, rtol=1e-3, atol=1e-3)
+
+
+def test_append_errors():
+    c = _append_case("NHD", False)
+    kc, _ = _halves(c["cache"])
+    args = (c["kv_indices"], c["kv_indptr"], c["last"])
+    b = torch.zeros(c["nnz"], dtype=torch.int32)
+    with pytest.raises(KeyError, match="Invalid kv_layout NDH"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, c["cache"], *args, kv_layout="NDH")
+    with pytest.raises(
+        ValueError, match="append_key has dtype float32 but the cache holds float16"
+    ):
+        aotinfer.append_paged_kv_cache(c["k"].float(), c["v"].float(), b, b, c["cache"], *args)
+    with pytest.raises(
+        ValueError,
+        match=r"append_key must have shape \(nnz, num_kv_heads, head_dim\) = \(8, 2, 8\)",
+    ):
+        aotinfer.append_paged_kv_cache(c["k"][..., :4], c["v"], b, b, c["cache"], *args)
+    with pytest.raises(ValueError, match="batch_indices must have at least 8 entries"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b[:3], b, c["cache"], *args)
+    with pytest.raises(KeyError, match="Unrecognized paged_kv_cache type"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, [kc], *args)
+    with pytest.raises(ValueError, match="paged_kv_cache dtype int8 is not supported"):
+        k8 = c["k"].to(torch.int8)
+        aotinfer.append_paged_kv_cache(k8, k8, b, b, c["cache"].to(torch.int8), *args)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_provider_path(monkeypatch, layout):
+    fake = decode_contract.install(monkeypatch)
+    c = _append_case(layout, False, dtype=torch.bfloat16)
+    _append(c, layout)
+    _check_appended(c, layout)
+    name, args = fake.calls[-1]
+    assert name == "append_paged_kv_cache" and args["page_size"] == 4
+    assert args["kv_layout"] == (0 if layout == "NHD" else 1)
+
+
+# ---------------------------------------------------------------- merge
+
+
+def _direct_merge(vs, ss):
+    """Base-2 merge written out per row and head, float64."""
+    vs, ss = [v.to(F64) for v in vs], [s.to(F64) for s in ss]
+    n, h, d = vs[0].shape
+    out_v = torch.zeros(n, h, d, dtype=F64)
+    out_s = torch.zeros(n, h, dtype=F64)
+    for i in range(n):
+        for j in range(h):
+            lses = [float(s[i, j]) for s in ss]
+            m = max(lses)
+            if m == -math.inf:
+                out_s[i, j] = -math.inf
+                continue
+            w = [2.0 ** (x - m) for x in lses]
+            out_v[i, j] = sum(wk * v[i, j] for wk, v in zip(w, vs)) / sum(w)
+            out_s[i, j] = m + math.log2(sum(w))
+    return out_v, out_s
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_merge_state(dtype):
+    va, vb = _randn((5, 3, 8), 1, dtype), _randn((5, 3, 8), 2, dtype)
+    sa, sb = _randn((5, 3), 3, scale=4.0), _randn((5, 3), 4, scale=4.0)
+    sa[0, 0] = -math.inf  # one side saw no key
+    v, s = aotinfer.merge_state(va, sa, vb, sb)
+    assert v.dtype == dtype and s.dtype == torch.float32
+    ev, es = _direct_merge([va, vb], [sa, sb])
+    tol = 1e-2 if dtype != torch.float32 else 1e-6
+    torch.testing.assert_close(v.to(F64), ev, rtol=tol, atol=tol)
+    torch.testing.assert_close(s.to(F64), es, rtol=1e-6, atol=1e-6)
+
+
+def test_merge_both_empty_gives_zero_and_minus_inf():
+    v = _randn((2, 1, 4), 1)
+    s = torch.full((2, 1), -math.inf)
+    mv, ms = aotinfer.merge_state(v, s, v, s)
+    assert (mv == 0).all() and torch.isneginf(ms).all()
+
+
+def test_merge_states_and_in_place_with_mask():
+    v = _randn((4, 3, 2, 8), 1)
+    s = _randn((4, 3, 2), 2, scale=3.0)
+    mv, ms = aotinfer.merge_states(v, s)
+    ev, es = _direct_merge(list(v.unbind(1)), list(s.unbind(1)))
+    torch.testing.assert_close(mv.to(F64), ev)
+    torch.testing.assert_close(ms.to(F64), es)
+    base_v, base_s = v[:, 0].clone(), s[:, 0].clone()
+    mask = torch.tensor([True, False, True, False])
+    aotinfer.merge_state_in_place(base_v, base_s, v[:, 1], s[:, 1], mask)
+    ev2, es2 = _direct_merge([v[:, 0], v[:, 1]], [s[:, 0], s[:, 1]])
+    for i, keep in enumerate(mask.tolist()):
+        if keep:
+            torch.testing.assert_close(base_v[i].to(F64), ev2[i])
+            torch.testing.assert_close(base_s[i].to(F64), es2[i])
+        else:
+            assert torch.equal(base_v[i], v[i, 0]) and torch.equal(base_s[i], s[i, 0])
+
+
+def test_merge_errors():
+    v, s = _randn((4, 2, 8), 1), _randn((4, 2), 2)
+    with pytest.raises(ValueError, match=r"s_b must have shape \(4, 2\)"):
+        aotinfer.merge_state(v, s, v, s[:3])
+    with pytest.raises(ValueError, match="v_b must have dtype float32"):
+        aotinfer.merge_state(v, s, v.half(), s)
+    with pytest.raises(ValueError, match="s must be float32"):
+        aotinfer.merge_state_in_place(v, s.double(), v, s)
+    with pytest.raises(ValueError, match="mask must have dtype bool"):
+        aotinfer.merge_state_in_place(v, s, v, s, torch.ones(4))
+    with pytest.raises(ValueError, match="mask must have seq_len = 4 entries"):
+        aotinfer.merge_state_in_place(v, s, v, s, torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="v must be a 4-D tensor"):
+        aotinfer.merge_states(v, s)
+    with pytest.raises(ValueError, match="v_a must have dtype float16, bfloat16, float32"):
+        aotinfer.merge_state(v.double(), s, v.double(), s)
+
+
+def test_merge_provider_path(monkeypatch):
+    fake = decode_contract.install(monkeypatch)
+    va, vb = _randn((5, 3, 8), 1, torch.float16), _randn((5, 3, 8), 2, torch.float16)
+    sa, sb = _randn((5, 3), 3), _randn((5, 3), 4)
+    v, s = aotinfer.merge_state(va, sa, vb, sb)
+    ev, es = ref_cascade.merge_state(va, sa, vb, sb)
+    torch.testing.assert_close(v.float(), ev, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(s, es)
+    assert fake.calls[-1][0] == "merge_state_in_place" and fake.calls[-1][1]["mask"] is None
+    vm, sm = aotinfer.merge_states(torch.stack([va, vb], 1), torch.stack([sa, sb], 1).double())
+    assert fake.calls[-1][0] == "merge_states" and vm.dtype == torch.float16
+    torch.testing.assert_close(vm.float(), ev, rtol=1e-3, atol=1e-3)
+    mask = torch.tensor([True, False, True, True, False])
+    aotinfer.merge_state_in_place(va, sa, vb, sb, mask)
+    assert fake.calls[-1][1]["mask"] is mask

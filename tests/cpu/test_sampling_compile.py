@@ -1,0 +1,219 @@
+"""torch.compile over the sampling family, on CPU tensors (the same custom ops serve CUDA).
+
+What works here (torch 2.13, CPU): ``torch.compile(fullgraph=True)`` with the "eager",
+"aot_eager" and "inductor" backends (inductor needs a C++ compiler) traces every public
+function, as long as the generator is the default one (``generator=None``) or seed and
+offset are explicit; compiled calls draw exactly the tokens eager calls draw from the same
+generator state. An explicit ``torch.Generator`` argument cannot enter a dynamo graph: it
+fails under fullgraph and costs a graph break (still correct) without it.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer import _sampling_ops
+
+# torch's own compile stack warns about torch.jit internals; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+BACKENDS = ["eager", "aot_eager"]
+if shutil.which("c++") or shutil.which("g++") or shutil.which("cc"):
+    BACKENDS.append("inductor")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def everything(logits, probs, k, p):
+    """One call of every public function, in one graph."""
+    return (
+        aotinfer.sampling_from_probs(probs),
+        aotinfer.sampling_from_logits(logits),
+        aotinfer.top_p_sampling_from_probs(probs, p, return_valid=True)[0],
+        aotinfer.top_k_sampling_from_probs(probs, k),
+        aotinfer.min_p_sampling_from_probs(probs, 0.1),
+        aotinfer.top_k_top_p_sampling_from_probs(probs, k, p),
+        aotinfer.top_k_top_p_sampling_from_probs(probs, 5, 0.9, filter_apply_order="joint"),
+        aotinfer.top_k_top_p_sampling_from_logits(logits, k, p),
+        aotinfer.top_k_top_p_sampling_from_logits(logits, 5, 0.9, filter_apply_order="joint"),
+        aotinfer.sampling_from_probs(
+            probs, seed=torch.tensor([1, 2, 3, 4]), offset=torch.tensor([8])
+        ),
+        aotinfer.top_p_renorm_probs(probs, 0.5),
+        aotinfer.top_k_renorm_probs(probs, k),
+        aotinfer.top_k_mask_logits(logits, 3),
+        *aotinfer.top_k(logits, 4, sorted=True),
+        aotinfer.softmax(logits, 0.7),
+    )
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 100, generator=g) * 2
+    return (
+        logits,
+        torch.softmax(logits, -1),
+        torch.tensor([1, 5, 10, 100]),
+        torch.tensor([0.5, 0.9, 1.0, 0.3]),
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fullgraph_compile_of_every_function_matches_eager(backend):
+    args = _inputs()
+    compiled = torch.compile(everything, fullgraph=True, backend=backend)
+    torch.manual_seed(1)
+    got = compiled(*args)
+    torch.manual_seed(1)
+    want = everything(*args)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_sampler_advances_the_default_generator(backend):
+    probs = _inputs()[1]
+
+    def draw(p):
+        return aotinfer.top_k_top_p_sampling_from_logits(p.log(), 20, 0.9)
+
+    compiled = torch.compile(draw, fullgraph=True, backend=backend)
+    torch.manual_seed(5)
+    a, b = compiled(probs), compiled(probs)
+    torch.manual_seed(5)
+    assert torch.equal(draw(probs), a) and torch.equal(draw(probs), b)
+
+
+def test_two_identical_calls_in_one_graph_are_not_merged():
+    probs = torch.full((256, 64), 1 / 64)
+
+    def two(p):
+        return aotinfer.sampling_from_probs(p), aotinfer.sampling_from_probs(p)
+
+    a, b = torch.compile(two, fullgraph=True, backend="aot_eager")(probs)
+    assert (a != b).any()
+
+
+def test_dynamic_batch():
+    def draw(p, idx):
+        return aotinfer.top_p_sampling_from_probs(p, 0.9, idx, seed=3, offset=0)
+
+    compiled = torch.compile(draw, fullgraph=True, backend="aot_eager", dynamic=True)
+    probs = _inputs()[1]
+    for n in (3, 7, 11):
+        idx = torch.arange(n) % 4
+        assert torch.equal(compiled(probs, idx), draw(probs, idx))
+
+
+def test_chain_speculative_under_compile_adds_to_the_counters():
+    g = torch.Generator().manual_seed(2)
+    draft = torch.softmax(torch.randn(3, 2, 10, generator=g), -1)
+    target = torch.softmax(torch.randn(3, 3, 10, generator=g), -1)
+    ids = torch.randint(0, 10, (3, 2), generator=g)
+
+    def spec(acc, emi):
+        return aotinfer.chain_speculative_sampling(draft, ids, target, acc, emi, seed=4, offset=0)
+
+    acc, emi = torch.ones(3, dtype=torch.int32), torch.ones(3, dtype=torch.int32)
+    out, _, _ = torch.compile(spec, fullgraph=True, backend="aot_eager")(acc, emi)
+    want, a, e = aotinfer.chain_speculative_sampling(draft, ids, target, seed=4, offset=0)
+    assert torch.equal(out, want)
+    assert torch.equal(acc, a + 1) and torch.equal(emi, e + 1)
+
+
+def test_explicit_generator_breaks_the_graph_but_stays_correct():
+    probs = _inputs()[1]
+
+    def draw(p, g):
+        return aotinfer.sampling_from_probs(p, generator=g)
+
+    with pytest.raises(Exception, match="(?i)generator|proxy|unsupported"):
+        torch.compile(draw, fullgraph=True, backend="eager")(
+            probs, torch.Generator().manual_seed(1)
+        )
+    torch._dynamo.reset()
+    got = torch.compile(draw, backend="eager")(probs, torch.Generator().manual_seed(1))
+    assert torch.equal(got, draw(probs, torch.Generator().manual_seed(1)))
+
+
+def test_check_nan_cannot_be_traced():
+    probs = _inputs()[1]
+
+    def draw(p):
+        return aotinfer.sampling_from_probs(p, check_nan=True)
+
+    # A data-dependent branch: a graph break, which fullgraph refuses.
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException):
+        torch.compile(draw, fullgraph=True, backend="eager")(probs)
+
+
+def _op_cases():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 100, generator=g)
+    probs = torch.softmax(logits, -1)
+    k32 = torch.tensor([1, 5, 10, 100], dtype=torch.int32)
+    draft = torch.softmax(torch.randn(2, 3, 10, generator=g), -1)
+    target = torch.softmax(torch.randn(2, 4, 10, generator=g), -1)
+    ids = torch.randint(0, 10, (2, 3), generator=g)
+    zeros = torch.zeros(2, dtype=torch.int32)
+    seeds = torch.tensor([1, 2, 3, 4, 5])
+    return {
+        "softmax": (_sampling_ops.softmax.op, (logits, None, 0.7, None)),
+        "softmax_per_row": (_sampling_ops.softmax.op, (logits, torch.rand(4) + 0.5, 1.0, True)),
+        "sample_probs": (
+            _sampling_ops.sample.op,
+            (
+                probs,
+                False,
+                torch.tensor([0, 1, 1, 3, 3]),
+                4,
+                k32,
+                0,
+                None,
+                0.9,
+                None,
+                0.0,
+                None,
+                seeds,
+                0,
+                None,
+                7,
+                False,
+            ),
+        ),
+        "sample_logits": (
+            _sampling_ops.sample.op,
+            (logits, True, None, 0, None, 0, None, 1.0, None, 0.0, None, None, 5, None, 8, False),
+        ),
+        "renorm": (_sampling_ops.renorm.op, (probs, 1, k32, 0, None, 1.0)),
+        "top_k_mask": (_sampling_ops.top_k_mask.op, (logits, None, 5)),
+        "top_k_select": (_sampling_ops.top_k_select.op, (logits, 5, True)),
+        "chain_speculative": (
+            _sampling_ops.chain_speculative.op,
+            (draft, ids, target, zeros.clone(), zeros.clone(), None, None, 1, None, 2, False),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_op_cases()))
+def test_opcheck(name):
+    op, args = _op_cases()[name]
+    torch.library.opcheck(op, args)
+
+
+def test_ops_are_registered_and_seeded_ones_are_tagged():
+    for name in ("softmax", "sample", "renorm", "top_k_mask", "top_k_select", "chain_speculative"):
+        assert hasattr(torch.ops.aotinfer, name)
+    assert torch.Tag.nondeterministic_seeded in torch.ops.aotinfer.sample.default.tags
+    assert torch.Tag.nondeterministic_seeded in torch.ops.aotinfer.chain_speculative.default.tags

@@ -1,0 +1,336 @@
+"""Every validation message of the sampling family: ValueError naming the argument, what
+was expected and what was given, raised in the core before anything runs (FlashInfer's
+texts where API.md has them)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer import _sampling_checks
+
+PROBS = torch.softmax(torch.randn(4, 32), dim=-1)
+LOGITS = torch.randn(4, 32)
+
+PROB_SAMPLERS = {
+    "sampling_from_probs": lambda p, **kw: aotinfer.sampling_from_probs(p, **kw),
+    "top_p": lambda p, **kw: aotinfer.top_p_sampling_from_probs(p, 0.5, **kw),
+    "top_k": lambda p, **kw: aotinfer.top_k_sampling_from_probs(p, 3, **kw),
+    "min_p": lambda p, **kw: aotinfer.min_p_sampling_from_probs(p, 0.5, **kw),
+    "top_k_top_p": lambda p, **kw: aotinfer.top_k_top_p_sampling_from_probs(p, 3, 0.5, **kw),
+}
+LOGIT_SAMPLERS = {
+    "sampling_from_logits": lambda x, **kw: aotinfer.sampling_from_logits(x, **kw),
+    "top_k_top_p_from_logits": lambda x, **kw: aotinfer.top_k_top_p_sampling_from_logits(
+        x, 3, 0.5, **kw
+    ),
+}
+ALL_SAMPLERS = [(n, f, PROBS) for n, f in PROB_SAMPLERS.items()] + [
+    (n, f, LOGITS) for n, f in LOGIT_SAMPLERS.items()
+]
+SAMPLER_IDS = [s[0] for s in ALL_SAMPLERS]
+
+
+def raises(text):
+    return pytest.raises(ValueError, match=re.escape(text))
+
+
+# ----------------------------------------------------------------------------------------
+# The input matrix
+
+
+@pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
+def test_input_rank_dtype_device_and_vocab(name, fn, x):
+    arg = "probs" if x is PROBS else "logits"
+    with raises(f"{arg} must be a 2-D tensor, got 1-D with shape (32,)"):
+        fn(x[0])
+    with raises(f"{arg} must be a 2-D tensor, got 3-D"):
+        fn(x.unsqueeze(0))
+    with raises(f"{arg} must be a torch.Tensor, got list"):
+        fn(x.tolist())
+    with raises(f"{arg} must be a floating-point tensor"):
+        fn(torch.ones(4, 32, dtype=torch.int32))
+    with raises(f"{arg} must be a CUDA or CPU tensor, got device meta"):
+        fn(torch.empty(4, 32, device="meta"))
+    with raises(f"{arg} must have a non-empty last (vocabulary) dimension"):
+        fn(torch.empty(4, 0))
+
+
+@pytest.mark.parametrize("fn", [aotinfer.top_k_renorm_probs, aotinfer.top_k_mask_logits])
+def test_renorm_and_mask_dtypes(fn):
+    arg = "probs" if fn is aotinfer.top_k_renorm_probs else "logits"
+    with raises(f"{arg}: Unsupported dtype float64, expected float32, float16, or bfloat16"):
+        fn(PROBS.double(), 3)
+    with raises(f"{arg} must be a 2-D tensor"):
+        fn(PROBS[0], 3)
+
+
+def test_top_p_renorm_input():
+    with raises("probs must be a 2-D tensor"):
+        aotinfer.top_p_renorm_probs(PROBS[0], 0.5)
+    with raises("probs must be a floating-point tensor"):
+        aotinfer.top_p_renorm_probs(PROBS.int(), 0.5)
+    assert aotinfer.top_p_renorm_probs(PROBS.double(), 0.5).dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------------------
+# indices
+
+
+@pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
+def test_indices(name, fn, x):
+    with raises("indices must have dtype int32, int64, got float32"):
+        fn(x, indices=torch.zeros(3))
+    with raises("indices must be a 1-D tensor, got 2-D"):
+        fn(x, indices=torch.zeros(3, 1, dtype=torch.int64))
+    with raises("indices must be on cpu, like the input, got meta"):
+        fn(x, indices=torch.zeros(3, dtype=torch.int64, device="meta"))
+    with raises("indices must be a torch.Tensor, got list"):
+        fn(x, indices=[0, 1])
+
+
+def test_indices_into_an_empty_input():
+    with raises("indices has 2 entries but the input has no rows"):
+        aotinfer.sampling_from_probs(torch.empty(0, 8), torch.zeros(2, dtype=torch.int64))
+
+
+# ----------------------------------------------------------------------------------------
+# Per-row parameters
+
+TOP_K_USERS = {
+    "top_k_sampling": lambda k: aotinfer.top_k_sampling_from_probs(PROBS, k),
+    "top_k_top_p_probs": lambda k: aotinfer.top_k_top_p_sampling_from_probs(PROBS, k, 0.5),
+    "top_k_top_p_logits": lambda k: aotinfer.top_k_top_p_sampling_from_logits(LOGITS, k, 0.5),
+    "top_k_renorm": lambda k: aotinfer.top_k_renorm_probs(PROBS, k),
+    "top_k_mask": lambda k: aotinfer.top_k_mask_logits(LOGITS, k),
+}
+TOP_P_USERS = {
+    "top_p_sampling": lambda p: aotinfer.top_p_sampling_from_probs(PROBS, p),
+    "top_k_top_p_probs": lambda p: aotinfer.top_k_top_p_sampling_from_probs(PROBS, 3, p),
+    "top_k_top_p_logits": lambda p: aotinfer.top_k_top_p_sampling_from_logits(LOGITS, 3, p),
+    "top_p_renorm": lambda p: aotinfer.top_p_renorm_probs(PROBS, p),
+}
+MIN_P_USERS = {"min_p_sampling": lambda p: aotinfer.min_p_sampling_from_probs(PROBS, p)}
+
+
+@pytest.mark.parametrize("use", TOP_K_USERS.values(), ids=list(TOP_K_USERS))
+def test_top_k(use):
+    with raises("top_k must be >= 1, got 0"):
+        use(0)
+    with raises("top_k must be >= 1, got -2"):
+        use(-2)
+    with raises("top_k must be an int >= 1 or a 1-D integer tensor, got 1.5 (float)"):
+        use(1.5)
+    with raises("top_k must be an int >= 1 or a 1-D integer tensor, got True (bool)"):
+        use(True)
+    with raises("top_k tensor must have an integer dtype (int32 or int64), got float32"):
+        use(torch.ones(4))
+    _per_row_tensor_errors("top_k", use, torch.ones(4, dtype=torch.int64))
+    # k >= vocab is allowed (no filter), as are per-row values that mean "no filter".
+    use(10**12)
+    use(torch.tensor([0, -1, 32, 99], dtype=torch.int32))
+
+
+@pytest.mark.parametrize(
+    "name,use",
+    [*(("top_p", u) for u in TOP_P_USERS.values()), *(("min_p", u) for u in MIN_P_USERS.values())],
+    ids=[*TOP_P_USERS, *MIN_P_USERS],
+)
+def test_probability_parameters(name, use):
+    for bad in (0, 0.0, -0.1, 1.0001, 2, float("nan"), float("inf")):
+        with raises(f"{name} must be in (0, 1], got {bad!r}"):
+            use(bad)
+    with raises(f"{name} must be a float in (0, 1] or a 1-D float tensor, got '0.5' (str)"):
+        use("0.5")
+    with raises(f"{name} must be a float in (0, 1] or a 1-D float tensor, got True (bool)"):
+        use(True)
+    with raises(f"{name} tensor must have a floating-point dtype (float32), got int64"):
+        use(torch.ones(4, dtype=torch.int64))
+    _per_row_tensor_errors(name, use, torch.full((4,), 0.5))
+    use(1)  # int 1 is 1.0
+    use(1.0)
+
+
+def _per_row_tensor_errors(name, use, good):
+    with raises(
+        f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
+        "parameter, but got a 0-dimensional tensor."
+    ):
+        use(good[0])
+    with raises(
+        f"{name}: Expected a 1D tensor or scalar for the sampling parameter, but got a 2D tensor."
+    ):
+        use(good.reshape(2, 2))
+    with raises(
+        f"{name}: Sampling parameter tensor batch size mismatch: expected length 4 to match "
+        "the reference tensor batch size, but got length 3."
+    ):
+        use(good[:3])
+    with raises(f"{name} must be on cpu, like the input, got meta"):
+        use(good.to("meta"))
+    use(good)
+
+
+def test_per_row_length_is_the_number_of_source_rows_not_the_batch():
+    idx = torch.tensor([0, 0, 1, 2, 3, 3, 3])  # batch 7 from 4 rows
+    aotinfer.top_p_sampling_from_probs(PROBS, torch.full((4,), 0.5), idx)
+    with raises("expected length 4 to match the reference tensor batch size, but got length 7"):
+        aotinfer.top_p_sampling_from_probs(PROBS, torch.full((7,), 0.5), idx)
+
+
+def test_filter_apply_order():
+    with raises("Invalid filter_apply_order: top_p_first"):
+        aotinfer.top_k_top_p_sampling_from_probs(PROBS, 3, 0.5, filter_apply_order="top_p_first")
+    with raises("Invalid filter_apply_order: None"):
+        aotinfer.top_k_top_p_sampling_from_logits(LOGITS, 3, 0.5, filter_apply_order=None)
+
+
+def test_softmax_temperature():
+    for bad in (0, -1.0, float("inf")):
+        with raises(f"temperature must be positive and finite, got {bad!r}"):
+            aotinfer.softmax(LOGITS, bad)
+    with raises("temperature must have length 4 (one per row), got length 3"):
+        aotinfer.softmax(LOGITS, torch.ones(3))
+
+
+# ----------------------------------------------------------------------------------------
+# seed / offset / generator
+
+
+@pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
+def test_seed_and_offset(name, fn, x):
+    i64 = torch.zeros(4, dtype=torch.int64)
+    with raises("seed and offset must both be tensors or both be scalars"):
+        fn(x, seed=i64, offset=0)
+    with raises("seed and offset must both be tensors or both be scalars"):
+        fn(x, seed=1, offset=i64)
+    with raises(
+        "seed and offset must be given together (or both left None to use the generator); "
+        "got seed alone"
+    ):
+        fn(x, seed=1)
+    with raises("got offset alone"):
+        fn(x, offset=i64)
+    with raises("seed tensor must be int64/uint64"):
+        fn(x, seed=i64.int(), offset=i64)
+    with raises("offset tensor must be int64/uint64"):
+        fn(x, seed=i64, offset=i64.float())
+    with raises("seed tensor must be 1D"):
+        fn(x, seed=i64.reshape(2, 2), offset=i64)
+    with raises("offset tensor must be 1D"):
+        fn(x, seed=i64, offset=i64[0])
+    with raises("seed tensor length must be 1 or 4"):
+        fn(x, seed=i64[:3], offset=i64)
+    with raises("offset tensor length must be 1 or 4"):
+        fn(x, seed=i64, offset=torch.zeros(5, dtype=torch.int64))
+    with raises("seed tensor must be on cpu"):
+        fn(x, seed=i64.to("meta"), offset=i64)
+    with raises("offset tensor must be on cpu"):
+        fn(x, seed=i64, offset=i64.to("meta"))
+    with raises("seed must be an int or a 1-D int64/uint64 tensor, got 1.0 (float)"):
+        fn(x, seed=1.0, offset=0)
+    with raises("offset must be an int or a 1-D int64/uint64 tensor, got '3' (str)"):
+        fn(x, seed=1, offset="3")
+    fn(x, seed=i64[:1], offset=i64)  # length 1 broadcasts
+    fn(x, seed=-5, offset=2**64 + 7)  # any int, mod 2^64
+
+
+def test_seed_length_follows_the_batch_with_indices():
+    idx = torch.tensor([0, 1, 1, 2, 3, 3])
+    with raises("seed tensor length must be 1 or 6"):
+        aotinfer.sampling_from_probs(
+            PROBS,
+            idx,
+            seed=torch.zeros(4, dtype=torch.int64),
+            offset=torch.zeros(1, dtype=torch.int64),
+        )
+
+
+@pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
+def test_generator(name, fn, x):
+    with raises("generator must be a torch.Generator or None, got 42 (int)"):
+        fn(x, generator=42)
+    fn(x, generator=torch.Generator().manual_seed(1))
+
+
+def test_generator_device_must_match():
+    class FakeCudaGenerator(torch.Generator):
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+
+    with raises("generator must be a generator of cpu, like the input, got one of cuda:0"):
+        _sampling_checks.generator_arg(FakeCudaGenerator(), torch.device("cpu"))
+    ok = _sampling_checks.generator_arg
+    assert ok(None, torch.device("cpu")) is None
+
+
+# ----------------------------------------------------------------------------------------
+# chain_speculative_sampling and top_k
+
+
+def _chain():
+    draft = torch.softmax(torch.randn(2, 3, 10), -1)
+    target = torch.softmax(torch.randn(2, 4, 10), -1)
+    return draft, torch.zeros(2, 3, dtype=torch.int64), target
+
+
+def test_chain_speculative_validation():
+    d, ids, t = _chain()
+    f = aotinfer.chain_speculative_sampling
+    with raises("draft_probs must be a 3-D tensor, got 2-D"):
+        f(d[0], ids, t)
+    with raises("target_probs must be a 3-D tensor"):
+        f(d, ids, t[0])
+    with raises(
+        "target_probs must have shape (batch_size, n + 1, vocab_size) = (2, 4, 10) to "
+        "match draft_probs (2, 3, 10), got (2, 3, 10)"
+    ):
+        f(d, ids, t[:, :3])
+    with raises("got (2, 4, 11)"):
+        f(d, ids, torch.zeros(2, 4, 11))
+    with raises("draft_token_ids must have dtype int32, int64, got float32"):
+        f(d, ids.float(), t)
+    with raises("draft_token_ids must have shape (batch_size, n) = (2, 3), got (2, 2)"):
+        f(d, ids[:, :2], t)
+    with raises("draft_probs must be a floating-point tensor"):
+        f(d.int(), ids, t)
+    with raises("maybe_output_accepted_token_num must have dtype int32, got int64"):
+        f(d, ids, t, torch.zeros(2, dtype=torch.int64))
+    with raises("maybe_output_emitted_draft_token_num must have shape (2,), got (3,)"):
+        f(d, ids, t, None, torch.zeros(3, dtype=torch.int32))
+    with raises("maybe_output_accepted_token_num must be a 1-D tensor"):
+        f(d, ids, t, torch.zeros(2, 1, dtype=torch.int32))
+    with raises("maybe_output_emitted_draft_token_num must be contiguous"):
+        f(d, ids, t, None, torch.zeros(4, dtype=torch.int32)[::2])
+    with raises("seed and offset must both be tensors or both be scalars"):
+        f(d, ids, t, seed=torch.zeros(2, dtype=torch.int64), offset=0)
+    with raises("seed tensor length must be 1 or 2"):
+        f(
+            d,
+            ids,
+            t,
+            seed=torch.zeros(3, dtype=torch.int64),
+            offset=torch.zeros(1, dtype=torch.int64),
+        )
+    with raises("draft_token_ids must be on cpu, like draft_probs, got meta"):
+        f(d, ids.to("meta"), t)
+    with raises("target_probs must be a CUDA or CPU tensor, got device meta"):
+        f(d, ids, t.to("meta"))
+
+
+def test_top_k_validation():
+    with raises("k must be in [1, 32] (the row length), got 0"):
+        aotinfer.top_k(LOGITS, 0)
+    with raises("k must be in [1, 32] (the row length), got 33"):
+        aotinfer.top_k(LOGITS, 33)
+    with raises("k must be an int in [1, 32], got 2.0"):
+        aotinfer.top_k(LOGITS, 2.0)
+    with raises("input: Unsupported dtype int64, expected float32, float16, or bfloat16"):
+        aotinfer.top_k(LOGITS.long(), 2)
+    with raises("input must be a 2-D tensor"):
+        aotinfer.top_k(LOGITS[0], 2)
+    assert aotinfer.top_k(LOGITS, 32)[0].shape == (4, 32)

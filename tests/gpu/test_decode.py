@@ -1,0 +1,547 @@
+"""Decode attention kernels against the float64 reference on fresh random inputs.
+
+Outputs the core allocates start as NaN (conftest's autouse fixture), and so does the float
+workspace, so anything the kernels fail to write shows. The parameter space (batch, kv
+lengths, page size, layout, position mode, heads, head dim, dtypes, cache form) is sampled,
+not crossed: every value of every axis appears in several cases.
+
+Tolerances (max |kernel - float64 oracle| <= tol + tol * |oracle|, on the exact input
+values):
+- float16 output: 1e-3. One rounding of the output costs up to 2**-11 relative (4.9e-4),
+  probabilities rounded to fp16 for the PV product cost about as much again.
+- bfloat16 output: 8e-3. bf16 keeps 8 significant bits: one rounding of the output alone
+  is up to 2**-9 (2e-3) relative, so 1e-3 is below its resolution; 8e-3 is two ulps.
+- fp8 KV: the same bound times 2. Every e4m3 and e5m2 value converts exactly to fp16 and
+  bf16, and the oracle reads the same fp8 values, so quantisation is not part of the error;
+  the factor covers the extra k_scale / v_scale multiplications.
+- LSE (float32, base 2): 1e-3 absolute and relative (its magnitude is about log2 kv_len).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer._attention_utils import get_alibi_slopes, unpack_paged_kv_cache
+from aotinfer.reference import attention as ref
+
+DEV = "cuda"
+F64 = torch.float64
+TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _gen(seed):
+    return torch.Generator(device=DEV).manual_seed(seed)
+
+
+def workspace(nbytes=128 << 20):
+    # torch.empty is poisoned by the conftest fixture: the kernels may not read stale partials
+    return torch.empty(nbytes, dtype=torch.uint8, device=DEV)
+
+
+def make_batch(
+    kv_lens,
+    *,
+    page_size=16,
+    layout="NHD",
+    hq=32,
+    hkv=8,
+    d=128,
+    dtype=torch.float16,
+    kv_dtype=None,
+    q_len=1,
+    seed=0,
+    tuple_cache=False,
+    spare_pages=7,
+    q_scale=1.0,
+    kv_scale=1.0,
+):
+    """A random paged batch with pages in random order: (q, cache, indptr, indices, last)."""
+    kv_dtype = kv_dtype or dtype
+    g = _gen(seed)
+    pages = [-(-n // page_size) for n in kv_lens]
+    total = sum(pages) + spare_pages
+    indices = torch.randperm(total, generator=g, device=DEV)[: sum(pages)].to(torch.int32)
+    indptr = torch.tensor([0] + pages, device=DEV).cumsum(0).to(torch.int32)
+    last = torch.tensor(
+        [n - (p - 1) * page_size for n, p in zip(kv_lens, pages)], dtype=torch.int32, device=DEV
+    )
+    shape = (total, 2, page_size, hkv, d) if layout == "NHD" else (total, 2, hkv, page_size, d)
+    cache = (torch.randn(shape, generator=g, device=DEV) * kv_scale).to(kv_dtype)
+    if tuple_cache:
+        cache = (cache[:, 0].contiguous(), cache[:, 1].contiguous())
+    q = (torch.randn((len(kv_lens) * q_len, hq, d), generator=g, device=DEV) * q_scale).to(dtype)
+    return q, cache, indptr, indices, last
+
+
+def oracle(q, cache, indptr, indices, last, layout="NHD", q_len=1, **params):
+    k, v = unpack_paged_kv_cache(cache, layout)
+    return ref.batch_decode(
+        q,
+        k,
+        v,
+        indptr,
+        indices,
+        last,
+        kv_layout=layout,
+        q_len_per_req=q_len,
+        compute_dtype=F64,
+        **params,
+    )
+
+
+def check(out, lse, want, dtype, fp8=False):
+    o64, l64 = want
+    tol = TOL[dtype] * (2 if fp8 else 1)
+    assert not torch.isnan(out).any(), "output holds NaN (unwritten or overflow)"
+    torch.testing.assert_close(out.to(F64), o64, rtol=tol, atol=tol)
+    if lse is not None:
+        assert not torch.isnan(lse).any()
+        torch.testing.assert_close(lse.to(F64), l64, rtol=1e-3, atol=1e-3)
+
+
+def run_wrapper(
+    q,
+    cache,
+    indptr,
+    indices,
+    last,
+    *,
+    layout,
+    hq,
+    hkv,
+    d,
+    page_size,
+    dtype,
+    kv_dtype,
+    q_len=1,
+    run_kwargs=None,
+    **plan_kwargs,
+):
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout, use_tensor_cores=q_len > 1)
+    w.plan(
+        indptr,
+        indices,
+        last,
+        hq,
+        hkv,
+        d,
+        page_size,
+        q_data_type=dtype,
+        kv_data_type=kv_dtype,
+        q_len_per_req=q_len,
+        **plan_kwargs,
+    )
+    return w.run(q, cache, return_lse=True, **(run_kwargs or {}))
+
+
+# ---------------------------------------------------------------- sampled batch decode
+
+BATCHES = [1, 7, 64, 128]
+KV_LENS = [1, 17, 512, 2048, 16384, "mixed"]
+PAGE_SIZES = [1, 16, 64]
+LAYOUTS = ["NHD", "HND"]
+MODES = ["NONE", "ROPE_LLAMA", "ALIBI"]
+HEADS = [(32, 8), (32, 4), (28, 4), (64, 8), (8, 8)]
+HEAD_DIMS = [64, 128, 256]
+DTYPES = [
+    (torch.float16, None),
+    (torch.bfloat16, None),
+    (torch.float16, torch.float8_e4m3fn),
+    (torch.bfloat16, torch.float8_e5m2),
+    (torch.bfloat16, torch.float8_e4m3fn),
+]
+MAX_TOKENS = 1 << 19  # keeps the largest case near 2 GB of KV
+
+
+def _sample_cases(n=30, seed=5):
+    """Each axis contributes a shuffled column in which every value appears about
+    n / len(axis) times, so every value is tested in different company."""
+    rnd = random.Random(seed)
+    axes = [BATCHES, KV_LENS, PAGE_SIZES, LAYOUTS, MODES, HEADS, HEAD_DIMS, DTYPES, [False, True]]
+    columns = []
+    for a in axes:
+        col = (a * -(-n // len(a)))[:n]
+        rnd.shuffle(col)
+        columns.append(col)
+    return list(zip(*columns))
+
+
+def _kv_lens(batch, kv, seed):
+    rnd = random.Random(seed)
+    if kv == "mixed":  # one very long request among short ones
+        lens = [rnd.randint(1, 300) for _ in range(batch)]
+        lens[rnd.randrange(batch)] = 16384
+        return lens
+    while batch * kv > MAX_TOKENS:
+        kv //= 8
+    return [kv] * batch
+
+
+def _case_id(case):
+    return "-".join(str(x).replace("torch.", "").replace(" ", "") for x in case)
+
+
+CASES = _sample_cases()
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[_case_id(c) for c in CASES])
+def test_batch_decode_sampled(index):
+    case = CASES[index]
+    batch, kv, page_size, layout, mode, (hq, hkv), d, (dtype, kv_dtype), tuple_cache = case
+    kv_dtype = kv_dtype or dtype
+    lens = _kv_lens(batch, kv, seed=index)
+    q, cache, indptr, indices, last = make_batch(
+        lens,
+        page_size=page_size,
+        layout=layout,
+        hq=hq,
+        hkv=hkv,
+        d=d,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        seed=len(lens) + d,
+        tuple_cache=tuple_cache,
+    )
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout=layout,
+        hq=hq,
+        hkv=hkv,
+        d=d,
+        page_size=page_size,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        pos_encoding_mode=mode,
+        rope_theta=1e4,
+    )
+    want = oracle(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout,
+        pos_encoding_mode=mode,
+        alibi_slopes=get_alibi_slopes(hq),
+    )
+    check(out, lse, want, dtype, fp8=kv_dtype in FP8)
+
+
+# ---------------------------------------------------------------- features, one at a time
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cap", [1.0, 30.0])
+def test_soft_cap(dtype, cap):
+    q, cache, indptr, indices, last = make_batch([17, 512, 2048], dtype=dtype, q_scale=4.0)
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="NHD",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=dtype,
+        kv_dtype=dtype,
+        logits_soft_cap=cap,
+    )
+    check(out, lse, oracle(q, cache, indptr, indices, last, logits_soft_cap=cap), dtype)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("window", [0, 15, 127, 4000])
+def test_window_equals_decoding_the_last_keys(layout, window):
+    lens = [1, 100, 2048]
+    q, cache, indptr, indices, last = make_batch(lens, layout=layout, page_size=16)
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout=layout,
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=torch.float16,
+        kv_dtype=torch.float16,
+        window_left=window,
+    )
+    k_cache, v_cache = unpack_paged_kv_cache(cache, layout)
+    for b, n in enumerate(lens):
+        ids = indices[indptr[b] : indptr[b + 1]]
+        k, v = ref.gather_paged_kv(k_cache, v_cache, ids, n, layout)
+        k, v = k[-(window + 1) :], v[-(window + 1) :]
+        wo, wl = ref.attention(q[b : b + 1], k, v, compute_dtype=F64)
+        check(out[b : b + 1], lse[b : b + 1], (wo, wl), torch.float16)
+        kk, vv = (k, v) if layout == "NHD" else (k.transpose(0, 1), v.transpose(0, 1))
+        so, sl = aotinfer.single_decode_with_kv_cache(
+            q[b], kk.contiguous(), vv.contiguous(), kv_layout=layout, return_lse=True
+        )
+        check(so[None], sl[None], (wo, wl), torch.float16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sinks_and_lse(dtype):
+    q, cache, indptr, indices, last = make_batch([1, 17, 512, 16384], dtype=dtype)
+    sinks = torch.randn(32, generator=_gen(3), device=DEV) * 3
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="NHD",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=dtype,
+        kv_dtype=dtype,
+        run_kwargs=dict(sinks=sinks),
+    )
+    check(out, lse, oracle(q, cache, indptr, indices, last, sinks=sinks), dtype)
+
+
+@pytest.mark.parametrize("q_len", [2, 4])
+@pytest.mark.parametrize("mode", MODES)
+def test_q_len_per_req(q_len, mode):
+    lens = [4, 17, 512, 3000, 9]
+    q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, dtype=torch.bfloat16)
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="NHD",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=torch.bfloat16,
+        kv_dtype=torch.bfloat16,
+        q_len=q_len,
+        pos_encoding_mode=mode,
+        window_left=200,
+    )
+    want = oracle(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        q_len=q_len,
+        pos_encoding_mode=mode,
+        window_left=200,
+        alibi_slopes=get_alibi_slopes(32),
+    )
+    check(out, lse, want, torch.bfloat16)
+
+
+@pytest.mark.parametrize("kv_dtype", FP8)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fp8_kv_with_scales(kv_dtype, dtype):
+    q, cache, indptr, indices, last = make_batch(
+        [17, 512, 2048], layout="HND", dtype=dtype, kv_dtype=kv_dtype, kv_scale=4.0
+    )
+    scales = dict(q_scale=0.7, k_scale=0.25, v_scale=0.5)
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="HND",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        run_kwargs=scales,
+    )
+    check(out, lse, oracle(q, cache, indptr, indices, last, "HND", **scales), dtype, fp8=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_extreme_logits_have_no_nan(dtype):
+    # logits of order 1e4: any exp without the running max overflows
+    q, cache, indptr, indices, last = make_batch(
+        [1, 17, 2048], dtype=dtype, q_scale=30.0, kv_scale=30.0
+    )
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="NHD",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=dtype,
+        kv_dtype=dtype,
+    )
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    o64, l64 = oracle(q, cache, indptr, indices, last)
+    torch.testing.assert_close(out.to(F64), o64, rtol=TOL[dtype], atol=TOL[dtype])
+    torch.testing.assert_close(lse.to(F64), l64, rtol=1e-4, atol=0.5)  # |lse| ~ 1e4
+
+
+def test_non_contiguous_q_and_given_outputs():
+    q, cache, indptr, indices, last = make_batch([17, 512, 1])
+    qkv = torch.randn(3, 32 + 16, 128, device=DEV).half()
+    qkv[:, :32] = q
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, 32, 8, 128, 16)
+    out = torch.full((3, 32, 128), float("nan"), dtype=torch.float16, device=DEV)
+    lse = torch.full((3, 32), float("nan"), device=DEV)
+    res = w.run(qkv[:, :32], cache, out=out, lse=lse, return_lse=True)
+    assert res[0] is out and res[1] is lse
+    check(out, lse, oracle(q, cache, indptr, indices, last), torch.float16)
+
+
+def test_run_does_not_sync():
+    q, cache, indptr, indices, last = make_batch([17, 16384, 3])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, 32, 8, 128, 16)
+    w.run(q, cache)  # first call imports the provider
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        w.run(q, cache, return_lse=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+# ---------------------------------------------------------------- CUDA graphs
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("max_pages", [64, 4096])
+def test_cuda_graph_replay_after_rewriting_page_tables(layout, max_pages):
+    batch, hq, hkv, d, ps = 7, 32, 8, 128, 16
+    pool = max_pages + 8
+    shape = (pool, 2, ps, hkv, d) if layout == "NHD" else (pool, 2, hkv, ps, d)
+    cache = torch.randn(shape, generator=_gen(1), device=DEV).half()
+    ip = torch.empty(batch + 1, dtype=torch.int32, device=DEV)
+    ix = torch.empty(max_pages, dtype=torch.int32, device=DEV)
+    lp = torch.empty(batch, dtype=torch.int32, device=DEV)
+    w = aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(), ip, ix, lp, layout)
+    q = torch.empty(batch, hq, d, dtype=torch.float16, device=DEV)
+    out = torch.empty(batch, hq, d, dtype=torch.float16, device=DEV)
+    lse = torch.empty(batch, hq, device=DEV)
+    rnd = random.Random(max_pages)
+
+    def new_tables():
+        # pages per request; with a large buffer, one request holds most of them
+        n_long = rnd.randint(max_pages // 2, max_pages - batch) if max_pages >= 1024 else 0
+        room = (max_pages - n_long) // batch
+        pages = [rnd.randint(1, max(room, 1)) for _ in range(batch)]
+        if n_long:
+            pages[rnd.randrange(batch)] = n_long
+        assert sum(pages) <= max_pages
+        ids = torch.randperm(pool, generator=_gen(rnd.randrange(1 << 30)), device=DEV)
+        indices = ids[: sum(pages)].to(torch.int32)
+        indptr = torch.tensor([0] + pages, device=DEV).cumsum(0).to(torch.int32)
+        last = torch.randint(1, ps + 1, (batch,), generator=_gen(rnd.randrange(99)), device=DEV)
+        return indptr, indices, last.to(torch.int32)
+
+    tables = new_tables()
+    w.plan(*tables, hq, hkv, d, ps)
+    q.copy_(torch.randn(batch, hq, d, generator=_gen(2), device=DEV))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        w.run(q, cache, out=out, lse=lse)  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, cache, out=out, lse=lse)
+    for step in range(4):
+        if step:
+            tables = new_tables()
+            w.plan(*tables, hq, hkv, d, ps)  # copies into ip/ix/lp
+            q.copy_(torch.randn(batch, hq, d, generator=_gen(10 + step), device=DEV))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, lse, oracle(q, cache, *tables, layout), torch.float16)
+
+
+# ---------------------------------------------------------------- single decode
+
+
+@pytest.mark.parametrize("kv_len", [1, 17, 2048, 32768, 77777])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_single_decode(kv_len, layout):
+    hq, hkv, d = 32, 8, 128
+    g = _gen(kv_len)
+    q = torch.randn(hq, d, generator=g, device=DEV).half()
+    k = torch.randn(kv_len, hkv, d, generator=g, device=DEV).half()
+    v = torch.randn(kv_len, hkv, d, generator=g, device=DEV).half()
+    kk, vv = (
+        (k, v)
+        if layout == "NHD"
+        else (k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous())
+    )
+    out, lse = aotinfer.single_decode_with_kv_cache(q, kk, vv, kv_layout=layout, return_lse=True)
+    wo, wl = ref.attention(q[None], k, v, compute_dtype=F64)
+    check(out[None], lse[None], (wo, wl), torch.float16)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize(
+    "dtype, kv_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float8_e4m3fn)]
+)
+def test_single_decode_options(mode, d, dtype, kv_dtype):
+    hq, hkv, kv_len = 28, 4, 3000
+    g = _gen(d)
+    q = torch.randn(hq, d, generator=g, device=DEV).to(dtype)
+    k = torch.randn(kv_len, hkv, d, generator=g, device=DEV).to(kv_dtype)
+    v = torch.randn(kv_len, hkv, d, generator=g, device=DEV).to(kv_dtype)
+    opts = dict(
+        pos_encoding_mode=mode,
+        logits_soft_cap=20.0,
+        window_left=1000,
+        sm_scale=0.1,
+        rope_scale=2.0,
+        rope_theta=5e5,
+        k_scale=0.9,
+        v_scale=1.1,
+    )
+    out, lse = aotinfer.single_decode_with_kv_cache(q, k, v, return_lse=True, **opts)
+    want = ref.attention(
+        q[None], k, v, compute_dtype=F64, alibi_slopes=get_alibi_slopes(hq), **opts
+    )
+    check(out[None], lse[None], want, dtype, fp8=kv_dtype in FP8)
+
+
+def test_single_decode_non_contiguous_q():
+    qkv = torch.randn(32, 3, 128, generator=_gen(0), device=DEV).half()
+    k = torch.randn(500, 8, 128, generator=_gen(1), device=DEV).half()
+    v = torch.randn(500, 8, 128, generator=_gen(2), device=DEV).half()
+    q = qkv[:, 0]
+    assert not q.is_contiguous()
+    out = aotinfer.single_decode_with_kv_cache(q, k, v)
+    check(out[None], None, ref.attention(q[None], k, v, compute_dtype=F64), torch.float16)
+    assert math.isfinite(float(out.float().abs().max()))

@@ -1,0 +1,746 @@
+"""The sampling family on CUDA against aotinfer.reference (run on the GPU too).
+
+- Tokens: the kernels and the reference draw from the same Philox numbers, so for the same
+  seed and offset they give the same tokens; a tiny fraction may differ where two tokens'
+  race scores tie to within the last bit of ``log`` (allowed: 0.1% of draws).
+- Frequencies: many draws from few rows (``indices``) against the exact filtered
+  distribution, by a chi-square test whose bound comes from the sample count; a biased
+  sampler fails it, and a token outside the kept set fails it outright.
+- Renormalisation, masking and top-k selection against the reference; reproducibility;
+  per-row parameters and seeds; the edge cases of issue 3; CUDA-graph replay with new
+  values written into the captured tensors.
+
+tests/gpu/conftest.py fills every ``torch.empty`` with NaN / -1 first, so an output element
+a kernel forgets to write shows up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer.reference import sampling as ref
+from aotinfer.reference import topk as ref_topk
+
+DEV = "cuda"
+NAN, INF = float("nan"), float("inf")
+MODES = {"probs": 0, "top_k": 1, "top_p": 2, "min_p": 3, "top_k_first": 4, "joint": 5}
+LOGIT_SAMPLERS = ("logits", "logits_top_k_first", "logits_joint")
+SAMPLERS = (*MODES, *LOGIT_SAMPLERS)
+
+# (vocab, batch): every vocabulary of issue 3 with batches 1, 99 and 989 where the
+# reference stays cheap.
+SHAPES = [
+    (111, 1),
+    (111, 99),
+    (111, 989),
+    (32000, 1),
+    (32000, 99),
+    (32000, 989),
+    (128256, 1),
+    (128256, 99),
+    (151936, 1),
+    (151936, 16),
+    (256000, 1),
+    (256000, 8),
+]
+
+
+def gen(seed):
+    return torch.Generator(device=DEV).manual_seed(seed)
+
+
+def make_logits(rows, vocab, seed, scale=3.0, dtype=torch.float32):
+    return (torch.randn(rows, vocab, device=DEV, generator=gen(seed)) * scale).to(dtype)
+
+
+def make_probs(rows, vocab, seed, scale=3.0):
+    return torch.softmax(make_logits(rows, vocab, seed, scale), dim=-1)
+
+
+def per_row_params(rows, vocab, seed):
+    """top_k (int32, with some 'no filter' values), top_p and min_p per row."""
+    g = gen(seed)
+    k = torch.randint(1, min(vocab, 1000) + 1, (rows,), device=DEV, generator=g, dtype=torch.int32)
+    if rows > 3:
+        k[0], k[1], k[2] = 0, vocab, vocab + 7  # no filter
+    p = torch.rand(rows, device=DEV, generator=g) * 0.95 + 0.05
+    if rows > 4:
+        p[3] = 1.0
+    m = torch.rand(rows, device=DEV, generator=g) * 0.5 + 0.01
+    return k, p, m
+
+
+def draw(name, probs, logits, k, p, m, idx, seed, offset):
+    """(tokens, valid or None) from the public function for sampler `name`."""
+    kw = dict(indices=idx, seed=seed, offset=offset)
+    if name == "probs":
+        return aotinfer.sampling_from_probs(probs, return_valid=True, **kw)
+    if name == "top_k":
+        return aotinfer.top_k_sampling_from_probs(probs, k, return_valid=True, **kw)
+    if name == "top_p":
+        return aotinfer.top_p_sampling_from_probs(probs, p, return_valid=True, **kw)
+    if name == "min_p":
+        return aotinfer.min_p_sampling_from_probs(probs, m, return_valid=True, **kw)
+    if name in ("top_k_first", "joint"):
+        return aotinfer.top_k_top_p_sampling_from_probs(
+            probs, k, p, filter_apply_order=name, return_valid=True, **kw
+        )
+    if name == "logits":
+        return aotinfer.sampling_from_logits(logits, **kw), None
+    order = name[len("logits_") :]
+    return aotinfer.top_k_top_p_sampling_from_logits(
+        logits, k, p, filter_apply_order=order, **kw
+    ), None
+
+
+def expect(name, probs, logits, k, p, m, idx, seed, offset):
+    """The reference's (tokens, valid) for the same call."""
+    kw = dict(seed=seed, offset=offset)
+    if name in MODES:
+        return ref.sample_from_probs(probs, idx, MODES[name], k, p, m, **kw)
+    if name == "logits":
+        return ref.sample_from_logits(logits, idx, **kw)
+    if name == "logits_top_k_first":
+        masked = ref.softmax(ref.top_k_mask_logits(logits, k))
+        return ref.sample_from_probs(masked, idx, MODES["top_p"], 0, p, **kw)
+    finite = torch.nan_to_num(logits.float(), nan=-INF, posinf=INF, neginf=-INF)
+    return ref.sample_from_probs(ref.softmax(finite), idx, MODES["joint"], k, p, **kw)
+
+
+def assert_same_tokens(got, want, what=""):
+    got, want = got.long().cpu(), want.long().cpu()
+    assert got.shape == want.shape
+    assert (got >= 0).all(), f"{what}: unwritten (-1) samples"
+    mismatched = int((got != want).sum())
+    allowed = int(1e-3 * got.numel())
+    assert mismatched <= allowed, f"{what}: {mismatched} of {got.numel()} tokens differ"
+
+
+def assert_chi_square(tokens, expected, n, what=""):
+    """Counts of `tokens` against n * expected (float64, sums to 1). Cells expecting fewer
+    than 5 draws are pooled. The bound df + 7 sqrt(2 df) + 10 lies beyond the 1e-6 quantile
+    of chi-square(df) for every df; a sampler a few percent off on a common token, or one
+    that draws outside the kept set, exceeds it at these counts."""
+    counts = torch.bincount(tokens.long().flatten(), minlength=expected.numel()).double()
+    expected = expected.double().to(counts.device)
+    outside = int(counts[expected == 0].sum())
+    assert outside == 0, f"{what}: {outside} draws outside the kept set"
+    e = expected * n
+    big = e >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    exp = torch.cat([e[big], e[~big].sum().reshape(1)])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = max(int(keep.sum()) - 1, 1)
+    bound = df + 7 * math.sqrt(2 * df) + 10
+    assert stat < bound, f"{what}: chi-square {stat:.1f} >= {bound:.1f} (df {df})"
+
+
+def filtered_distribution(probs_row, mode, k=0, p=1.0, m=0.0):
+    kept = ref.kept_mask(probs_row.unsqueeze(0), mode, k, p, m)[0]
+    w = torch.where(kept, probs_row.double(), 0.0)
+    return w / w.sum()
+
+
+def many(rows, n, dtype=torch.int64):
+    return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
+
+
+# ----------------------------------------------------------------------------------------
+# Tokens equal the reference's
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+@pytest.mark.parametrize("vocab,batch", SHAPES, ids=[f"V{v}-B{b}" for v, b in SHAPES])
+def test_tokens_match_reference(name, vocab, batch):
+    case = SHAPES.index((vocab, batch))
+    with_indices = case % 2 == 1
+    rows = max(1, batch // 3) if with_indices else batch
+    logits = make_logits(rows, vocab, seed=case)
+    probs = torch.softmax(logits, dim=-1)
+    k, p, m = per_row_params(rows, vocab, seed=100 + case)
+    if case % 3 == 0:  # scalars instead of per-row tensors
+        k, p, m = int(k[-1]), float(p[-1]), float(m[-1])
+    idx = None
+    if with_indices:
+        dtype = torch.int32 if case % 4 == 1 else torch.int64
+        idx = torch.randint(0, rows, (batch,), device=DEV, generator=gen(case), dtype=dtype)
+    if case % 2 == 0:
+        seed = torch.randint(0, 2**62, (batch,), device=DEV, generator=gen(7 + case))
+        offset = torch.tensor([4 * case], device=DEV)
+    else:
+        seed, offset = 1000 + case, 8 * case
+    tokens, valid = draw(name, probs, logits, k, p, m, idx, seed, offset)
+    assert tokens.shape == (batch,) and tokens.device.type == DEV
+    assert tokens.dtype == (idx.dtype if idx is not None else torch.int32)
+    want, want_valid = expect(name, probs, logits, k, p, m, idx, seed, offset)
+    assert_same_tokens(tokens, want, name)
+    if valid is not None:
+        assert valid.all() and want_valid.all()
+
+
+@pytest.mark.parametrize("offset", [0, 3, 5])
+def test_unaligned_and_strided_rows(offset):
+    # Rows that start off a 16-byte boundary, with a row stride wider than the row.
+    base = make_probs(40, 1000 + offset, seed=offset)
+    probs = base[:, offset:]
+    k, p, m = per_row_params(40, probs.size(1), seed=offset)
+    for name in MODES:
+        got, _ = draw(name, probs, None, k, p, m, None, 5, 0)
+        want, _ = expect(name, probs, None, k, p, m, None, 5, 0)
+        assert_same_tokens(got, want, name)
+
+
+# ----------------------------------------------------------------------------------------
+# Frequencies against the exact filtered distribution
+
+
+@pytest.mark.parametrize("vocab", [111, 32000])
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_frequencies_match_the_filtered_distribution(name, vocab):
+    rows, n = 2, 1 << 17
+    logits = make_logits(rows, vocab, seed=vocab, scale=2.0)
+    probs = torch.softmax(logits, dim=-1)
+    k, p, m = (20 if vocab == 111 else 400), 0.8, 0.02
+    tokens, _ = draw(name, probs, logits, k, p, m, many(rows, n), 31, 0)
+    for r in range(rows):
+        if name in MODES:
+            want = filtered_distribution(probs[r], MODES[name], k, p, m)
+        elif name == "logits":
+            want = torch.softmax(logits[r].double(), dim=-1)
+        else:
+            order = name[len("logits_") :]
+            want = filtered_distribution(probs[r], MODES[order], k, p)
+        assert_chi_square(tokens[r * n : (r + 1) * n], want, n, f"{name} row {r}")
+
+
+@pytest.mark.parametrize("vocab", [128256, 256000])
+@pytest.mark.parametrize("name", ["probs", "logits"])
+def test_peaked_large_vocabulary_is_unbiased(name, vocab):
+    """One token with p = 0.99 and the rest spread over the vocabulary. A race whose
+    exponentials are too coarse near 0 (E = -log(u) with a 24-bit u makes E = 0 with
+    probability 2^-24 per token) hands the tail about V * 2^-24 extra mass: 1.4% instead of
+    1% at V = 128256, 1.9% at V = 256000, while this test resolves 0.1%."""
+    n = 1 << 18
+    probs = torch.full((1, vocab), 0.01 / (vocab - 1), device=DEV)
+    probs[0, 1234] = 0.99
+    idx = torch.zeros(n, dtype=torch.int64, device=DEV)
+    if name == "probs":
+        tokens = aotinfer.sampling_from_probs(probs, idx, seed=3, offset=0)
+    else:
+        tokens = aotinfer.sampling_from_logits(probs.log(), idx, seed=3, offset=0)
+    head = float((tokens == 1234).double().mean())
+    sigma = math.sqrt(0.99 * 0.01 / n)
+    assert abs(head - 0.99) < 6 * sigma, f"head frequency {head:.5f}, expected 0.99 +- {sigma:.1e}"
+
+
+@pytest.mark.parametrize("name", ["top_k", "top_p", "min_p", "top_k_first", "joint"])
+def test_never_outside_the_kept_set_on_a_large_vocabulary(name):
+    rows, n, vocab = 4, 8192, 151936
+    probs = make_probs(rows, vocab, seed=17, scale=4.0)
+    k = torch.tensor([1, 50, 1000, 20000], device=DEV, dtype=torch.int32)
+    p = torch.tensor([0.3, 0.6, 0.9, 0.99], device=DEV)
+    m = torch.tensor([0.5, 0.1, 0.01, 0.001], device=DEV)
+    tokens, valid = draw(name, probs, None, k, p, m, many(rows, n), 77, 0)
+    assert valid.all()
+    kept = ref.kept_mask(probs, MODES[name], k, p, m)
+    src = many(rows, n)
+    assert kept[src, tokens.long()].all()
+
+
+def test_chain_speculative_first_token_follows_the_target():
+    vocab, n_req = 111, 1 << 17
+    g = gen(4)
+    draft = torch.softmax(torch.randn(1, 1, vocab, device=DEV, generator=g) * 2, -1)
+    target = torch.softmax(torch.randn(1, 2, vocab, device=DEV, generator=g) * 2, -1)
+    ids = torch.multinomial(draft[0, 0], n_req, replacement=True, generator=g).reshape(n_req, 1)
+    out, _, _ = aotinfer.chain_speculative_sampling(
+        draft.expand(n_req, 1, vocab).contiguous(),
+        ids,
+        target.expand(n_req, 2, vocab).contiguous(),
+        seed=9,
+        offset=0,
+    )
+    assert_chi_square(out[:, 0], target[0, 0], n_req, "chain position 0")
+
+
+# ----------------------------------------------------------------------------------------
+# Renormalisation, masking, top-k selection
+
+
+RENORM_SHAPES = [(111, 1), (111, 989), (32000, 99), (128256, 7), (151936, 3), (256000, 2)]
+# Two units in the last place of the output dtype; float16 outputs below 6e-5 are subnormal,
+# spaced 6e-8 apart, hence its absolute tolerance.
+RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+ATOL = {torch.float32: 1e-9, torch.float16: 1.2e-7, torch.bfloat16: 1e-9}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
+def test_top_k_renorm_matches_reference(vocab, batch, dtype):
+    probs = make_probs(batch, vocab, seed=vocab + batch).to(dtype)
+    k, _, _ = per_row_params(batch, vocab, seed=batch)
+    out = aotinfer.top_k_renorm_probs(probs, k)
+    assert out.dtype == dtype and out.shape == probs.shape
+    want = ref.renorm_probs(probs, MODES["top_k"], k)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), want.float(), rtol=RTOL[dtype], atol=ATOL[dtype])
+    if dtype == torch.float32:
+        assert torch.equal(out > 0, want > 0)
+        torch.testing.assert_close(
+            out.double().sum(-1),
+            torch.ones(batch, device=DEV, dtype=torch.float64),
+            rtol=0,
+            atol=1e-5,
+        )
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+@pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
+def test_top_p_renorm_matches_reference(vocab, batch, scalar):
+    probs = make_probs(batch, vocab, seed=vocab * 3 + batch)
+    _, p, _ = per_row_params(batch, vocab, seed=batch + 1)
+    if scalar:
+        p = 0.7
+    out = aotinfer.top_p_renorm_probs(probs, p)
+    assert out.dtype == torch.float32
+    want = ref.renorm_probs(probs, MODES["top_p"], 0, p)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-9)
+    assert torch.equal(out > 0, want > 0)
+    torch.testing.assert_close(
+        out.double().sum(-1), torch.ones(batch, device=DEV, dtype=torch.float64), rtol=0, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
+def test_top_k_mask_logits_matches_reference(vocab, batch, dtype):
+    logits = make_logits(batch, vocab, seed=vocab + 2 * batch, dtype=dtype)
+    k, _, _ = per_row_params(batch, vocab, seed=batch + 2)
+    out = aotinfer.top_k_mask_logits(logits, k)
+    assert out.dtype == dtype
+    assert torch.equal(out, ref.top_k_mask_logits(logits, k))
+    out = aotinfer.top_k_mask_logits(logits, 5)
+    assert torch.equal(out, ref.top_k_mask_logits(logits, 5))
+
+
+def test_top_k_mask_of_distinct_values_keeps_exactly_k():
+    logits = torch.stack([torch.randperm(50000, device=DEV).float() for _ in range(4)])
+    k = torch.tensor([1, 10, 1000, 49999], device=DEV, dtype=torch.int32)
+    out = aotinfer.top_k_mask_logits(logits, k)
+    assert torch.isfinite(out).sum(-1).tolist() == k.tolist()
+
+
+def test_top_k_mask_turns_nan_into_minus_inf():
+    # NaN logits act as -inf everywhere (aotinfer.sampling's contract), with or without a
+    # filter, so that top_k_top_p_sampling_from_logits never softmaxes a NaN row.
+    logits = make_logits(3, 1000, seed=3)
+    logits[:, 7] = NAN
+    for k in (5, 999, 1000, 5000):
+        out = aotinfer.top_k_mask_logits(logits, k)
+        assert not out.isnan().any(), f"k={k}"
+        assert torch.equal(out, ref.top_k_mask_logits(logits, k))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("k", [1, 50, 256, 2048])
+@pytest.mark.parametrize("vocab,batch", [(111, 5), (32000, 99), (128256, 8), (256000, 2)])
+def test_top_k_select_matches_reference(vocab, batch, k, dtype):
+    k = min(k, vocab)
+    x = make_logits(batch, vocab, seed=k + vocab, dtype=dtype)  # bfloat16: many ties
+    for sorted_ in (False, True):
+        values, indices = aotinfer.top_k(x, k, sorted=sorted_)
+        want_v, want_i = ref_topk.top_k(x, k, sorted=sorted_)
+        assert values.dtype == dtype and indices.dtype == torch.int64
+        assert torch.equal(indices, want_i), f"sorted={sorted_}"
+        assert torch.equal(values, want_v)
+    tv, _ = torch.topk(x.float(), k, sorted=True)
+    assert torch.equal(aotinfer.top_k(x, k, sorted=True)[0].float(), tv)
+
+
+def test_top_k_select_nan_ranks_last():
+    x = make_logits(2, 300, seed=1)
+    x[0, :290] = NAN  # 10 values left: NaN fills the rest of k = 16
+    values, indices = aotinfer.top_k(x, 16, sorted=True)
+    want_v, want_i = ref_topk.top_k(x, 16, sorted=True)
+    assert torch.equal(indices, want_i)
+    assert values[0, 10:].isnan().all() and not values[0, :10].isnan().any()
+
+
+# ----------------------------------------------------------------------------------------
+# Chain speculative sampling
+
+
+def chain_inputs(batch, n, vocab, seed):
+    g = gen(seed)
+    draft = torch.softmax(torch.randn(batch, n, vocab, device=DEV, generator=g) * 2, -1)
+    target = torch.softmax(torch.randn(batch, n + 1, vocab, device=DEV, generator=g) * 2, -1)
+    target[:, :n] = 0.5 * target[:, :n] + 0.5 * draft  # overlap: some drafts accepted
+    ids = torch.multinomial(draft.reshape(-1, vocab), 1, generator=g).reshape(batch, n)
+    return draft, ids, target
+
+
+@pytest.mark.parametrize("ids_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize(
+    "batch,n,vocab", [(1, 1, 111), (99, 4, 32000), (989, 2, 111), (8, 6, 128256)]
+)
+def test_chain_speculative_matches_reference(batch, n, vocab, ids_dtype):
+    draft, ids, target = chain_inputs(batch, n, vocab, seed=batch + n)
+    ids = ids.to(ids_dtype)
+    acc0 = torch.randint(0, 5, (batch,), device=DEV, dtype=torch.int32)
+    emi0 = torch.randint(0, 5, (batch,), device=DEV, dtype=torch.int32)
+    acc, emi = acc0.clone(), emi0.clone()
+    seed = torch.randint(0, 2**62, (batch,), device=DEV, generator=gen(batch))
+    offset = torch.tensor([64], device=DEV)
+    out, a, e = aotinfer.chain_speculative_sampling(
+        draft, ids, target, acc, emi, seed=seed, offset=offset
+    )
+    assert a is acc and e is emi and out.dtype == torch.int32 and out.shape == (batch, n + 1)
+    w_out, w_acc, w_emi = ref.chain_speculative_sampling(
+        draft, ids, target, seed=seed, offset=offset
+    )
+    assert torch.equal(acc - acc0, w_acc) and torch.equal(emi - emi0, w_emi)
+    mismatched = int((out.cpu() != w_out.cpu()).sum())  # -1 after the emitted token is expected
+    assert mismatched <= int(1e-3 * out.numel()), f"chain: {mismatched} of {out.numel()} differ"
+    assert torch.equal(emi - emi0 + 1, (out != -1).sum(1).int())
+    if batch >= 99:  # the inputs give both acceptances and rejections
+        assert 0 < float((emi - emi0).float().mean()) < n
+
+
+def test_chain_speculative_edge_cases():
+    draft, ids, target = chain_inputs(6, 3, 111, seed=1)
+    ids[0, 0] = -1  # out of range: rejected, never read
+    ids[1, 0] = 111
+    target[2] = torch.cat([draft[2], draft[2, :1]])  # target == draft: everything accepted
+    draft[3, 1] = NAN
+    target[4, 0] = NAN
+    out, acc, emi = aotinfer.chain_speculative_sampling(draft, ids, target, seed=5, offset=0)
+    assert emi[0] == 0 and emi[1] == 0
+    assert emi[2] == 3 and acc[2] == 3
+    assert (out >= -1).all() and (out < 111).all()
+    w_out, w_acc, w_emi = ref.chain_speculative_sampling(draft, ids, target, seed=5, offset=0)
+    assert torch.equal(out, w_out) and torch.equal(acc, w_acc) and torch.equal(emi, w_emi)
+
+
+# ----------------------------------------------------------------------------------------
+# Randomness: generators, seeds, offsets, streams
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_same_generator_state_same_tokens_and_a_new_seed_new_tokens(name):
+    probs = make_probs(256, 4000, seed=5)
+    logits = probs.log()
+    k, p, m = per_row_params(256, 4000, seed=6)
+    g = torch.Generator(device=DEV).manual_seed(123)
+
+    def run(generator):
+        kw = dict(generator=generator)
+        if name == "probs":
+            return aotinfer.sampling_from_probs(probs, **kw)
+        if name == "top_k":
+            return aotinfer.top_k_sampling_from_probs(probs, k, **kw)
+        if name == "top_p":
+            return aotinfer.top_p_sampling_from_probs(probs, p, **kw)
+        if name == "min_p":
+            return aotinfer.min_p_sampling_from_probs(probs, m, **kw)
+        if name in ("top_k_first", "joint"):
+            return aotinfer.top_k_top_p_sampling_from_probs(
+                probs, k, p, filter_apply_order=name, **kw
+            )
+        if name == "logits":
+            return aotinfer.sampling_from_logits(logits, **kw)
+        return aotinfer.top_k_top_p_sampling_from_logits(
+            logits, k, p, filter_apply_order=name[len("logits_") :], **kw
+        )
+
+    a = run(g)
+    b = run(g)  # the generator advanced: fresh numbers
+    g.manual_seed(123)
+    assert torch.equal(run(g), a)
+    assert float((a != b).float().mean()) > 0.5
+    g.manual_seed(124)
+    assert float((run(g) != a).float().mean()) > 0.5
+    torch.cuda.manual_seed(9)
+    c = run(None)  # the device's default generator
+    torch.cuda.manual_seed(9)
+    assert torch.equal(run(None), c)
+
+
+@pytest.mark.parametrize(
+    "name,increment", [("probs", 1), ("top_k", 32), ("min_p", 1), ("logits", 3000)]
+)
+def test_generator_advance_and_the_offset_used(name, increment):
+    batch, vocab = 10, 3000
+    probs = make_probs(batch, vocab, seed=8)
+    g = torch.Generator(device=DEV).manual_seed(77)
+    seed, offset0 = g.get_state().view(torch.int64).tolist()
+    if name == "probs":
+        tokens = aotinfer.sampling_from_probs(probs, generator=g)
+    elif name == "top_k":
+        tokens = aotinfer.top_k_sampling_from_probs(probs, 50, generator=g)
+    elif name == "min_p":
+        tokens = aotinfer.min_p_sampling_from_probs(probs, 0.1, generator=g)
+    else:
+        tokens = aotinfer.sampling_from_logits(probs.log(), generator=g)
+    advanced = offset0 + (batch * increment + 3) // 4 * 4
+    assert g.get_state().view(torch.int64).tolist() == [seed, advanced]
+    want, _ = expect(name, probs, probs.log(), 50, 1.0, 0.1, None, seed, advanced)
+    assert_same_tokens(tokens, want, name)
+
+
+def test_per_row_seeds_and_offsets_are_honoured_row_by_row():
+    batch, vocab = 64, 5000
+    probs = make_probs(batch, vocab, seed=12)
+    seeds = torch.randint(0, 2**62, (batch,), device=DEV, generator=gen(1))
+    offsets = torch.randint(0, 2**40, (batch,), device=DEV, generator=gen(2))
+    got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=seeds, offset=offsets)
+    for b in range(0, batch, 9):
+        alone = aotinfer.top_p_sampling_from_probs(
+            probs, 0.9, seed=int(seeds[b]), offset=int(offsets[b])
+        )
+        assert got[b] == alone[b], f"row {b}"
+    want, _ = ref.sample_from_probs(probs, None, MODES["top_p"], 0, 0.9, seed=seeds, offset=offsets)
+    assert_same_tokens(got, want)
+    if hasattr(torch, "uint64"):
+        got_u = aotinfer.top_p_sampling_from_probs(
+            probs, 0.9, seed=seeds.view(torch.uint64), offset=offsets.view(torch.uint64)
+        )
+        assert torch.equal(got_u, got)
+
+
+def test_other_cuda_stream_same_tokens():
+    probs = make_probs(128, 32000, seed=13)
+    a = aotinfer.top_k_top_p_sampling_from_probs(probs, 100, 0.9, seed=1, offset=0)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        b = aotinfer.top_k_top_p_sampling_from_probs(probs, 100, 0.9, seed=1, offset=0)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(a, b)
+    c = aotinfer.top_k_top_p_sampling_from_probs(probs, 100, 0.9, seed=2, offset=0)
+    assert float((a != c).float().mean()) > 0.5
+
+
+# ----------------------------------------------------------------------------------------
+# Edge cases
+
+
+def test_top_k_one_and_min_p_one_give_the_argmax():
+    probs = make_probs(99, 32000, seed=14)
+    argmax = probs.argmax(-1)
+    assert torch.equal(
+        aotinfer.top_k_sampling_from_probs(probs, 1, seed=1, offset=0).long(), argmax
+    )
+    assert torch.equal(
+        aotinfer.min_p_sampling_from_probs(probs, 1.0, seed=1, offset=0).long(), argmax
+    )
+    s = aotinfer.top_k_top_p_sampling_from_probs(probs, 1, 0.5, seed=1, offset=0)
+    assert torch.equal(s.long(), argmax)
+    s = aotinfer.top_k_top_p_sampling_from_logits(probs.log(), 1, 0.5, seed=1, offset=0)
+    assert torch.equal(s.long(), argmax)
+
+
+def test_no_op_filters_give_the_unfiltered_tokens():
+    probs = make_probs(99, 32000, seed=15)
+    plain = aotinfer.sampling_from_probs(probs, seed=4, offset=8)
+    kw = dict(seed=4, offset=8)
+    assert torch.equal(aotinfer.top_k_sampling_from_probs(probs, 32000, **kw), plain)
+    assert torch.equal(aotinfer.top_k_sampling_from_probs(probs, 10**9, **kw), plain)
+    assert torch.equal(aotinfer.top_p_sampling_from_probs(probs, 1.0, **kw), plain)
+    assert torch.equal(aotinfer.top_k_top_p_sampling_from_probs(probs, 40000, 1.0, **kw), plain)
+    no_filter = torch.full((99,), 0, device=DEV, dtype=torch.int32)
+    assert torch.equal(aotinfer.top_k_sampling_from_probs(probs, no_filter, **kw), plain)
+
+
+def test_one_hot_all_equal_and_single_finite_rows():
+    vocab = 32003  # the hot token sits in the partial last group of four
+    probs = make_probs(4, vocab, seed=16)
+    probs[0] = 0.0
+    probs[0, vocab - 1] = 1.0  # one-hot
+    probs[1] = 1.0 / vocab  # all equal: every filter keeps the whole row (ties)
+    n = 1 << 18
+    idx = torch.cat([many(1, 256), torch.ones(n, dtype=torch.int64, device=DEV)])
+    uniform = torch.full((vocab,), 1 / vocab, dtype=torch.float64)
+    for name in MODES:
+        tokens, valid = draw(name, probs, None, 10, 0.5, 0.5, idx, 2, 0)
+        assert valid.all(), name
+        assert (tokens[:256] == vocab - 1).all(), name
+        assert_chi_square(tokens[256:], uniform, n, name)
+    logits = torch.full((2, vocab), -INF, device=DEV)
+    logits[0, 5] = 0.0
+    logits[1, vocab - 2] = 2.0
+    for name in LOGIT_SAMPLERS:
+        tokens, _ = draw(name, None, logits, 3, 0.5, 0.0, many(2, 64), 1, 0)
+        assert (tokens[:64] == 5).all() and (tokens[64:] == vocab - 2).all(), name
+
+
+def test_nan_and_degenerate_rows():
+    vocab = 32000
+    probs = make_probs(6, vocab, seed=18)
+    clean = probs.clone()
+    probs[1] = NAN
+    probs[2] = 0.0
+    probs[3, ::2] = NAN  # NaN entries: never drawn
+    probs[3, 1::4] = -1.0  # negative entries: never drawn
+    probs[4] = INF
+    for name in MODES:
+        k, p, m = per_row_params(6, vocab, seed=19)
+        s, v = draw(name, probs, None, k, p, m, many(6, 200), 3, 0)
+        rows = s.view(6, 200)
+        valid = v.view(6, 200)
+        assert valid[[0, 3, 5]].all() and not valid[[1, 2, 4]].any(), name
+        assert (rows[[1, 2, 4]] == 0).all(), name
+        assert (rows[3] % 2 == 1).all() and (rows[3] % 4 != 1).all(), name
+        s_clean, _ = draw(name, clean, None, k, p, m, many(6, 200), 3, 0)
+        assert torch.equal(rows[[0, 5]], s_clean.view(6, 200)[[0, 5]]), name
+    logits = make_logits(3, vocab, seed=20)
+    logits[0] = NAN
+    logits[1, ::3] = NAN
+    logits[2] = -INF
+    for name in LOGIT_SAMPLERS:
+        s, _ = draw(name, None, logits, 100, 0.9, 0.0, many(3, 100), 1, 0)
+        assert (s[:100] == 0).all() and (s[200:] == 0).all(), name
+        assert (s[100:200] % 3 != 0).all(), name
+
+
+def test_check_nan_on_cuda():
+    probs = make_probs(4, 1000, seed=21)
+    probs[2, 3] = NAN
+    with pytest.raises(ValueError, match=r"^Input probs contains NaN\.$"):
+        aotinfer.top_p_sampling_from_probs(probs, 0.9, check_nan=True)
+    with pytest.raises(ValueError, match=r"^Input logits contains NaN\.$"):
+        aotinfer.sampling_from_logits(probs, check_nan=True)
+
+
+def test_validation_on_cuda_happens_before_launch():
+    probs = make_probs(4, 1000, seed=22)
+    with pytest.raises(ValueError, match="top_p must be on cuda:0, like the input, got cpu"):
+        aotinfer.top_p_sampling_from_probs(probs, torch.full((4,), 0.5))
+    with pytest.raises(ValueError, match="seed tensor must be on cuda:0"):
+        aotinfer.sampling_from_probs(
+            probs,
+            seed=torch.zeros(1, dtype=torch.int64),
+            offset=torch.zeros(1, dtype=torch.int64, device=DEV),
+        )
+    with pytest.raises(ValueError, match="generator must be a generator of cuda:0"):
+        aotinfer.sampling_from_probs(probs, generator=torch.Generator())
+    with pytest.raises(ValueError, match="indices must be on cuda:0"):
+        aotinfer.sampling_from_probs(probs, torch.zeros(2, dtype=torch.int64))
+
+
+def test_empty_batch_launches_nothing():
+    probs = make_probs(4, 100, seed=23)
+    s, v = aotinfer.sampling_from_probs(
+        probs, torch.zeros(0, dtype=torch.int32, device=DEV), seed=0, offset=0, return_valid=True
+    )
+    assert s.shape == (0,) and s.dtype == torch.int32 and v.shape == (0,)
+
+
+# ----------------------------------------------------------------------------------------
+# CUDA graphs
+
+
+def test_cuda_graph_replay_with_new_values():
+    batch, rows, vocab = 64, 16, 32000
+    static_probs = make_probs(rows, vocab, seed=30)
+    static_logits = make_logits(rows, vocab, seed=31)
+    k = torch.full((rows,), 50, device=DEV, dtype=torch.int32)
+    p = torch.full((rows,), 0.9, device=DEV)
+    idx = torch.randint(0, rows, (batch,), device=DEV, generator=gen(1))
+    seed = torch.zeros(batch, dtype=torch.int64, device=DEV)
+    offset = torch.zeros(1, dtype=torch.int64, device=DEV)
+    draft, ids, target = chain_inputs(8, 3, 111, seed=2)
+    cseed = torch.zeros(1, dtype=torch.int64, device=DEV)
+
+    def step():
+        return (
+            aotinfer.top_k_top_p_sampling_from_probs(
+                static_probs, k, p, idx, seed=seed, offset=offset, return_valid=True
+            ),
+            aotinfer.sampling_from_logits(static_logits, idx, seed=seed, offset=offset),
+            aotinfer.top_k_top_p_sampling_from_logits(
+                static_logits, k, p, idx, filter_apply_order="joint", seed=seed, offset=offset
+            ),
+            aotinfer.top_k_renorm_probs(static_probs, k),
+            aotinfer.top_k_mask_logits(static_logits, k),
+            aotinfer.chain_speculative_sampling(draft, ids, target, seed=cseed, offset=offset),
+        )
+
+    step()  # warm-up outside capture (provider import, first launches)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for it in range(3):
+        static_probs.copy_(make_probs(rows, vocab, seed=40 + it))
+        static_logits.copy_(make_logits(rows, vocab, seed=50 + it))
+        k.copy_(torch.randint(1, 500, (rows,), device=DEV, generator=gen(it), dtype=torch.int32))
+        p.copy_(torch.rand(rows, device=DEV, generator=gen(it)) * 0.9 + 0.1)
+        idx.copy_(torch.randint(0, rows, (batch,), device=DEV, generator=gen(60 + it)))
+        seed.copy_(torch.randint(0, 2**62, (batch,), device=DEV, generator=gen(70 + it)))
+        offset.fill_(16 * it)
+        cseed.fill_(it + 1)
+        graph.replay()
+        torch.cuda.synchronize()
+        (s, v), sl, sj, renorm, mask, (cout, cacc, cemi) = outs
+        want, _ = ref.sample_from_probs(
+            static_probs, idx, MODES["top_k_first"], k, p, seed=seed, offset=offset
+        )
+        assert_same_tokens(s, want, f"replay {it} top_k_top_p")
+        assert v.all()
+        want, _ = ref.sample_from_logits(static_logits, idx, seed=seed, offset=offset)
+        assert_same_tokens(sl, want, f"replay {it} logits")
+        want, _ = expect("logits_joint", None, static_logits, k, p, 0.0, idx, seed, offset)
+        assert_same_tokens(sj, want, f"replay {it} logits joint")
+        torch.testing.assert_close(
+            renorm, ref.renorm_probs(static_probs, MODES["top_k"], k), rtol=1e-5, atol=1e-9
+        )
+        assert torch.equal(mask, ref.top_k_mask_logits(static_logits, k))
+        w_out, w_acc, w_emi = ref.chain_speculative_sampling(
+            draft, ids, target, seed=cseed, offset=offset
+        )
+        assert torch.equal(cout, w_out)
+        # The counters were created inside the capture (zeros, then added to): one call's worth.
+        assert torch.equal(cacc, w_acc) and torch.equal(cemi, w_emi)
+
+
+def test_generator_cannot_be_advanced_during_capture():
+    probs = make_probs(4, 1000, seed=24)
+    aotinfer.sampling_from_probs(probs)  # warm-up
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="cannot be read or advanced during CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            aotinfer.sampling_from_probs(probs)
+
+
+# ----------------------------------------------------------------------------------------
+# torch.compile
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_matches_eager(backend):
+    torch._dynamo.reset()
+    probs = make_probs(32, 32000, seed=25)
+    k, p, _ = per_row_params(32, 32000, seed=26)
+
+    def fn(x):
+        return (
+            aotinfer.sampling_from_probs(x),
+            aotinfer.top_k_top_p_sampling_from_logits(x.log(), k, p),
+            aotinfer.top_k_renorm_probs(x, k),
+        )
+
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    torch.cuda.manual_seed(3)
+    got = compiled(probs)
+    torch.cuda.manual_seed(3)
+    want = fn(probs)
+    assert torch.equal(got[0], want[0])
+    assert_same_tokens(got[1], want[1])
+    torch.testing.assert_close(got[2], want[2], rtol=1e-5, atol=1e-9)
+    torch._dynamo.reset()
