@@ -37,36 +37,25 @@ __device__ __forceinline__ std::uint32_t ordered_key(float x) {
 
 struct RadixShared {
   std::uint32_t count[kRadixBins];
-  unsigned long long mass[kRadixBins];
+  std::uint32_t mass_lo[kRadixBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
+  std::uint32_t mass_hi[kRadixBins];
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
 
-// Adds one element (count 1, mass q) to bin d when takes_part. Rows with concentrated values
-// (a flat distribution puts most of a row in a handful of top-level bins) make plain shared
-// atomics serialise, so on sm_80+ the lanes of a warp that hit one bin first combine their
-// counts and masses (match + reduce) and one lane adds the sum.
+// Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
+// halves (native shared-memory atomics; a 64-bit add is not), split at bit 12 so that neither
+// half's sum over a row can overflow: low parts sum to < V * 2^12, high parts to < 2^29.
 __device__ __forceinline__ void add_to_histogram(RadixShared& sh, bool takes_part, std::uint32_t d,
                                                  std::uint64_t q) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned active = __activemask();
-  const unsigned peers = __match_any_sync(active, takes_part ? d : 0xFFFFFFFFu);
-  if (!takes_part) return;
-  // q < 2^41: two 21-bit halves, so a 32-lane sum of each fits 32 bits.
-  const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(q & 0x1FFFFFu));
-  const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(q >> 21));
-  if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
-    atomicAdd(&sh.count[d], static_cast<std::uint32_t>(__popc(peers)));
-    const std::uint64_t sum = (static_cast<std::uint64_t>(hi) << 21) + lo;
-    if (sum) atomicAdd(&sh.mass[d], static_cast<unsigned long long>(sum));
-  }
-#else
   if (!takes_part) return;
   atomicAdd(&sh.count[d], 1u);
-  if (q) atomicAdd(&sh.mass[d], static_cast<unsigned long long>(q));
-#endif
+  if (q) {
+    atomicAdd(&sh.mass_lo[d], static_cast<std::uint32_t>(q & 0xFFFu));
+    atomicAdd(&sh.mass_hi[d], static_cast<std::uint32_t>(q >> 12));
+  }
 }
 
 struct Threshold {
@@ -102,7 +91,8 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
     __syncthreads();  // the previous level's readers of sh are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
-      sh.mass[i] = 0;
+      sh.mass_lo[i] = 0;
+      sh.mass_hi[i] = 0;
     }
     if (threadIdx.x == 0) sh.found = 0;
     __syncthreads();
@@ -123,7 +113,10 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
     // Descending scan: thread t owns bins hi = bins-1-2t and lo = hi-1 (none when hi < 0).
     const int hi = bins - 1 - 2 * static_cast<int>(threadIdx.x), lo = hi - 1;
     const std::uint64_t c_hi = hi >= 0 ? sh.count[hi] : 0, c_lo = lo >= 0 ? sh.count[lo] : 0;
-    const std::uint64_t m_hi = hi >= 0 ? sh.mass[hi] : 0, m_lo = lo >= 0 ? sh.mass[lo] : 0;
+    auto mass_of_bin = [&](int bin) -> std::uint64_t {
+      return bin < 0 ? 0 : (static_cast<std::uint64_t>(sh.mass_hi[bin]) << 12) + sh.mass_lo[bin];
+    };
+    const std::uint64_t m_hi = mass_of_bin(hi), m_lo = mass_of_bin(lo);
     std::uint64_t total_count, total_mass;
     const std::uint64_t before_c = block_exclusive_scan(c_hi + c_lo, &total_count);
     const std::uint64_t before_m = block_exclusive_scan(m_hi + m_lo, &total_mass);
