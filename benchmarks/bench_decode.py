@@ -1,0 +1,132 @@
+"""Decode attention: aotinfer's paged batch decode and single decode against FlashInfer's
+BatchDecodeWithPagedKVCacheWrapper (with and without tensor cores) and torch SDPA with GQA on
+contiguous K/V, all in one run, with the card's copy bandwidth measured in the same run.
+
+32 query / 8 KV heads, head dim 128, bf16, page size 16, pages in random order.
+Bytes counted: q + K + V + out. "graph" = CUDA-graph replay of run(); "eager" includes host time.
+
+    python benchmarks/bench_decode.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import aotinfer
+from bench_common import copy_bandwidth_bytes_per_s, environment, graph_time_ms, time_ms, try_import_flashinfer, write_results
+
+HQ, HKV, D, PAGE = 32, 8, 128, 16
+DT = torch.bfloat16
+
+
+def lengths(batch, kv, skewed, g):
+    if not skewed:
+        return [kv] * batch
+    # One long request (4x) among shorter ones drawn from [kv/8, kv].
+    ls = torch.randint(max(1, kv // 8), kv + 1, (batch,), generator=g).tolist()
+    ls[0] = 4 * kv
+    return ls
+
+
+def paged_setup(lens, g):
+    pages = [(n + PAGE - 1) // PAGE for n in lens]
+    total = sum(pages)
+    perm = torch.randperm(total, generator=g).to(torch.int32)
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32)
+    last = torch.tensor([n - PAGE * (p - 1) for n, p in zip(lens, pages)], dtype=torch.int32)
+    cache = torch.randn(total, 2, PAGE, HKV, D, dtype=DT, device="cuda")
+    return cache, indptr.cuda(), perm.cuda(), last.cuda()
+
+
+def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
+    g = torch.Generator().manual_seed(batch * 7 + kv)
+    lens = lengths(batch, kv, skewed, g)
+    cache, indptr, indices, last = paged_setup(lens, g)
+    q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
+    nbytes = sum(lens) * HKV * D * 2 * 2 + 2 * q.numel() * 2
+    row = {"case": "batch", "batch": batch, "kv": kv, "lens": "skewed" if skewed else "uniform"}
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: w.run(q, cache))
+    row["aotinfer_graph_us"] = 1e3 * graph_time_ms(lambda: w.run(q, cache))
+    if fi is not None:
+        for tc in (True, False):
+            key = "fi_tc_graph_us" if tc else "fi_graph_us"
+            try:
+                fw = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=tc)
+                fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+                row[key] = 1e3 * graph_time_ms(lambda: fw.run(q, cache))
+                if tc:
+                    row["fi_tc_eager_us"] = 1e3 * time_ms(lambda: fw.run(q, cache))
+            except Exception as exc:
+                row[key] = f"error: {type(exc).__name__}"
+        if isinstance(row.get("fi_tc_graph_us"), float):
+            row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
+    if not skewed:
+        k = torch.randn(batch, HKV, kv, D, dtype=DT, device="cuda")
+        v = torch.randn_like(k)
+        q4 = q.unsqueeze(2)
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q4, k, v, enable_gqa=True)  # noqa: E731
+        row["sdpa_graph_us"] = 1e3 * graph_time_ms(sdpa)
+        del k, v
+    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
+    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
+    rows.append(row)
+    print(row, flush=True)
+
+
+def bench_single(kv, fi, copy_bw, rows):
+    q = torch.randn(HQ, D, dtype=DT, device="cuda")
+    k = torch.randn(kv, HKV, D, dtype=DT, device="cuda")
+    v = torch.randn_like(k)
+    nbytes = 2 * k.numel() * 2 + 2 * q.numel() * 2
+    row = {"case": "single", "batch": 1, "kv": kv, "lens": "-"}
+    row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: aotinfer.single_decode_with_kv_cache(q, k, v))
+    row["aotinfer_graph_us"] = 1e3 * graph_time_ms(lambda: aotinfer.single_decode_with_kv_cache(q, k, v))
+    kt, vt = k.permute(1, 0, 2).unsqueeze(0).contiguous(), v.permute(1, 0, 2).unsqueeze(0).contiguous()
+    q4 = q.view(1, HQ, 1, D)
+    row["sdpa_graph_us"] = 1e3 * graph_time_ms(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q4, kt, vt, enable_gqa=True)
+    )
+    if fi is not None:
+        try:
+            row["fi_tc_graph_us"] = 1e3 * graph_time_ms(lambda: fi.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True))
+            row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
+        except Exception as exc:
+            row["fi_tc_graph_us"] = f"error: {type(exc).__name__}"
+    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
+    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
+    rows.append(row)
+    print(row, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    copy_bw = copy_bandwidth_bytes_per_s()
+    fi = try_import_flashinfer()
+    rows = []
+    batches = [1, 64] if args.quick else [1, 16, 64, 256]
+    kvs = [1024, 4096] if args.quick else [1024, 4096, 16384]
+    for batch in batches:
+        for kv in kvs:
+            if batch * kv > 256 * 4096 * 4:
+                continue  # keep the cache under ~17 GB
+            for skewed in (False, True):
+                bench_batch(batch, kv, skewed, fi, copy_bw, rows)
+                torch.cuda.empty_cache()
+    for kv in (32768, 131072):
+        bench_single(kv, fi, copy_bw, rows)
+    env = environment()
+    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
+    cols = ["case", "batch", "kv", "lens", "aotinfer_graph_us", "aotinfer_eager_us", "fi_tc_graph_us",
+            "fi_graph_us", "fi_tc_eager_us", "sdpa_graph_us", "vs_fi_tc", "TB/s", "% copy"]
+    write_results("decode", env, rows, cols, notes=__doc__.split("\n\n")[1])
+
+
+if __name__ == "__main__":
+    main()

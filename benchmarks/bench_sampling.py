@@ -1,0 +1,164 @@
+"""Sampling kernels against plain torch and FlashInfer (when importable), in one run, with the
+card's copy bandwidth measured in the same run. Flat (uniform-ish softmax of small logits) and
+peaked (softmax of Gumbel-scaled logits) distributions; batch 1, 16, 128, 512; vocab 32000 and
+128256.
+
+    python benchmarks/bench_sampling.py [--quick]
+
+Bytes counted: the probabilities read once (samplers), read once and written once (renorm,
+mask). "% copy" compares that rate with the copy bandwidth (read + write) measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import aotinfer
+from bench_common import (
+    copy_bandwidth_bytes_per_s,
+    environment,
+    rotations,
+    time_ms,
+    try_import_flashinfer,
+    write_results,
+)
+
+TOP_P, TOP_K, MIN_P = 0.9, 50, 0.1
+
+
+def torch_top_p(probs):
+    sorted_p, idx = torch.sort(probs, descending=True, dim=-1)
+    cdf = torch.cumsum(sorted_p, dim=-1)
+    mask = cdf - sorted_p > TOP_P
+    sorted_p = sorted_p.masked_fill(mask, 0.0)
+    choice = torch.multinomial(sorted_p, 1)
+    return idx.gather(-1, choice).squeeze(-1)
+
+
+def torch_top_k(probs):
+    vals, idx = torch.topk(probs, TOP_K, dim=-1)
+    return idx.gather(-1, torch.multinomial(vals, 1)).squeeze(-1)
+
+
+def torch_min_p(probs):
+    thresh = probs.amax(-1, keepdim=True) * MIN_P
+    return torch.multinomial(probs.masked_fill(probs < thresh, 0.0), 1).squeeze(-1)
+
+
+def cases(fi):
+    """name -> (aotinfer fn, torch fn or None, flashinfer fn or None, bytes multiplier)."""
+    s = aotinfer.sampling
+    fis = fi.sampling if fi is not None else None
+
+    def f(name):
+        return getattr(fis, name) if fis is not None else None
+
+    return {
+        "sampling_from_probs": (
+            lambda p: s.sampling_from_probs(p),
+            lambda p: torch.multinomial(p, 1).squeeze(-1),
+            (lambda p: f("sampling_from_probs")(p)) if fis else None,
+            1,
+        ),
+        "top_p_sampling": (
+            lambda p: s.top_p_sampling_from_probs(p, TOP_P),
+            torch_top_p,
+            (lambda p: f("top_p_sampling_from_probs")(p, TOP_P)) if fis else None,
+            1,
+        ),
+        "top_k_sampling": (
+            lambda p: s.top_k_sampling_from_probs(p, TOP_K),
+            torch_top_k,
+            (lambda p: f("top_k_sampling_from_probs")(p, TOP_K)) if fis else None,
+            1,
+        ),
+        "min_p_sampling": (
+            lambda p: s.min_p_sampling_from_probs(p, MIN_P),
+            torch_min_p,
+            (lambda p: f("min_p_sampling_from_probs")(p, MIN_P)) if fis else None,
+            1,
+        ),
+        "top_k_top_p_joint": (
+            lambda p: s.top_k_top_p_sampling_from_probs(p, TOP_K, TOP_P, filter_apply_order="joint"),
+            None,
+            (lambda p: f("top_k_top_p_sampling_from_probs")(p, TOP_K, TOP_P, filter_apply_order="joint"))
+            if fis
+            else None,
+            1,
+        ),
+        "top_p_renorm": (
+            lambda p: s.top_p_renorm_probs(p, TOP_P),
+            None,
+            (lambda p: f("top_p_renorm_probs")(p, TOP_P)) if fis else None,
+            2,
+        ),
+        "top_k_renorm": (
+            lambda p: s.top_k_renorm_probs(p, TOP_K),
+            None,
+            (lambda p: f("top_k_renorm_probs")(p, TOP_K)) if fis else None,
+            2,
+        ),
+        "top_k_mask_logits": (
+            lambda p: s.top_k_mask_logits(p, TOP_K),
+            lambda p: p.masked_fill(p < torch.topk(p, TOP_K, -1).values[:, -1:], float("-inf")),
+            (lambda p: f("top_k_mask_logits")(p, TOP_K)) if fis else None,
+            2,
+        ),
+    }
+
+
+def make_probs(batch, vocab, peaked, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    logits = torch.randn(batch, vocab, device="cuda", generator=g)
+    if peaked:
+        u = torch.rand(batch, vocab, device="cuda", generator=g).clamp_min(1e-9)
+        logits = logits * 3 - torch.log(-torch.log(u))
+    return torch.softmax(logits, -1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    copy_bw = copy_bandwidth_bytes_per_s()
+    fi = try_import_flashinfer()
+    batches = [1, 128] if args.quick else [1, 16, 128, 512]
+    table = cases(fi)
+    rows = []
+    for vocab in (32000, 128256):
+        for batch in batches:
+            for peaked in (False, True):
+                nbytes = batch * vocab * 4
+                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), nbytes)
+                for name, (ours, ref, fib, mult) in table.items():
+                    row = {"op": name, "batch": batch, "vocab": vocab, "dist": "peaked" if peaked else "flat"}
+                    row["aotinfer_us"] = 1e3 * time_ms(ours, args_list=sets)
+                    if ref is not None:
+                        row["torch_us"] = 1e3 * time_ms(ref, args_list=sets)
+                        row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
+                    if fib is not None:
+                        try:
+                            row["flashinfer_us"] = 1e3 * time_ms(fib, args_list=sets)
+                            row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
+                        except Exception as exc:  # a FlashInfer JIT or API problem must not stop the run
+                            row["flashinfer_us"] = f"error: {type(exc).__name__}"
+                    rate = mult * nbytes / (row["aotinfer_us"] * 1e-6)
+                    row["GB/s"] = rate / 1e9
+                    row["% copy"] = 100 * rate / copy_bw
+                    rows.append(row)
+                    print(row, flush=True)
+    env = environment()
+    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
+    cols = ["op", "batch", "vocab", "dist", "aotinfer_us", "torch_us", "flashinfer_us", "vs_torch",
+            "vs_flashinfer", "GB/s", "% copy"]
+    write_results(
+        "sampling", env, rows, cols,
+        notes="Eager calls (host time included), median of CUDA-event timings over rotating inputs. "
+        f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time.",
+    )
+
+
+if __name__ == "__main__":
+    main()
