@@ -341,6 +341,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int ci = 0; ci < kCols; ++ci) vv[ci] = to_f32(vtile[Layout::offset(key, c0 + 64 * ci)]);
 #pragma unroll
         for (int ri = 0; ri < kRowsPerThread; ++ri) {
+          if (rp + 2 * ri >= rows) break;  // uniform per warp; small GQA groups skip the rest
           const float pr = sm.p[key][rp + 2 * ri];
 #pragma unroll
           for (int ci = 0; ci < kCols; ++ci) acc[ci][ri] += pr * vv[ci];
