@@ -1,0 +1,509 @@
+"""The low-level ops processors legalize into, and the fused ops the compiler builds.
+
+Filters and samplers call the public functions of :mod:`aotinfer.sampling` (so CUDA tensors
+run on the provider and CPU tensors on the reference path, with that module's validation);
+``TemperatureOp``, ``SoftmaxOp`` and ``MinPOp`` are plain torch. Runtime parameters come
+from the pipe's keyword arguments, falling back to the op's compile-time defaults. A tensor
+parameter (one value per row) is passed to the sampling function unchanged; a scalar is
+checked here first, with FlashInfer's messages.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from .. import sampling
+from .op import ParameterizedOp
+from .types import TaggedTensor, TensorType
+
+__all__ = [
+    "FusedProbsMinPSampleOp",
+    "FusedProbsTopKSampleOp",
+    "FusedProbsTopKTopPSampleOp",
+    "FusedProbsTopPSampleOp",
+    "FusedTemperatureSoftmaxOp",
+    "LogitsSampleOp",
+    "LogitsTopKOp",
+    "MinPOp",
+    "ProbsSampleOp",
+    "ProbsTopKOp",
+    "SoftmaxOp",
+    "TemperatureOp",
+    "TopPOp",
+]
+
+# --- runtime parameter checks -----------------------------------------------------------
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _temperature(value: Any) -> Union[float, torch.Tensor]:
+    """A tensor as is, or a positive Python float (an int such as ``1`` is refused)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if not isinstance(value, float) or not value > 0:
+        raise ValueError("Temperature must be positive float or a tensor array")
+    return value
+
+
+def _top_k(value: Any) -> Union[int, torch.Tensor]:
+    """A tensor as is, or a positive Python int."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError("top_k must be a positive integer or a tensor array")
+    return value
+
+
+def _unit_fraction(name: str, value: Any) -> Union[float, torch.Tensor]:
+    """A tensor as is, or a real number in (0, 1] returned as float."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if not _is_real(value) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be float in (0, 1] or a tensor array")
+    return float(value)
+
+
+def _row_column(name: str, value: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
+    """A per-row float parameter as a float32 ``(rows, 1)`` column, for the torch-only ops.
+
+    Checked like the sampling functions check theirs (FlashInfer's texts, prefixed by the
+    argument's name): 1-D, one value per row of ``data``, same device, floating point.
+    """
+    rows = data.size(0) if data.dim() > 0 else 1
+    if value.dim() == 0:
+        raise ValueError(
+            f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
+            "parameter, but got a 0-dimensional tensor."
+        )
+    if value.dim() != 1:
+        raise ValueError(
+            f"{name}: Expected a 1D tensor or scalar for the sampling parameter, but got a "
+            f"{value.dim()}D tensor."
+        )
+    if value.size(0) != rows:
+        raise ValueError(
+            f"{name}: Sampling parameter tensor batch size mismatch: expected length {rows} "
+            f"to match the reference tensor batch size, but got length {value.size(0)}."
+        )
+    if value.device != data.device:
+        raise ValueError(f"{name} must be on {data.device}, like the input, got {value.device}")
+    if not value.is_floating_point():
+        raise ValueError(
+            f"{name} tensor must have a floating-point dtype (float32), got "
+            f"{str(value.dtype).replace('torch.', '')}"
+        )
+    return value.to(torch.float32).unsqueeze(-1)
+
+
+def _sampling_args(op: ParameterizedOp, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """``indices``, ``generator``, ``seed`` and ``offset`` (runtime, optional) and
+    ``deterministic`` (compile time), as keyword arguments of the sampling functions.
+
+    ``seed``/``offset`` are an aotinfer addition (FlashInfer's ops take neither): given as
+    int64 tensors they let a sampling pipe be captured in a CUDA graph, where a generator
+    cannot be read. Absent, the sampling function's defaults apply.
+    """
+    args = {
+        "indices": op._get_param("indices", kwargs, required=False),
+        "deterministic": op.default_params.get("deterministic", True),
+        "generator": op._get_param("generator", kwargs, required=False),
+    }
+    for name in ("seed", "offset"):
+        value = op._get_param(name, kwargs, required=False)
+        if value is not None:
+            args[name] = value
+    return args
+
+
+# --- discrete ops ---------------------------------------------------------------------------
+
+
+class TemperatureOp(ParameterizedOp):
+    """Divides logits by the temperature (plain torch). LOGITS -> LOGITS.
+
+    Parameters
+    ----------
+    temperature : float or torch.Tensor, runtime
+        A positive Python ``float`` (an ``int`` such as ``1`` is refused, as in FlashInfer)
+        or a ``(batch_size,)`` float tensor with one temperature per row.
+
+    Notes
+    -----
+    The result keeps the dtype of the logits. A per-row tensor divides each row by its own
+    value (FlashInfer's op broadcasts it against the last dimension instead, which only
+    works by accident; here it means one temperature per request, as in ``softmax``).
+    """
+
+    IN = TensorType.LOGITS
+    OUT = TensorType.LOGITS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        temperature = _temperature(self._get_param("temperature", kwargs))
+        data = tensor.data
+        if isinstance(temperature, torch.Tensor):
+            scaled = (data / _row_column("temperature", temperature, data)).to(data.dtype)
+        else:
+            scaled = data / temperature
+        return TaggedTensor(scaled, out_type)
+
+
+class SoftmaxOp(ParameterizedOp):
+    """``torch.softmax`` over the vocabulary. LOGITS -> PROBS.
+
+    Parameters
+    ----------
+    enable_pdl : bool, optional, compile time
+        Kept for the fused op built from this one (:class:`FusedTemperatureSoftmaxOp`);
+        ``torch.softmax`` does not use it.
+    """
+
+    IN = TensorType.LOGITS
+    OUT = TensorType.PROBS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        return TaggedTensor(torch.softmax(tensor.data, dim=-1), out_type)
+
+
+class ProbsTopKOp(ParameterizedOp):
+    """Keeps the ``top_k`` largest probabilities of each row and renormalises. PROBS -> PROBS.
+
+    Parameters
+    ----------
+    top_k : int or torch.Tensor, runtime
+        A positive int, or a ``(batch_size,)`` int tensor with one value per row.
+
+    See Also
+    --------
+    aotinfer.sampling.top_k_renorm_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.PROBS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_k = _top_k(self._get_param("top_k", kwargs))
+        return TaggedTensor(sampling.top_k_renorm_probs(tensor.data, top_k), out_type)
+
+
+class LogitsTopKOp(ParameterizedOp):
+    """Sets every logit outside each row's ``top_k`` largest to ``-inf``. LOGITS -> LOGITS.
+
+    Parameters
+    ----------
+    top_k : int or torch.Tensor, runtime
+        A positive int, or a ``(batch_size,)`` int tensor with one value per row.
+
+    See Also
+    --------
+    aotinfer.sampling.top_k_mask_logits
+    """
+
+    IN = TensorType.LOGITS
+    OUT = TensorType.LOGITS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_k = _top_k(self._get_param("top_k", kwargs))
+        return TaggedTensor(sampling.top_k_mask_logits(tensor.data, top_k), out_type)
+
+
+class TopPOp(ParameterizedOp):
+    """Keeps each row's nucleus (smallest top set with mass >= ``top_p``), renormalised.
+    PROBS -> PROBS.
+
+    Parameters
+    ----------
+    top_p : float or torch.Tensor, runtime
+        A number in (0, 1], or a ``(batch_size,)`` float tensor with one value per row.
+    is_deterministic : bool, optional
+        Passed to :func:`aotinfer.sampling.top_p_renorm_probs`; a runtime keyword argument
+        or a compile-time default (``TopP(is_deterministic=True)``). Default False.
+
+    See Also
+    --------
+    aotinfer.sampling.top_p_renorm_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.PROBS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_p = _unit_fraction("top_p", self._get_param("top_p", kwargs))
+        is_deterministic = self._get_param("is_deterministic", kwargs, required=False)
+        probs = sampling.top_p_renorm_probs(
+            tensor.data, top_p, is_deterministic=bool(is_deterministic)
+        )
+        return TaggedTensor(probs, out_type)
+
+
+class MinPOp(ParameterizedOp):
+    """Keeps tokens with ``p >= min_p * max(p)`` in each row, renormalised (plain torch).
+    PROBS -> PROBS.
+
+    Parameters
+    ----------
+    min_p : float or torch.Tensor, runtime
+        A number in (0, 1], or a ``(batch_size,)`` float tensor with one value per row.
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.PROBS
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        min_p = _unit_fraction("min_p", self._get_param("min_p", kwargs))
+        probs = tensor.data
+        if isinstance(min_p, torch.Tensor):
+            min_p = _row_column("min_p", min_p, probs)
+        kept = probs >= min_p * probs.amax(dim=-1, keepdim=True)
+        filtered = probs.masked_fill(~kept, 0)
+        return TaggedTensor(filtered / filtered.sum(dim=-1, keepdim=True), out_type)
+
+
+class ProbsSampleOp(ParameterizedOp):
+    """Draws one token per output row from (unnormalised) probabilities. PROBS -> INDICES.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    indices : torch.Tensor, optional, runtime
+        Output ``i`` is drawn from row ``indices[i]``.
+    generator : torch.Generator, optional, runtime
+        Source of randomness; consumed exactly as by the direct call.
+    seed, offset : int or torch.Tensor, optional, runtime
+        Explicit random state instead of ``generator`` (both or neither), as in the
+        sampling functions; tensors make the op capturable in a CUDA graph.
+
+    See Also
+    --------
+    aotinfer.sampling.sampling_from_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        samples = sampling.sampling_from_probs(tensor.data, **_sampling_args(self, kwargs))
+        return TaggedTensor(samples, out_type)
+
+
+class LogitsSampleOp(ParameterizedOp):
+    """Draws one token per output row from ``softmax(logits)`` (Gumbel-max).
+    LOGITS -> INDICES.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    indices : torch.Tensor, optional, runtime
+        Output ``i`` is drawn from row ``indices[i]``.
+    generator : torch.Generator, optional, runtime
+        Source of randomness; consumed exactly as by the direct call.
+    seed, offset : int or torch.Tensor, optional, runtime
+        As for :class:`ProbsSampleOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.sampling_from_logits
+    """
+
+    IN = TensorType.LOGITS
+    OUT = TensorType.INDICES
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        samples = sampling.sampling_from_logits(tensor.data, **_sampling_args(self, kwargs))
+        return TaggedTensor(samples, out_type)
+
+
+# --- fused ops ------------------------------------------------------------------------------
+
+
+class FusedTemperatureSoftmaxOp(ParameterizedOp):
+    """``softmax(logits / temperature)`` in one kernel. LOGITS -> PROBS.
+
+    Built by the compiler from ``TemperatureOp, SoftmaxOp``.
+
+    Parameters
+    ----------
+    enable_pdl : bool, optional, compile time
+        Programmatic dependent launch; ``None`` lets :func:`aotinfer.softmax` decide.
+    temperature : float or torch.Tensor, runtime
+        As for :class:`TemperatureOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.softmax
+    """
+
+    IN = TensorType.LOGITS
+    OUT = TensorType.PROBS
+
+    def __init__(self, enable_pdl: Optional[bool] = None, **default_params: Any) -> None:
+        super().__init__(enable_pdl=enable_pdl, **default_params)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        temperature = _temperature(self._get_param("temperature", kwargs))
+        probs = sampling.softmax(
+            tensor.data,
+            temperature=temperature,
+            enable_pdl=self.default_params.get("enable_pdl"),
+        )
+        return TaggedTensor(probs, out_type)
+
+
+class FusedProbsTopKSampleOp(ParameterizedOp):
+    """Samples from each row's top-k set without renormalising first. PROBS -> INDICES.
+
+    Built by the compiler from ``ProbsTopKOp, ProbsSampleOp``.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    top_k : int or torch.Tensor, runtime
+        As for :class:`ProbsTopKOp`.
+    indices, generator, seed, offset : optional, runtime
+        As for :class:`ProbsSampleOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.top_k_sampling_from_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+
+    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
+        super().__init__(deterministic=deterministic, **default_params)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_k = _top_k(self._get_param("top_k", kwargs))
+        samples = sampling.top_k_sampling_from_probs(
+            tensor.data, top_k, **_sampling_args(self, kwargs)
+        )
+        return TaggedTensor(samples, out_type)
+
+
+class FusedProbsTopPSampleOp(ParameterizedOp):
+    """Samples from each row's nucleus without renormalising first. PROBS -> INDICES.
+
+    Built by the compiler from ``TopPOp, ProbsSampleOp``.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    top_p : float or torch.Tensor, runtime
+        As for :class:`TopPOp`.
+    indices, generator, seed, offset : optional, runtime
+        As for :class:`ProbsSampleOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.top_p_sampling_from_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+
+    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
+        super().__init__(deterministic=deterministic, **default_params)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_p = _unit_fraction("top_p", self._get_param("top_p", kwargs))
+        samples = sampling.top_p_sampling_from_probs(
+            tensor.data, top_p, **_sampling_args(self, kwargs)
+        )
+        return TaggedTensor(samples, out_type)
+
+
+class FusedProbsMinPSampleOp(ParameterizedOp):
+    """Samples from the tokens with ``p >= min_p * max(p)`` of each row. PROBS -> INDICES.
+
+    Built by the compiler from ``MinPOp, ProbsSampleOp``.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    min_p : float or torch.Tensor, runtime
+        As for :class:`MinPOp`.
+    indices, generator, seed, offset : optional, runtime
+        As for :class:`ProbsSampleOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.min_p_sampling_from_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+
+    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
+        super().__init__(deterministic=deterministic, **default_params)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        min_p = _unit_fraction("min_p", self._get_param("min_p", kwargs))
+        samples = sampling.min_p_sampling_from_probs(
+            tensor.data, min_p, **_sampling_args(self, kwargs)
+        )
+        return TaggedTensor(samples, out_type)
+
+
+class FusedProbsTopKTopPSampleOp(ParameterizedOp):
+    """Samples from the tokens that are both in the top-k set and in the nucleus of the
+    original row (``filter_apply_order="joint"``). PROBS -> INDICES.
+
+    Built by the compiler from ``ProbsTopKOp, TopPOp, ProbsSampleOp`` when the ``TopK``
+    processor was created with ``joint_topk_topp=True``. Joint filtering differs from the
+    unfused chain, which applies top-p to the renormalised top-k distribution.
+
+    Parameters
+    ----------
+    deterministic : bool, optional, compile time
+        Default True.
+    top_k : int or torch.Tensor, runtime
+    top_p : float or torch.Tensor, runtime
+    indices, generator, seed, offset : optional, runtime
+        As for :class:`ProbsSampleOp`.
+
+    See Also
+    --------
+    aotinfer.sampling.top_k_top_p_sampling_from_probs
+    """
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+
+    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
+        super().__init__(deterministic=deterministic, **default_params)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        top_k = _top_k(self._get_param("top_k", kwargs))
+        top_p = _unit_fraction("top_p", self._get_param("top_p", kwargs))
+        samples = sampling.top_k_top_p_sampling_from_probs(
+            tensor.data,
+            top_k,
+            top_p,
+            filter_apply_order="joint",
+            **_sampling_args(self, kwargs),
+        )
+        return TaggedTensor(samples, out_type)
