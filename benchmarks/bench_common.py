@@ -61,17 +61,29 @@ def rotations(make, total_bytes_per_set: int, budget: int = 512 << 20):
 def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
     try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, check=False,
-        ).stdout.strip().splitlines()[0]
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
     except (OSError, IndexError):
         driver = "unknown"
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-            cwd=RESULTS.parent, check=False,
-        ).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short=12", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=RESULTS.parent,
+                check=False,
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
     return {

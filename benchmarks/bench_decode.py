@@ -13,9 +13,16 @@ from __future__ import annotations
 import argparse
 
 import torch
+from bench_common import (
+    copy_bandwidth_bytes_per_s,
+    environment,
+    graph_time_ms,
+    time_ms,
+    try_import_flashinfer,
+    write_results,
+)
 
 import aotinfer
-from bench_common import copy_bandwidth_bytes_per_s, environment, graph_time_ms, time_ms, try_import_flashinfer, write_results
 
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 DT = torch.bfloat16
@@ -56,7 +63,11 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
         for tc in (True, False):
             key = "fi_tc_graph_us" if tc else "fi_graph_us"
             try:
-                fw = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=tc)
+                fw = fi.BatchDecodeWithPagedKVCacheWrapper(
+                    torch.empty(256 << 20, dtype=torch.uint8, device="cuda"),
+                    "NHD",
+                    use_tensor_cores=tc,
+                )
                 fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
                 row[key] = 1e3 * graph_time_ms(lambda: fw.run(q, cache))
                 if tc:
@@ -85,15 +96,22 @@ def bench_single(kv, fi, copy_bw, rows):
     nbytes = 2 * k.numel() * 2 + 2 * q.numel() * 2
     row = {"case": "single", "batch": 1, "kv": kv, "lens": "-"}
     row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: aotinfer.single_decode_with_kv_cache(q, k, v))
-    row["aotinfer_graph_us"] = 1e3 * graph_time_ms(lambda: aotinfer.single_decode_with_kv_cache(q, k, v))
-    kt, vt = k.permute(1, 0, 2).unsqueeze(0).contiguous(), v.permute(1, 0, 2).unsqueeze(0).contiguous()
+    row["aotinfer_graph_us"] = 1e3 * graph_time_ms(
+        lambda: aotinfer.single_decode_with_kv_cache(q, k, v)
+    )
+    kt, vt = (
+        k.permute(1, 0, 2).unsqueeze(0).contiguous(),
+        v.permute(1, 0, 2).unsqueeze(0).contiguous(),
+    )
     q4 = q.view(1, HQ, 1, D)
     row["sdpa_graph_us"] = 1e3 * graph_time_ms(
         lambda: torch.nn.functional.scaled_dot_product_attention(q4, kt, vt, enable_gqa=True)
     )
     if fi is not None:
         try:
-            row["fi_tc_graph_us"] = 1e3 * graph_time_ms(lambda: fi.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True))
+            row["fi_tc_graph_us"] = 1e3 * graph_time_ms(
+                lambda: fi.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True)
+            )
             row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
         except Exception as exc:
             row["fi_tc_graph_us"] = f"error: {type(exc).__name__}"
@@ -123,8 +141,21 @@ def main() -> None:
         bench_single(kv, fi, copy_bw, rows)
     env = environment()
     env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    cols = ["case", "batch", "kv", "lens", "aotinfer_graph_us", "aotinfer_eager_us", "fi_tc_graph_us",
-            "fi_graph_us", "fi_tc_eager_us", "sdpa_graph_us", "vs_fi_tc", "TB/s", "% copy"]
+    cols = [
+        "case",
+        "batch",
+        "kv",
+        "lens",
+        "aotinfer_graph_us",
+        "aotinfer_eager_us",
+        "fi_tc_graph_us",
+        "fi_graph_us",
+        "fi_tc_eager_us",
+        "sdpa_graph_us",
+        "vs_fi_tc",
+        "TB/s",
+        "% copy",
+    ]
     write_results("decode", env, rows, cols, notes=__doc__.split("\n\n")[1])
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-
-import aotinfer
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
@@ -24,6 +22,8 @@ from bench_common import (
     try_import_flashinfer,
     write_results,
 )
+
+import aotinfer
 
 TOP_P, TOP_K, MIN_P = 0.9, 50, 0.1
 
@@ -81,9 +81,15 @@ def cases(fi):
             1,
         ),
         "top_k_top_p_joint": (
-            lambda p: s.top_k_top_p_sampling_from_probs(p, TOP_K, TOP_P, filter_apply_order="joint"),
+            lambda p: s.top_k_top_p_sampling_from_probs(
+                p, TOP_K, TOP_P, filter_apply_order="joint"
+            ),
             None,
-            (lambda p: f("top_k_top_p_sampling_from_probs")(p, TOP_K, TOP_P, filter_apply_order="joint"))
+            (
+                lambda p: f("top_k_top_p_sampling_from_probs")(
+                    p, TOP_K, TOP_P, filter_apply_order="joint"
+                )
+            )
             if fis
             else None,
             1,
@@ -133,7 +139,12 @@ def main() -> None:
                 nbytes = batch * vocab * 4
                 sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), nbytes)
                 for name, (ours, ref, fib, mult) in table.items():
-                    row = {"op": name, "batch": batch, "vocab": vocab, "dist": "peaked" if peaked else "flat"}
+                    row = {
+                        "op": name,
+                        "batch": batch,
+                        "vocab": vocab,
+                        "dist": "peaked" if peaked else "flat",
+                    }
                     row["aotinfer_us"] = 1e3 * time_ms(ours, args_list=sets)
                     if ref is not None:
                         row["torch_us"] = 1e3 * time_ms(ref, args_list=sets)
@@ -142,7 +153,9 @@ def main() -> None:
                         try:
                             row["flashinfer_us"] = 1e3 * time_ms(fib, args_list=sets)
                             row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
-                        except Exception as exc:  # a FlashInfer JIT or API problem must not stop the run
+                        except (
+                            Exception
+                        ) as exc:  # a FlashInfer JIT or API problem must not stop the run
                             row["flashinfer_us"] = f"error: {type(exc).__name__}"
                     rate = mult * nbytes / (row["aotinfer_us"] * 1e-6)
                     row["GB/s"] = rate / 1e9
@@ -151,10 +164,24 @@ def main() -> None:
                     print(row, flush=True)
     env = environment()
     env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    cols = ["op", "batch", "vocab", "dist", "aotinfer_us", "torch_us", "flashinfer_us", "vs_torch",
-            "vs_flashinfer", "GB/s", "% copy"]
+    cols = [
+        "op",
+        "batch",
+        "vocab",
+        "dist",
+        "aotinfer_us",
+        "torch_us",
+        "flashinfer_us",
+        "vs_torch",
+        "vs_flashinfer",
+        "GB/s",
+        "% copy",
+    ]
     write_results(
-        "sampling", env, rows, cols,
+        "sampling",
+        env,
+        rows,
+        cols,
         notes="Eager calls (host time included), median of CUDA-event timings over rotating inputs. "
         f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time.",
     )

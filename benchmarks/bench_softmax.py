@@ -7,12 +7,9 @@ plain torch and FlashInfer (when importable), in one run, with the card's copy b
 from __future__ import annotations
 
 import argparse
-
-import torch
-
-import aotinfer
 import os
 
+import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
@@ -22,6 +19,8 @@ from bench_common import (
     try_import_flashinfer,
     write_results,
 )
+
+import aotinfer
 
 
 def main() -> None:
@@ -43,7 +42,9 @@ def main() -> None:
 
             sets = rotations(make, useful)
             row = {"batch": batch, "vocab": vocab}
-            row["aotinfer_us"] = 1e3 * time_ms(lambda lg, t: aotinfer.softmax(lg, t), args_list=sets)
+            row["aotinfer_us"] = 1e3 * time_ms(
+                lambda lg, t: aotinfer.softmax(lg, t), args_list=sets
+            )
             row["torch_us"] = 1e3 * time_ms(
                 lambda lg, t: torch.softmax(lg.float() / t[:, None], -1), args_list=sets
             )
@@ -60,7 +61,9 @@ def main() -> None:
                 row[f"graph_{variant}_us"] = 1e3 * graph_time_ms(lambda: aotinfer.softmax(lg, t))
             del os.environ["AOTINFER_SOFTMAX_KERNEL"]
             row["graph_us"] = 1e3 * graph_time_ms(lambda: aotinfer.softmax(lg, t))
-            row["torch_graph_us"] = 1e3 * graph_time_ms(lambda: torch.softmax(lg.float() / t[:, None], -1))
+            row["torch_graph_us"] = 1e3 * graph_time_ms(
+                lambda: torch.softmax(lg.float() / t[:, None], -1)
+            )
             if fi is not None:
                 row["fi_graph_us"] = 1e3 * graph_time_ms(lambda: fi.sampling.softmax(lg, t))
             row["GB/s"] = useful / (row["graph_us"] * 1e-6) / 1e9
@@ -68,11 +71,27 @@ def main() -> None:
             rows.append(row)
     env = environment()
     env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    cols = ["batch", "vocab", "aotinfer_us", "torch_us", "flashinfer_us", "vs_torch",
-            "vs_flashinfer", "graph_us", "graph_rowwise_us", "graph_cluster_us", "torch_graph_us",
-            "fi_graph_us", "GB/s", "% copy bw"]
+    cols = [
+        "batch",
+        "vocab",
+        "aotinfer_us",
+        "torch_us",
+        "flashinfer_us",
+        "vs_torch",
+        "vs_flashinfer",
+        "graph_us",
+        "graph_rowwise_us",
+        "graph_cluster_us",
+        "torch_graph_us",
+        "fi_graph_us",
+        "GB/s",
+        "% copy bw",
+    ]
     write_results(
-        "softmax", env, rows, cols,
+        "softmax",
+        env,
+        rows,
+        cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: CUDA-graph replay of one input set (kernel time; rowwise/cluster pin "
         "one kernel). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "

@@ -12,10 +12,12 @@ probs = aotinfer.softmax(logits, temperature=0.8)
 if device == "cuda":
     from aotinfer._providers import provider_for_device
 
-    served = f"CUDA kernel from aotinfer-{provider_for_device(0).manifest.arch} on {torch.cuda.get_device_name(0)}"
+    arch = provider_for_device(0).manifest.arch
+    served = f"CUDA kernel from aotinfer-{arch} on {torch.cuda.get_device_name(0)}"
 else:
     served = "CPU reference path (no CUDA device visible)"
 expected = torch.softmax(logits.float() / 0.8, dim=-1)
-print(f"aotinfer {aotinfer.__version__}: softmax of {tuple(logits.shape)} bf16 logits served by {served}")
+shape = tuple(logits.shape)
+print(f"aotinfer {aotinfer.__version__}: softmax of {shape} bf16 logits served by {served}")
 print(f"  row sums: {probs.sum(-1).tolist()}")
 print(f"  max |probs - torch.softmax|: {(probs - expected).abs().max().item():.2e}")

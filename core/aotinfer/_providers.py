@@ -160,7 +160,9 @@ def screen(
         else:
             skipped.append(Skipped(m.arch, reason))
             if warn:
-                warnings.warn(f"aotinfer: skipping provider: {reason}", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"aotinfer: skipping provider: {reason}", RuntimeWarning, stacklevel=3
+                )
     return usable, skipped
 
 
@@ -297,9 +299,7 @@ def provider_for_device(index: int) -> _LoadedProvider:
 
             gpu = _device_facts.gpu(index)
             facts = _device_facts.driver_facts()
-            manifest = choose(
-                gpu.capability, gpu.name, discover(), key[1], facts.cuda_version
-            )
+            manifest = choose(gpu.capability, gpu.name, discover(), key[1], facts.cuda_version)
             loaded = _LoadedProvider(manifest, gpu.capability)
             _cache[key] = loaded
     return loaded

@@ -62,7 +62,8 @@ def check_tensor(
         )
     if dtypes is not None and value.dtype not in dtypes:
         raise ValueError(
-            f"{name} must have dtype {_dtype_names(dtypes)}, got {str(value.dtype).replace('torch.', '')}"
+            f"{name} must have dtype {_dtype_names(dtypes)}, "
+            f"got {str(value.dtype).replace('torch.', '')}"
         )
     if device is not None and value.device != device:
         raise ValueError(f"{name} must be on {device}, got {value.device}")
@@ -88,14 +89,16 @@ def check_positive_scalar(name: str, value, *, allow_int: bool = True) -> float:
 def per_row_tensor(
     name: str, value: torch.Tensor, rows: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
-    """A per-row parameter: 1-D of length ``rows`` on ``device``, returned as contiguous ``dtype``."""
+    """A per-row parameter: 1-D of length ``rows`` on ``device``, returned contiguous as ``dtype``."""
     if value.dim() != 1:
         raise ValueError(
             f"{name} must be a scalar or a 1-D tensor of shape ({rows},), got a {value.dim()}-D "
             f"tensor of shape {tuple(value.shape)}"
         )
     if value.size(0) != rows:
-        raise ValueError(f"{name} must have length {rows} (one per row), got length {value.size(0)}")
+        raise ValueError(
+            f"{name} must have length {rows} (one per row), got length {value.size(0)}"
+        )
     if value.device != device:
         raise ValueError(f"{name} must be on {device}, like the input, got {value.device}")
     return value.to(dtype).contiguous()

@@ -57,7 +57,11 @@ def collect_config() -> dict:
 
     gpus = []
     for g in facts.gpus:
-        entry = {"index": g.index, "name": g.name, "capability": f"{g.capability[0]}.{g.capability[1]}"}
+        entry = {
+            "index": g.index,
+            "name": g.name,
+            "capability": f"{g.capability[0]}.{g.capability[1]}",
+        }
         try:
             chosen = _providers.choose(
                 g.capability, g.name, discovery, _providers.env_forced(), facts.cuda_version
@@ -81,7 +85,7 @@ def collect_config() -> dict:
         "driver": {
             "available": facts.available,
             "release": _nvml_driver_version() if facts.available else None,
-            "cuda_version": "%d.%d" % facts.cuda_version if facts.cuda_version else None,
+            "cuda_version": "{}.{}".format(*facts.cuda_version) if facts.cuda_version else None,
             "error": facts.error,
         },
         "providers": providers,

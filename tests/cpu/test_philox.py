@@ -4,9 +4,9 @@ The GPU tests check the CUDA side (philox.cuh) against the same reference."""
 
 from __future__ import annotations
 
-import pytest
 import struct
 
+import pytest
 import torch
 
 from aotinfer.reference import philox

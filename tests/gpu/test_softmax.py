@@ -27,7 +27,9 @@ def test_softmax_matches_reference(dtype, batch, vocab, temperature):
     assert probs.dtype == torch.float32 and probs.shape == logits.shape
     assert not probs.isnan().any()
     torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(probs.sum(-1), torch.ones(batch, device="cuda"), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        probs.sum(-1), torch.ones(batch, device="cuda"), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_softmax_writes_every_element_of_its_poisoned_output():

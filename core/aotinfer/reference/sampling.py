@@ -1,10 +1,63 @@
-"""Reference sampling functions (see aotinfer.sampling for the contracts)."""
+"""Reference sampling: the exact algorithms the CUDA kernels implement, in plain torch.
+
+This is both the path for CPU tensors and the oracle of the GPU tests, which compare
+tokens for equality given the same seed and offset. Every function computes on the device
+of its input and returns tensors there (the GPU tests run it on the GPU, where it is fast).
+Contracts (see aotinfer.sampling for the public API and the NaN/infinity rules):
+
+Cleaning. A probability takes part only when it is finite and > 0; NaN, +-inf, zero and
+negative entries act as probability 0. A logit takes part when it is > -inf (NaN never).
+
+Kept sets, per source row (``probs`` row ``r``, parameters indexed by ``r``):
+
+- top-k: ``t_k`` = the k-th largest positive value (counting repeats); keep ``p >= t_k``
+  (ties at the k-th value are all kept). k < 1 or k >= V: no filter.
+- top-p: ``t_p`` = the largest value ``t`` with ``mass(p >= t) >= top_p * mass(all)``;
+  top_p >= 1 (or NaN, in a per-row tensor) means no filter.
+- min-p: keep ``p >= min_p * max(p)`` (float32 product; a product that is not a finite
+  positive number keeps everything).
+- top-k then top-p: ``M_k = mass(p >= t_k)``, ``t_p`` = the largest ``t`` with
+  ``mass(p >= t) >= top_p * M_k``; keep ``p >= max(t_k, t_p)``.
+- joint: keep ``p >= max(t_k, t_p)`` with ``t_p`` measured against the full mass.
+
+Masses are sums in float64 (the exact value the kernels approximate); ``top_p`` and
+``min_p`` are rounded to float32 first, as the kernels receive them.
+
+Drawing. Sampling from probabilities is an exponential race: with ``E_i`` the Exp(1)
+variate of ``philox.exponential`` (``-log1p(-u_i)`` in float32, stream 0, element ``i`` =
+vocabulary index, counter row = output row), the token is the kept ``i`` minimising
+``E_i / p_i`` (float32 division); ties go to the lowest index.
+Sampling from logits is Gumbel-max: the token maximises ``x_i - log(E_i)`` (float32) over
+logits > -inf; ties go to the lowest index. A row with nothing to draw gives token 0 and
+``valid = False``, and so does an output row whose index lies outside ``[0, U)``.
+"""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from enum import IntEnum
+from typing import Optional, Tuple, Union
 
 import torch
+
+from . import philox
+
+Scalar = Union[int, float]
+ParamLike = Union[torch.Tensor, Scalar]
+
+# Elements per chunk of output rows, so that drawing many samples from few rows (indices)
+# never materialises a huge (batch, vocab) tensor.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class FilterMode(IntEnum):
+    """Which tokens survive; the values are providers/csrc/sampling/sampling_launchers.h's."""
+
+    NONE = 0
+    TOP_K = 1
+    TOP_P = 2
+    MIN_P = 3
+    TOP_K_THEN_TOP_P = 4
+    JOINT = 5
 
 
 def softmax(
@@ -23,3 +76,295 @@ def softmax(
     elif temperature is not None:
         x = x / float(temperature)
     return torch.softmax(x, dim=-1).to(torch.float32)
+
+
+# ----------------------------------------------------------------------------------------
+# Kept sets
+
+
+def clean_probs(probs: torch.Tensor) -> torch.Tensor:
+    """float32 copy where NaN, +-inf and entries <= 0 are 0."""
+    p = probs.to(torch.float32)
+    return torch.where(torch.isfinite(p) & (p > 0), p, torch.zeros((), dtype=p.dtype))
+
+
+def _per_row(value: ParamLike, rows: int, dtype: torch.dtype, device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(device=device, dtype=dtype).reshape(-1).expand(rows)
+    return torch.full((rows,), value, dtype=dtype, device=device)
+
+
+def _top_k_threshold(sorted_desc: torch.Tensor, top_k: ParamLike) -> torch.Tensor:
+    """t_k per row from descending-sorted clean probs; 0 (keep every positive) when the
+    row has no top-k filter or fewer than k positive entries."""
+    rows, vocab = sorted_desc.shape
+    k = _per_row(top_k, rows, torch.int64, sorted_desc.device)
+    active = (k >= 1) & (k < vocab)
+    pos = (k.clamp(1, vocab) - 1).unsqueeze(1)
+    t = sorted_desc.gather(1, pos).squeeze(1)
+    return torch.where(active, t, torch.zeros_like(t))
+
+
+def _top_p_threshold(
+    sorted_desc: torch.Tensor, top_p: ParamLike, base_mass: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """t_p per row: the largest value t with mass(p >= t) >= top_p * base_mass; 0 (no
+    filter) where top_p >= 1 or is NaN.
+
+    ``base_mass`` defaults to the row's full mass. The first descending position whose
+    running sum reaches the target holds t_p: a larger value's whole tie group ends before
+    that position, so its mass falls short. A per-row top_p <= 0 keeps the largest value
+    (and its ties).
+    """
+    rows = sorted_desc.size(0)
+    csum = sorted_desc.to(torch.float64).cumsum(dim=1)
+    total = csum[:, -1] if base_mass is None else base_mass
+    p32 = _per_row(top_p, rows, torch.float32, sorted_desc.device)
+    target = p32.clamp(min=0).to(torch.float64) * total
+    first = (csum < target.unsqueeze(1)).sum(dim=1).clamp(max=sorted_desc.size(1) - 1)
+    t = sorted_desc.gather(1, first.unsqueeze(1)).squeeze(1)
+    return torch.where(p32 < 1, t, torch.zeros_like(t))  # NaN < 1 is False: no filter
+
+
+def kept_mask(
+    probs: torch.Tensor,
+    filter_mode: int = FilterMode.NONE,
+    top_k: ParamLike = 0,
+    top_p: ParamLike = 1.0,
+    min_p: ParamLike = 0.0,
+) -> torch.Tensor:
+    """Bool ``(U, V)``: which entries of each row take part after the filter.
+
+    ``top_k``/``top_p``/``min_p`` are scalars or ``(U,)`` tensors (one per row of probs).
+    """
+    p = clean_probs(probs.detach())
+    mode = FilterMode(int(filter_mode))
+    positive = p > 0
+    if mode == FilterMode.NONE:
+        return positive
+    if mode == FilterMode.MIN_P:
+        mp = _per_row(min_p, p.size(0), torch.float32, p.device)
+        t = mp * p.max(dim=1).values  # float32 product, like the kernel
+        # A threshold that is not a finite positive number (per-row min_p <= 0 or NaN, or
+        # an underflow) keeps every positive entry.
+        t = torch.where(torch.isfinite(t) & (t > 0), t, torch.zeros_like(t))
+        return positive & (p >= t.unsqueeze(1))
+    sorted_desc = p.sort(dim=1, descending=True).values
+    if mode == FilterMode.TOP_K:
+        t = _top_k_threshold(sorted_desc, top_k)
+    elif mode == FilterMode.TOP_P:
+        t = _top_p_threshold(sorted_desc, top_p)
+    elif mode == FilterMode.JOINT:
+        t = torch.maximum(
+            _top_k_threshold(sorted_desc, top_k), _top_p_threshold(sorted_desc, top_p)
+        )
+    else:  # TOP_K_THEN_TOP_P
+        t_k = _top_k_threshold(sorted_desc, top_k)
+        in_k = p >= t_k.unsqueeze(1)
+        mass_k = torch.where(in_k, p, 0).to(torch.float64).sum(dim=1)
+        t = torch.maximum(t_k, _top_p_threshold(sorted_desc, top_p, mass_k))
+    return positive & (p >= t.unsqueeze(1))
+
+
+# ----------------------------------------------------------------------------------------
+# Drawing
+
+
+def race(weights: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Exponential race: argmin of E_i / w_i over entries with w_i > 0 (weights
+    already cleaned and filtered, float32). Returns (token int64, valid bool), token 0 for
+    a row with no positive weight. Ties, including ratios that overflow to inf, go to the
+    lowest index among the candidates."""
+    candidate = weights > 0
+    ratio = philox.exponential(u) / weights  # inf or nan where w == 0: masked next
+    ratio = torch.where(candidate, ratio, float("inf"))
+    token = ratio.argmin(dim=1)
+    valid = candidate.any(dim=1)
+    missed = valid & ~candidate.gather(1, token.unsqueeze(1)).squeeze(1)
+    token = torch.where(missed, candidate.to(torch.int8).argmax(dim=1), token)
+    return torch.where(valid, token, torch.zeros_like(token)), valid
+
+
+def gumbel_max(logits: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Gumbel-max: argmax of x_i - log(E_i) (float32) over x_i > -inf (NaN never).
+    Returns (token int64, valid bool), token 0 for a row with no candidate."""
+    x = logits.to(torch.float32)
+    candidate = x > float("-inf")
+    score = x - torch.log(philox.exponential(u))
+    score = torch.where(candidate, score, float("-inf"))
+    token = score.argmax(dim=1)
+    valid = candidate.any(dim=1)
+    # E = inf (u = 1) gives a candidate the score -inf; it still beats every non-candidate.
+    missed = valid & ~candidate.gather(1, token.unsqueeze(1)).squeeze(1)
+    token = torch.where(missed, candidate.to(torch.int8).argmax(dim=1), token)
+    return torch.where(valid, token, torch.zeros_like(token)), valid
+
+
+def _source_rows(indices: Optional[torch.Tensor], rows: int, device) -> torch.Tensor:
+    """Source row of each output row; -1 for an index outside [0, rows) (the kernels give
+    such a row token 0 and valid False rather than read out of bounds)."""
+    if indices is None:
+        return torch.arange(rows, dtype=torch.int64, device=device)
+    idx = indices.detach().to(device=device, dtype=torch.int64)
+    return torch.where((idx >= 0) & (idx < rows), idx, -1)
+
+
+def _draw(
+    table: torch.Tensor,
+    indices: Optional[torch.Tensor],
+    seed,
+    offset,
+    drawer,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Runs ``drawer(rows_of_table, uniforms)`` over output rows in chunks, stream 0."""
+    device = table.device
+    src = _source_rows(indices, table.size(0), device)
+    batch, vocab = src.numel(), table.size(1)
+    seeds = philox.row_keys(seed, batch, device)
+    offsets = philox.row_keys(offset, batch, device)
+    tokens = torch.zeros(batch, dtype=torch.int64, device=device)
+    valid = torch.zeros(batch, dtype=torch.bool, device=device)
+    step = max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+    for lo in range(0, batch, step):
+        hi = min(batch, lo + step)
+        rows = torch.arange(lo, hi, dtype=torch.int64, device=device)
+        u = philox.uniform(seeds[lo:hi], offsets[lo:hi], rows, 0, vocab)
+        src_chunk = src[lo:hi]
+        tok, ok = drawer(table[src_chunk.clamp(min=0)], u)
+        in_range = src_chunk >= 0
+        tokens[lo:hi] = torch.where(in_range, tok, 0)
+        valid[lo:hi] = ok & in_range
+    return tokens, valid
+
+
+def sample_from_probs(
+    probs: torch.Tensor,
+    indices: Optional[torch.Tensor] = None,
+    filter_mode: int = FilterMode.NONE,
+    top_k: ParamLike = 0,
+    top_p: ParamLike = 1.0,
+    min_p: ParamLike = 0.0,
+    *,
+    seed,
+    offset,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One token per output row from ``probs`` ``(U, V)`` after the filter, by the race.
+
+    ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
+    ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
+    Returns ``(tokens int64 (B,), valid bool (B,))``.
+    """
+    probs = probs.detach()
+    weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
+    return _draw(weights, indices, seed, offset, race)
+
+
+def sample_from_logits(
+    logits: torch.Tensor, indices: Optional[torch.Tensor] = None, *, seed, offset
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One token per output row from ``logits`` ``(U, V)`` by Gumbel-max (no filter).
+    Returns ``(tokens int64 (B,), valid bool (B,))``; valid is False for a row whose logits
+    are all -inf or NaN."""
+    return _draw(logits.detach().to(torch.float32), indices, seed, offset, gumbel_max)
+
+
+# ----------------------------------------------------------------------------------------
+# Renormalisation and masking
+
+
+def renorm_probs(
+    probs: torch.Tensor,
+    filter_mode: int,
+    top_k: ParamLike = 0,
+    top_p: ParamLike = 1.0,
+) -> torch.Tensor:
+    """``kept ? p / mass(kept) : 0`` per row, in the dtype of ``probs`` (computed in
+    float64, rounded once). A row with nothing kept is all zero."""
+    p = clean_probs(probs.detach())
+    kept = kept_mask(p, filter_mode, top_k, top_p)
+    p64 = torch.where(kept, p, 0).to(torch.float64)
+    mass = p64.sum(dim=1, keepdim=True)
+    out = torch.where(mass > 0, p64 / mass.clamp(min=torch.finfo(torch.float64).tiny), 0)
+    return out.to(torch.float32).to(probs.dtype)
+
+
+def top_k_mask_logits(logits: torch.Tensor, top_k: ParamLike) -> torch.Tensor:
+    """Logits with everything outside the top-k set -inf, same dtype.
+
+    Kept: entries >= the k-th largest non-NaN value (ties kept). NaN is never kept, so it
+    becomes -inf even without a filter (k < 1 or k >= V), and a row with fewer than k
+    non-NaN entries keeps all of them.
+    """
+    logits = logits.detach()
+    x = logits.to(torch.float32)  # exact for float16/bfloat16
+    rows, vocab = x.shape
+    finite_or_inf = torch.where(torch.isnan(x), float("-inf"), x)
+    sorted_desc = finite_or_inf.sort(dim=1, descending=True).values
+    k = _per_row(top_k, rows, torch.int64, x.device)
+    active = (k >= 1) & (k < vocab)
+    t = sorted_desc.gather(1, (k.clamp(1, vocab) - 1).unsqueeze(1)).squeeze(1)
+    t = torch.where(active, t, torch.full_like(t, float("-inf")))
+    keep = ~torch.isnan(x) & (x >= t.unsqueeze(1))
+    return torch.where(keep, logits, float("-inf"))
+
+
+# ----------------------------------------------------------------------------------------
+# Chain speculative sampling
+
+
+def chain_speculative_sampling(
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    target_probs: torch.Tensor,
+    *,
+    seed,
+    offset,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chain speculative sampling for ``B`` requests with ``n`` draft tokens each.
+
+    Position ``j`` accepts draft token ``t`` when ``u_j * q < p`` (float32), with
+    ``q = draft_probs[b, j, t]``, ``p = target_probs[b, j, t]`` (cleaned) and ``u_j`` element
+    ``j`` of stream 1 of row ``b``; a token id outside ``[0, V)`` is rejected. At the first
+    rejection ``j*`` the output token is drawn by the race from ``relu(target - draft)`` at
+    ``j*`` in stream ``2 + j*`` (from ``target[b, j*]`` itself, same uniforms, when that
+    residual has no positive entry); when all ``n`` pass, the bonus token is drawn from
+    ``target[b, n]`` in stream ``2 + n``. A distribution with nothing to draw gives token 0.
+
+    Returns ``(output_token_ids int32 (B, n+1), accepted int32 (B,), emitted int32 (B,))``:
+    ids after the drawn token are -1; ``accepted`` counts the positions that pass on their
+    own, ``emitted`` those before the first rejection. Not accumulated (the caller adds).
+    """
+    draft = draft_probs.detach()
+    device = draft.device
+    target = target_probs.detach().to(device)
+    ids = draft_token_ids.detach().to(device=device, dtype=torch.int64)
+    batch, n, vocab = draft.shape
+    seeds = philox.row_keys(seed, batch, device)
+    offsets = philox.row_keys(offset, batch, device)
+    rows = torch.arange(batch, dtype=torch.int64, device=device)
+
+    in_range = (ids >= 0) & (ids < vocab)
+    safe = ids.clamp(0, vocab - 1).unsqueeze(-1)
+    q = clean_probs(draft.gather(2, safe).squeeze(-1))
+    p = clean_probs(target[:, :n].gather(2, safe).squeeze(-1))
+    u_acc = philox.uniform(seeds, offsets, rows, 1, n)
+    accept = in_range & (u_acc * q < p)
+    accepted = accept.sum(dim=1)
+    emitted = accept.to(torch.int64).cumprod(dim=1).sum(dim=1)  # positions before j*
+
+    # The distribution of the token at position emitted[b]: residual or bonus.
+    at = emitted.view(batch, 1, 1).expand(batch, 1, vocab)
+    t_row = clean_probs(target.gather(1, at).squeeze(1))
+    d_row = clean_probs(draft.gather(1, at.clamp(max=max(n - 1, 0))).squeeze(1)) if n else t_row
+    rejected = (emitted < n).unsqueeze(1)
+    residual = torch.where(rejected, torch.relu(t_row - d_row), t_row)
+    u = philox.uniform(seeds, offsets, rows, 2 + emitted, vocab)
+    token, has_residual = race(residual, u)
+    fallback, _ = race(t_row, u)
+    token = torch.where(has_residual, token, fallback)
+
+    pos = torch.arange(n + 1, dtype=torch.int64, device=device).unsqueeze(0)
+    drafts = torch.cat([ids, torch.zeros(batch, 1, dtype=torch.int64, device=device)], dim=1)
+    out = torch.where(pos < emitted.unsqueeze(1), drafts, torch.full_like(drafts, -1))
+    out = torch.where(pos == emitted.unsqueeze(1), token.unsqueeze(1), out)
+    return out.to(torch.int32), accepted.to(torch.int32), emitted.to(torch.int32)

@@ -1,0 +1,260 @@
+"""The call into the provider's ``batch_decode`` (providers/csrc/attention/decode_launchers.h)
+and the routing of decode work between the provider (CUDA tensors) and the reference (CPU
+tensors). Nothing here validates: callers have checked every argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from . import _views
+from ._decode_plan import SplitPlan
+from .reference import attention as _ref
+
+POS_NAMES = ("NONE", "ROPE_LLAMA", "ALIBI")
+LAYOUT_NAMES = ("NHD", "HND")
+
+
+@dataclass(frozen=True)
+class DecodeScalars:
+    """The run-time scalars of one decode call, as the kernel takes them.
+
+    ``sm_scale`` already includes ``q_scale``; ``k_scale`` multiplies the logits and
+    ``v_scale`` the output inside the kernel.
+    """
+
+    sm_scale: float
+    logits_soft_cap: float
+    window_left: int
+    pos_code: int
+    rope_scale: float
+    rope_theta: float
+    k_scale: float
+    v_scale: float
+
+
+def use_reference(device: torch.device) -> bool:
+    """CPU tensors run the reference; CUDA tensors the provider (never a fallback). Tests
+    replace this to drive the provider path with a simulated provider on CPU."""
+    return device.type == "cpu"
+
+
+def provider_kernels(device: torch.device):
+    """The chosen provider's kernel module for a CUDA device (imports it on first use)."""
+    from ._providers import provider_for_device
+
+    return provider_for_device(device.index if device.index is not None else 0).kernels
+
+
+_sm_counts = {}
+
+
+def num_sms(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device, read once per device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def stream_handle(device: torch.device) -> int:
+    """The current CUDA stream's raw handle on ``device``; the fast private query when this
+    torch has it (a few hundred ns against microseconds for a Stream object)."""
+    if _raw_stream is not None and device.index is not None:
+        return _raw_stream(device.index)
+    return _views.stream_handle(device)
+
+
+def cache_half_views(cache: torch.Tensor) -> Tuple[tuple, tuple]:
+    """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache, computed
+    from its shape and strides (slicing costs microseconds per call)."""
+    ptr, st, s = cache.data_ptr(), cache.stride(), cache.shape
+    code, dev = _views.DTYPE_CODES[cache.dtype], cache.get_device()
+    shape, strides = (s[0], s[2], s[3], s[4]), (st[0], st[2], st[3], st[4])
+    v_ptr = ptr + st[1] * cache.element_size()
+    return (ptr, code, shape, strides, dev), (v_ptr, code, shape, strides, dev)
+
+
+def call_batch_decode(
+    kernels,
+    q_view,
+    k_view,
+    v_view,
+    layout_code: int,
+    page_size: int,
+    table_views: tuple,
+    kv_len_scalar: int,
+    out_view,
+    lse_view,
+    partial_views: tuple,
+    split: SplitPlan,
+    q_len_per_req: int,
+    s: DecodeScalars,
+    alibi_view,
+    sinks_view,
+    stream: int,
+) -> None:
+    """``kernels.batch_decode`` on views, argument for argument as the header documents."""
+    kernels.batch_decode(
+        q_view,
+        k_view,
+        v_view,
+        layout_code,
+        page_size,
+        *table_views,
+        kv_len_scalar,
+        out_view,
+        lse_view,
+        *partial_views,
+        split.chunk_pages,
+        split.max_splits,
+        q_len_per_req,
+        s.sm_scale,
+        s.logits_soft_cap,
+        s.window_left,
+        s.pos_code,
+        s.rope_scale,
+        s.rope_theta,
+        alibi_view if s.pos_code == 2 else None,
+        s.k_scale,
+        s.v_scale,
+        sinks_view,
+        stream,
+    )
+
+
+def launch_batch_decode(
+    kernels,
+    *,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    layout_code: int,
+    page_size: int,
+    indptr: Optional[torch.Tensor],
+    indices: Optional[torch.Tensor],
+    last_page_len: Optional[torch.Tensor],
+    kv_len_scalar: int,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    partial_out: Optional[torch.Tensor],
+    partial_lse: Optional[torch.Tensor],
+    split: SplitPlan,
+    q_len_per_req: int,
+    scalars: DecodeScalars,
+    alibi_slopes: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor],
+) -> None:
+    """:func:`call_batch_decode` on tensors (views taken here)."""
+    view = _views.view
+    split_views = (view(partial_out), view(partial_lse)) if split.max_splits > 1 else (None, None)
+    call_batch_decode(
+        kernels,
+        view(q),
+        view(k_cache),
+        view(v_cache),
+        layout_code,
+        page_size,
+        (view(indptr), view(indices), view(last_page_len)),
+        kv_len_scalar,
+        view(out),
+        view(lse),
+        split_views,
+        split,
+        q_len_per_req,
+        scalars,
+        view(alibi_slopes),
+        view(sinks),
+        stream_handle(q.device),
+    )
+
+
+def reference_params(
+    scalars: DecodeScalars, alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor]
+) -> dict:
+    """Keyword arguments of the reference ``attention`` for these scalars."""
+    return dict(
+        sm_scale=scalars.sm_scale,
+        k_scale=scalars.k_scale,
+        v_scale=scalars.v_scale,
+        logits_soft_cap=scalars.logits_soft_cap,
+        window_left=scalars.window_left,
+        pos_encoding_mode=POS_NAMES[scalars.pos_code],
+        rope_scale=scalars.rope_scale,
+        rope_theta=scalars.rope_theta,
+        alibi_slopes=alibi_slopes if scalars.pos_code == 2 else None,
+        sinks=sinks,
+    )
+
+
+def contiguous_as_pages(k: torch.Tensor, kv_layout: str) -> Tuple[torch.Tensor, int]:
+    """A contiguous single-request K (or V) seen as a paged cache half with full pages.
+
+    ``k`` is ``(kv_len, Hkv, D)`` (NHD) or ``(Hkv, kv_len, D)`` (HND). The page size is
+    ``gcd(kv_len, 64)`` so every page is full and the view stays inside the tensor (a
+    kernel may read whole pages); page p holds keys ``p*P .. p*P + P-1``.
+
+    Returns
+    -------
+    (cache_half, page_size)
+        ``(kv_len/P, P, Hkv, D)`` (NHD) or ``(kv_len/P, Hkv, P, D)`` (HND), a view of ``k``.
+    """
+    if kv_layout == "NHD":
+        kv_len, hkv, d = k.shape
+        s0, s1, s2 = k.stride()
+        p = math.gcd(kv_len, 64)
+        return k.as_strided((kv_len // p, p, hkv, d), (p * s0, s0, s1, s2)), p
+    hkv, kv_len, d = k.shape
+    s0, s1, s2 = k.stride()
+    p = math.gcd(kv_len, 64)
+    return k.as_strided((kv_len // p, hkv, p, d), (p * s1, s0, s1, s2)), p
+
+
+def identity_page_table(
+    num_pages: int, page_size: int, device: torch.device
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(indptr [0, num_pages], indices 0..num_pages-1, last_page_len [page_size])``, int32
+    and contiguous on ``device``: two small ``arange`` kernels, no host copy or sync."""
+    t = torch.arange(max(num_pages, page_size) + 1, dtype=torch.int32, device=device)
+    indptr = torch.arange(0, 2 * num_pages, num_pages, dtype=torch.int32, device=device)
+    return indptr, t[:num_pages], t[page_size : page_size + 1]
+
+
+def run_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    last_page_len: torch.Tensor,
+    *,
+    kv_layout: str,
+    q_len_per_req: int,
+    scalars: DecodeScalars,
+    alibi_slopes: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor],
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+) -> None:
+    """The CPU path: the reference, written into ``out`` (and ``lse``)."""
+    o, s = _ref.batch_decode(
+        q,
+        k_cache,
+        v_cache,
+        indptr,
+        indices,
+        last_page_len,
+        kv_layout=kv_layout,
+        q_len_per_req=q_len_per_req,
+        **reference_params(scalars, alibi_slopes, sinks),
+    )
+    out.copy_(o)
+    if lse is not None:
+        lse.copy_(s)

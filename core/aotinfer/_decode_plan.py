@@ -1,0 +1,135 @@
+"""The split-KV planner of batch decode, and the carving of its partial buffers out of the
+user's float workspace. Pure host arithmetic: the only device fact it needs is the number
+of multiprocessors, which the caller supplies.
+
+Cost model (flash-decoding). The kernel runs one CTA per (request, KV head, split); split s
+of request b handles its pages ``[s * chunk_pages, (s + 1) * chunk_pages)`` and a merge
+combines the splits. We want the useful CTAs to cover about ``WAVES`` waves of the card
+(``WAVES * num_sms`` CTAs) with equal work each, so a long request among short ones is cut
+into pieces about as large as everybody's fair share:
+
+1. ``chunk = ceil(total_pages * Hkv / (WAVES * num_sms))``: the fair share of 2 waves.
+2. ``chunk >= ceil(MIN_CHUNK_TOKENS / page_size)``: a smaller chunk costs more in partial
+   writes and merging than the extra parallelism gives back.
+3. The grid is ``B * Hkv * max_splits`` whatever the page table (empty splits exit at
+   once), so ``max_splits`` is capped at ``GRID_CTAS_PER_SM * num_sms / (B * Hkv)`` to
+   bound the cost of those empty CTAs, and at what the workspace holds; ``chunk`` grows
+   until the longest request fits in the cap.
+4. ``max_splits = ceil(max_pages / chunk)``; then ``chunk = ceil(max_pages / max_splits)``
+   evens out the pieces of the longest request. ``max_splits == 1`` means no split and no
+   partial buffers.
+
+In CUDA-graph mode the grid and ``chunk_pages`` are baked into the captured launch, so the
+plan must serve any page table that fits the buffers: it is computed once from the fixed
+batch size and ``max_num_pages`` (the indices buffer's length), taking ``total_pages =
+max_pages = max_num_pages`` (one request may own every page). Every later plan gives the
+same numbers, so a captured graph stays valid when new page tables are copied in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+
+WAVES = 2
+MIN_CHUNK_TOKENS = 256
+GRID_CTAS_PER_SM = 32
+ALIGN = 256  # bytes between carved buffers
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How the kernel cuts requests: ``chunk_pages`` pages per split, at most
+    ``max_splits`` splits per request (1: no split-KV)."""
+
+    chunk_pages: int
+    max_splits: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _align(n: int) -> int:
+    return _ceil_div(n, ALIGN) * ALIGN
+
+
+def partial_bytes(rows: int, max_splits: int, num_qo_heads: int, head_dim: int) -> int:
+    """Workspace bytes for partial_out ``(rows, S, Hq, D)`` and partial_lse ``(rows, S, Hq)``,
+    float32, each starting on an ``ALIGN`` boundary. Zero when ``max_splits == 1``."""
+    if max_splits <= 1:
+        return 0
+    n = rows * max_splits * num_qo_heads
+    return _align(n * head_dim * 4) + _align(n * 4)
+
+
+def splits_that_fit(workspace_bytes: int, rows: int, num_qo_heads: int, head_dim: int) -> int:
+    """The largest split count whose partial buffers fit in ``workspace_bytes`` (>= 1)."""
+    per_split = rows * num_qo_heads * (head_dim + 1) * 4
+    s = max(1, workspace_bytes // max(per_split, 1))
+    while s > 1 and partial_bytes(rows, s, num_qo_heads, head_dim) > workspace_bytes:
+        s -= 1
+    return s
+
+
+def plan_splits(
+    *,
+    batch: int,
+    max_pages: int,
+    total_pages: int,
+    page_size: int,
+    num_kv_heads: int,
+    num_sms: int,
+    max_splits_allowed: int,
+) -> SplitPlan:
+    """The cost model of the module docstring.
+
+    Parameters
+    ----------
+    batch : int
+        Requests in the grid (the fixed batch size in CUDA-graph mode).
+    max_pages, total_pages : int
+        Pages of the longest request and of all requests (both ``max_num_pages`` in
+        CUDA-graph mode).
+    max_splits_allowed : int
+        What the workspace holds (:func:`splits_that_fit`).
+    """
+    max_pages = max(max_pages, 1)
+    units = max(batch * num_kv_heads, 1)
+    cap = min(max_splits_allowed, max(1, (GRID_CTAS_PER_SM * num_sms) // units))
+    chunk = _ceil_div(max(total_pages, 1) * num_kv_heads, WAVES * num_sms)
+    chunk = max(chunk, _ceil_div(MIN_CHUNK_TOKENS, page_size), _ceil_div(max_pages, cap), 1)
+    splits = _ceil_div(max_pages, chunk)
+    if splits <= 1:
+        return SplitPlan(chunk_pages=max_pages, max_splits=1)
+    return SplitPlan(chunk_pages=_ceil_div(max_pages, splits), max_splits=splits)
+
+
+def plan_fixed(max_pages: int, chunk_pages: int, max_splits_allowed: int) -> SplitPlan:
+    """``fixed_split_size`` given by the user: ``chunk_pages`` pages per split."""
+    splits = _ceil_div(max(max_pages, 1), chunk_pages)
+    if splits > max_splits_allowed:
+        raise ValueError(
+            f"fixed_split_size={chunk_pages} pages cuts the longest request ({max_pages} pages) "
+            f"into {splits} splits, but the float workspace holds partial results for at most "
+            f"{max_splits_allowed}; pass a larger fixed_split_size or a larger workspace"
+        )
+    return SplitPlan(chunk_pages=chunk_pages, max_splits=max(splits, 1))
+
+
+def carve_partials(
+    workspace: torch.Tensor, rows: int, max_splits: int, num_qo_heads: int, head_dim: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``partial_out (rows, S, Hq, D)`` and ``partial_lse (rows, S, Hq)`` float32 views of the
+    workspace (which is contiguous and 16-byte aligned)."""
+    raw = workspace.view(-1).view(torch.uint8)
+    n = rows * max_splits * num_qo_heads
+    out_bytes = n * head_dim * 4
+    lse_at = _align(out_bytes)
+    partial_out = raw[:out_bytes].view(torch.float32).view(rows, max_splits, num_qo_heads, head_dim)
+    partial_lse = (
+        raw[lse_at : lse_at + n * 4].view(torch.float32).view(rows, max_splits, num_qo_heads)
+    )
+    return partial_out, partial_lse

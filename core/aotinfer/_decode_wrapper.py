@@ -1,0 +1,672 @@
+"""``BatchDecodeWithPagedKVCacheWrapper`` (and its CUDA-graph variant): plan once per
+batch composition on the host, run once per layer on the device.
+
+plan() checks everything it can on the host (it may sync), chooses the split-KV plan
+(aotinfer._decode_plan), copies the page table to the device (into the preallocated
+buffers in CUDA-graph mode) and carves the split-KV partial buffers out of the float
+workspace. run() checks its tensors against the plan without touching the device and makes
+one provider call; it allocates nothing but ``out``/``lse`` when they are not given, so it
+can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _attention_utils as _u
+from . import _decode_checks as _c
+from . import _decode_launch as _launch
+from . import _decode_plan as _plan
+from . import _views
+
+_BACKENDS_OURS = ("auto", "fa2")
+_BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
+
+# Nominal multiprocessor count for plans made on CPU (the reference path ignores splits;
+# this only makes CPU plans and workspace_size deterministic). An H100/H200 has 132.
+_CPU_NOMINAL_SMS = 132
+
+
+@dataclass
+class _Plan:
+    """What plan() fixed for run(): geometry, dtypes, options, the split and the device
+    copies of the page table."""
+
+    batch: int
+    q_len: int
+    rows: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    q_dtype: torch.dtype
+    kv_dtype: torch.dtype
+    o_dtype: torch.dtype
+    pos_encoding_mode: str
+    window_left: int
+    logits_soft_cap: Optional[float]
+    sm_scale: Optional[float]
+    rope_scale: Optional[float]
+    rope_theta: Optional[float]
+    split: _plan.SplitPlan
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    last_page_len: torch.Tensor
+    alibi_slopes: torch.Tensor
+    partial_out: Optional[torch.Tensor] = None
+    partial_lse: Optional[torch.Tensor] = None
+    # Precomputed for run()'s hot path: expected shapes, the scalars without per-call
+    # overrides, and (provider path) the kernels module and the views of plan-owned tensors.
+    q_shape: Tuple[int, ...] = ()
+    cache_tail: Tuple[int, ...] = ()
+    default_scalars: Optional[_launch.DecodeScalars] = None
+    kernels: object = None
+    table_views: tuple = (None, None, None)
+    partial_views: tuple = (None, None)
+    alibi_view: object = None
+
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    """Batch decode over a paged KV cache: ``plan()`` once per batch composition, then
+    ``run()`` once per layer.
+
+    Parameters
+    ----------
+    float_workspace_buffer : torch.Tensor
+        Contiguous, 16-byte aligned, on the device the wrapper serves (its device decides
+        CUDA kernels or the CPU reference). Split-KV partial results live here; 128 MiB is
+        plenty. Its size bounds how far long requests are split.
+    kv_layout : str
+        ``"NHD"`` or ``"HND"``, the layout of the paged cache passed to ``run``.
+    use_cuda_graph : bool
+        Fixed batch size and preallocated page-table buffers, so that ``run`` can be
+        captured in a CUDA graph and replayed after ``plan`` copies new page tables in.
+    use_tensor_cores : bool
+        Allows ``q_len_per_req > 1`` and ``fixed_split_size`` (as in FlashInfer); the same
+        kernels run either way.
+    paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer : torch.Tensor
+        CUDA-graph mode only: int32 ``(batch_size + 1,)``, ``(max_num_pages,)``,
+        ``(batch_size,)`` on the wrapper's device.
+    backend : str
+        ``"auto"`` or ``"fa2"``.
+    jit_args : None
+        aotinfer has no JIT; anything else is refused.
+
+    Examples
+    --------
+    >>> ws = torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
+    >>> wrapper = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    >>> wrapper.plan(kv_indptr, kv_indices, kv_last_page_len, 32, 8, 128, 16,
+    ...              q_data_type=torch.bfloat16)
+    >>> out = wrapper.run(q, paged_kv_cache)        # q (batch, 32, 128) bfloat16
+    """
+
+    def __init__(
+        self,
+        float_workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        use_tensor_cores: bool = False,
+        paged_kv_indptr_buffer: Optional[torch.Tensor] = None,
+        paged_kv_indices_buffer: Optional[torch.Tensor] = None,
+        paged_kv_last_page_len_buffer: Optional[torch.Tensor] = None,
+        backend: str = "auto",
+        jit_args=None,
+    ) -> None:
+        _u.check_kv_layout(kv_layout)
+        if jit_args is not None:
+            raise NotImplementedError(
+                "jit_args customises JIT-compiled kernels; aotinfer ships prebuilt kernels only"
+            )
+        if backend in _BACKENDS_FLASHINFER:
+            raise NotImplementedError(
+                f"backend {backend!r} is not available in aotinfer; "
+                "BatchDecodeWithPagedKVCacheWrapper supports backend 'auto' and 'fa2' (both run "
+                "aotinfer's decode kernels)"
+            )
+        if backend not in _BACKENDS_OURS:
+            raise ValueError(f"backend must be 'auto' or 'fa2', got {backend!r}")
+        self._float_workspace_buffer = _u.check_workspace(
+            "float_workspace_buffer", float_workspace_buffer
+        )
+        _views.check_device_supported("float_workspace_buffer", float_workspace_buffer)
+        self.device = float_workspace_buffer.device
+        self._int_workspace_buffer: Optional[torch.Tensor] = None
+        self._kv_layout = kv_layout
+        self._layout_code = _u.KV_LAYOUTS[kv_layout]
+        self._use_tensor_cores = bool(use_tensor_cores)
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._backend = backend
+        self._plan: Optional[_Plan] = None
+        self._fixed_batch_size = 0
+        self._paged_kv_indptr_buf = paged_kv_indptr_buffer
+        self._paged_kv_indices_buf = paged_kv_indices_buffer
+        self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
+        if self._use_cuda_graph:
+            self._check_graph_buffers()
+
+    def _check_graph_buffers(self) -> None:
+        buffers = (
+            ("paged_kv_indptr_buffer", self._paged_kv_indptr_buf),
+            ("paged_kv_indices_buffer", self._paged_kv_indices_buf),
+            ("paged_kv_last_page_len_buffer", self._paged_kv_last_page_len_buf),
+        )
+        for name, buf in buffers:
+            if not isinstance(buf, torch.Tensor):
+                raise ValueError(f"{name} should be a torch.Tensor in cudagraph mode")
+            _views.check_tensor(name, buf, ndim=1, dtypes=(torch.int32,), device=self.device)
+            if not buf.is_contiguous():
+                raise ValueError(f"{name} must be contiguous")
+        self._fixed_batch_size = self._paged_kv_last_page_len_buf.numel()
+        if self._paged_kv_indptr_buf.numel() != self._fixed_batch_size + 1:
+            raise ValueError("The size of paged_kv_indptr_buffer should be batch_size + 1")
+        if self._paged_kv_indices_buf.numel() < 1:
+            raise ValueError("paged_kv_indices_buffer must hold at least one page index")
+
+    @property
+    def use_tensor_cores(self) -> bool:
+        return self._use_tensor_cores
+
+    @property
+    def is_cuda_graph_enabled(self) -> bool:
+        return self._use_cuda_graph
+
+    def reset_workspace_buffer(
+        self, float_workspace_buffer: torch.Tensor, int_workspace_buffer: torch.Tensor
+    ) -> None:
+        """Swap in new workspace buffers (same device). A current plan's partial buffers are
+        carved again from the new float buffer; if it is too small, call ``plan`` again."""
+        _u.check_workspace("float_workspace_buffer", float_workspace_buffer)
+        if int_workspace_buffer is not None:
+            _u.check_workspace("int_workspace_buffer", int_workspace_buffer)
+        if float_workspace_buffer.device != self.device:
+            raise ValueError(
+                f"float_workspace_buffer must stay on {self.device}, got "
+                f"{float_workspace_buffer.device}"
+            )
+        self._float_workspace_buffer = float_workspace_buffer
+        self._int_workspace_buffer = int_workspace_buffer
+        p = self._plan
+        if p is not None and p.split.max_splits > 1:
+            need = _plan.partial_bytes(p.rows, p.split.max_splits, p.num_qo_heads, p.head_dim)
+            have = float_workspace_buffer.numel() * float_workspace_buffer.element_size()
+            if need > have:
+                self._plan = None
+                raise ValueError(
+                    f"the new float_workspace_buffer holds {have} bytes but the current plan "
+                    f"needs {need}; call plan() again"
+                )
+            p.partial_out, p.partial_lse = _plan.carve_partials(
+                float_workspace_buffer, p.rows, p.split.max_splits, p.num_qo_heads, p.head_dim
+            )
+            self._carve_views(p)
+
+    def _workspace_bytes(self) -> int:
+        buf = self._float_workspace_buffer
+        return buf.numel() * buf.element_size()
+
+    def _num_sms(self) -> int:
+        if _launch.use_reference(self.device):
+            return _CPU_NOMINAL_SMS
+        return _launch.num_sms(self.device)
+
+    def _split(
+        self,
+        batch,
+        rows,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        pages,
+        opts,
+        workspace_bytes,
+    ):
+        """The split plan (see aotinfer._decode_plan for the cost model)."""
+        if self._use_cuda_graph:
+            max_pages = total = self._paged_kv_indices_buf.numel()
+        else:
+            max_pages, total = int(pages.max()), int(pages.sum())
+        if opts["disable_split_kv"]:
+            return _plan.SplitPlan(chunk_pages=max_pages, max_splits=1)
+        allowed = _plan.splits_that_fit(workspace_bytes, rows, num_qo_heads, head_dim)
+        if opts["fixed_split_size"] is not None:
+            return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
+        return _plan.plan_splits(
+            batch=batch,
+            max_pages=max_pages,
+            total_pages=total,
+            page_size=page_size,
+            num_kv_heads=num_kv_heads,
+            num_sms=self._num_sms(),
+            max_splits_allowed=allowed,
+        )
+
+    def plan(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        *deprecated_positional_args,
+        window_right: int = 0,
+        **kwargs,
+    ) -> None:
+        """Host-side planning for a batch: checks, split-KV plan, page-table copies.
+
+        May synchronise (it reads ``indptr`` and ``last_page_len`` on the host), so it is
+        not capturable; call it before capturing or replaying.
+
+        Parameters
+        ----------
+        indptr : torch.Tensor
+            ``(batch_size + 1,)`` int32: request b owns ``indices[indptr[b]:indptr[b+1]]``.
+        indices : torch.Tensor
+            ``(indptr[-1],)`` int32 page ids.
+        last_page_len : torch.Tensor
+            ``(batch_size,)`` int32, each in ``[1, page_size]``; request b holds
+            ``page_size * (pages_b - 1) + last_page_len[b]`` keys.
+        num_qo_heads, num_kv_heads, head_dim, page_size : int
+            Geometry; ``num_qo_heads % num_kv_heads == 0``; head_dim 64, 128 or 256.
+        **kwargs
+            ``pos_encoding_mode="NONE"``, ``window_left=-1``, ``logits_soft_cap=None``,
+            ``q_data_type="float16"``, ``kv_data_type=None`` (q's), ``o_data_type=None``
+            (q's), ``data_type=None`` (deprecated: fills q/kv types left None),
+            ``sm_scale=None`` (``1/sqrt(head_dim)``), ``rope_scale=None`` (1),
+            ``rope_theta=None`` (1e4), ``non_blocking=True``, ``block_tables=None`` (ignored:
+            the CSR table is authoritative), ``seq_lens=None`` (checked against the table),
+            ``fixed_split_size=None`` (pages per split; needs ``use_tensor_cores``),
+            ``disable_split_kv=False``, ``q_len_per_req=1`` (> 1 needs
+            ``use_tensor_cores``). The same options after ``page_size`` positionally, in
+            this order, still work with a DeprecationWarning. ``window_right`` must be 0.
+        """
+        opts = _c.plan_options(deprecated_positional_args, kwargs)
+        opts["window_right"] = window_right
+        q_dtype, kv_dtype, o_dtype, q_len = _c.check_plan_options(
+            num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
+        )
+        indptr_h, last_h, pages, kv_lens = _c.host_page_table(
+            indptr, indices, last_page_len, page_size, q_len
+        )
+        batch = indptr_h.numel() - 1
+        seq_lens = opts["seq_lens"]
+        if seq_lens is not None:
+            given = _views.check_tensor("seq_lens", seq_lens, ndim=1).to("cpu", torch.int64)
+            if given.shape != kv_lens.shape or not torch.equal(given, kv_lens):
+                raise ValueError(
+                    f"seq_lens {given.tolist()[:8]} does not match the kv lengths of the page "
+                    f"table {kv_lens.tolist()[:8]} (page_size * (pages - 1) + last_page_len)"
+                )
+        used = int(indptr_h[-1])
+        if self._use_cuda_graph:
+            if batch != self._fixed_batch_size:
+                raise ValueError(
+                    "The batch size should be fixed in cudagraph mode, the runtime batch size "
+                    f"{batch} mismatches the batch size set during initialization "
+                    f"{self._fixed_batch_size}"
+                )
+            if used > self._paged_kv_indices_buf.numel():
+                raise ValueError(
+                    "The size of indices should be less than or equal to the allocated buffer "
+                    f"(the page table uses {used} pages; paged_kv_indices_buffer holds "
+                    f"{self._paged_kv_indices_buf.numel()})"
+                )
+        rows = batch * q_len
+        split = self._split(
+            batch,
+            rows,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            page_size,
+            pages,
+            opts,
+            self._workspace_bytes(),
+        )
+
+        non_blocking = bool(opts["non_blocking"])
+        if self._use_cuda_graph:
+            d_indptr, d_indices = self._paged_kv_indptr_buf, self._paged_kv_indices_buf
+            d_last = self._paged_kv_last_page_len_buf
+            d_indptr.copy_(indptr, non_blocking=non_blocking)
+            d_indices[:used].copy_(indices[:used], non_blocking=non_blocking)
+            d_last.copy_(last_page_len, non_blocking=non_blocking)
+        else:
+            d_indptr = indptr.to(self.device, torch.int32, non_blocking=non_blocking)
+            d_indices = indices.to(self.device, torch.int32, non_blocking=non_blocking)
+            d_last = last_page_len.to(self.device, torch.int32, non_blocking=non_blocking)
+
+        plan = _Plan(
+            batch=batch,
+            q_len=q_len,
+            rows=rows,
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            q_dtype=q_dtype,
+            kv_dtype=kv_dtype,
+            o_dtype=o_dtype,
+            pos_encoding_mode=opts["pos_encoding_mode"],
+            window_left=opts["window_left"],
+            logits_soft_cap=opts["logits_soft_cap"],
+            sm_scale=opts["sm_scale"],
+            rope_scale=opts["rope_scale"],
+            rope_theta=opts["rope_theta"],
+            split=split,
+            indptr=d_indptr,
+            indices=d_indices,
+            last_page_len=d_last,
+            alibi_slopes=_c.alibi_slopes(num_qo_heads, self.device),
+        )
+        if split.max_splits > 1:
+            plan.partial_out, plan.partial_lse = _plan.carve_partials(
+                self._float_workspace_buffer, rows, split.max_splits, num_qo_heads, head_dim
+            )
+        plan.q_shape = (rows, num_qo_heads, head_dim)
+        if self._kv_layout == "NHD":
+            plan.cache_tail = (2, page_size, num_kv_heads, head_dim)
+        else:
+            plan.cache_tail = (2, num_kv_heads, page_size, head_dim)
+        plan.default_scalars = self._scalars(plan, {}, (None, None, None))
+        if not _launch.use_reference(self.device):
+            view = _views.view
+            plan.kernels = _launch.provider_kernels(self.device)
+            plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
+            plan.alibi_view = view(plan.alibi_slopes)
+            self._carve_views(plan)
+        self._plan = plan
+
+    @staticmethod
+    def _scalars(p: _Plan, opts: dict, scales: tuple) -> _launch.DecodeScalars:
+        return _c.scalars(
+            p.head_dim,
+            opts.get("pos_encoding_mode", p.pos_encoding_mode),
+            opts.get("window_left", p.window_left),
+            opts.get("logits_soft_cap", p.logits_soft_cap),
+            opts.get("sm_scale", p.sm_scale),
+            opts.get("rope_scale", p.rope_scale),
+            opts.get("rope_theta", p.rope_theta),
+            *scales,
+        )
+
+    def _carve_views(self, p: _Plan) -> None:
+        if p.split.max_splits > 1 and not _launch.use_reference(self.device):
+            p.partial_views = (_views.view(p.partial_out), _views.view(p.partial_lse))
+
+    begin_forward = plan
+
+    def workspace_size(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        **kwargs,
+    ) -> Tuple[int, int]:
+        """``(float_bytes, int_bytes)`` this wrapper's ``plan`` would use for these
+        arguments if the workspace were unlimited (int_bytes is 0: no int workspace)."""
+        opts = _c.plan_options((), kwargs)
+        _, _, _, q_len = _c.check_plan_options(
+            num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
+        )
+        indptr_h, _, pages, _ = _c.host_page_table(indptr, indices, last_page_len, page_size, q_len)
+        batch = indptr_h.numel() - 1
+        rows = batch * q_len
+        split = self._split(
+            batch, rows, num_qo_heads, num_kv_heads, head_dim, page_size, pages, opts, 1 << 62
+        )
+        return _plan.partial_bytes(rows, split.max_splits, num_qo_heads, head_dim), 0
+
+    def run(
+        self,
+        q: torch.Tensor,
+        paged_kv_cache,
+        *args,
+        q_scale: Optional[float] = None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        out: Optional[torch.Tensor] = None,
+        lse: Optional[torch.Tensor] = None,
+        return_lse: bool = False,
+        enable_pdl: Optional[bool] = None,
+        window_left: Optional[int] = None,
+        sinks: Optional[torch.Tensor] = None,
+        q_len_per_req: Optional[int] = None,
+        skip_softmax_threshold_scale_factor: Optional[float] = None,
+        kv_cache_sf=None,
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """Decode attention for the planned batch. Capturable: no host sync, no allocation
+        but ``out``/``lse`` when they are not given.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            ``(batch_size * q_len_per_req, num_qo_heads, head_dim)`` in the planned
+            ``q_data_type``; row ``b * q_len_per_req + r`` is query r of request b. Any
+            strides with a contiguous last dimension (a slice of a fused QKV projection).
+        paged_kv_cache : torch.Tensor or (torch.Tensor, torch.Tensor)
+            5-D ``(max_num_pages, 2, page_size, num_kv_heads, head_dim)`` (NHD) / ``(.., 2,
+            num_kv_heads, page_size, head_dim)`` (HND), or a ``(k_cache, v_cache)`` tuple of
+            the 4-D halves; in the planned ``kv_data_type``.
+        q_scale, k_scale : float, optional
+            Multiply the logits (fp8 scales); ``v_scale`` multiplies the output.
+        out : torch.Tensor, optional
+            Contiguous ``(rows, num_qo_heads, head_dim)`` in ``o_data_type``.
+        lse : torch.Tensor, optional
+            Contiguous ``(rows, num_qo_heads)`` float32; written when given.
+        return_lse : bool
+            Also return the base-2 LSE (sinks included).
+        enable_pdl : bool, optional
+            Ignored.
+        window_left : int, optional
+            None: the planned value; otherwise used for this call.
+        sinks : torch.Tensor, optional
+            ``(num_qo_heads,)`` float: one extra logit per head in the softmax denominator.
+        q_len_per_req : int, optional
+            Deprecated here (set it in ``plan``); must match the plan.
+        skip_softmax_threshold_scale_factor, kv_cache_sf : None
+            Not supported (NVFP4 KV and skip-softmax are trtllm-gen features).
+
+        Returns
+        -------
+        torch.Tensor or (torch.Tensor, torch.Tensor)
+            ``out`` and, with ``return_lse``, ``lse``.
+        """
+        p = self._plan
+        if p is None:
+            raise RuntimeError("plan() must be called before run()")
+        if args:
+            raise TypeError(
+                f"run() got {len(args)} extra positional argument(s); in FlashInfer they feed "
+                "JIT-customised kernels, which aotinfer does not have (pass options by keyword)"
+            )
+        if skip_softmax_threshold_scale_factor is not None:
+            raise NotImplementedError("skip_softmax_threshold_scale_factor is not supported")
+        if kv_cache_sf is not None:
+            raise NotImplementedError("kv_cache_sf (NVFP4 KV cache) is not supported")
+        if q_len_per_req is not None:
+            warnings.warn(
+                "run(q_len_per_req=...) is deprecated; set it in plan()",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if q_len_per_req != p.q_len:
+                raise ValueError(
+                    f"q_len_per_req={q_len_per_req} was passed to run() but plan() used "
+                    f"{p.q_len}; re-plan with the matching q_len_per_req."
+                )
+        opts = {} if window_left is None else {"window_left": window_left}
+        scales = (q_scale, k_scale, v_scale)
+        return self._run(p, q, paged_kv_cache, scales, out, lse, return_lse, sinks, opts)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def _run(self, p, q, paged_kv_cache, scales, out, lse, return_lse, sinks, opts):
+        """run() after its own argument checks; ``opts`` override planned options.
+
+        The common case (the planned options, a 5-D cache) takes the short path: a few
+        attribute comparisons, then the precomputed views; anything unusual goes through the
+        full checks, which raise the precise error.
+        """
+        dev = self.device
+        if (
+            not isinstance(q, torch.Tensor)
+            or q.dtype is not p.q_dtype
+            or q.shape != p.q_shape
+            or q.device != dev
+        ):
+            _c.check_q(p, q, dev)
+        if opts or scales != (None, None, None):
+            scalars = self._scalars(p, opts, scales)
+        else:
+            scalars = p.default_scalars
+        if sinks is not None:
+            sinks = _c.check_sinks(p, sinks, dev)
+        if out is None:
+            out = torch.empty(p.q_shape, dtype=p.o_dtype, device=dev)
+        else:
+            _u.check_shape_dtype_device(out, p.q_shape, p.o_dtype, dev, "out")
+            if not out.is_contiguous():
+                raise ValueError("out must be contiguous")
+        lse_shape = p.q_shape[:2]
+        if lse is None and return_lse:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=dev)
+        elif lse is not None:
+            _u.check_shape_dtype_device(lse, lse_shape, torch.float32, dev, "lse")
+            if not lse.is_contiguous():
+                raise ValueError("lse must be contiguous")
+
+        if _launch.use_reference(dev):
+            k_cache, v_cache = _c.check_cache(p, paged_kv_cache, self._kv_layout, dev)
+            _launch.run_reference(
+                q,
+                k_cache,
+                v_cache,
+                p.indptr,
+                p.indices,
+                p.last_page_len,
+                kv_layout=self._kv_layout,
+                q_len_per_req=p.q_len,
+                scalars=scalars,
+                alibi_slopes=p.alibi_slopes,
+                sinks=sinks,
+                out=out,
+                lse=lse,
+            )
+            return (out, lse) if return_lse else out
+
+        cache = paged_kv_cache
+        if (
+            isinstance(cache, torch.Tensor)
+            and cache.dtype is p.kv_dtype
+            and cache.shape[1:] == p.cache_tail
+            and cache.stride(-1) == 1
+            and cache.device == dev
+        ):
+            k_view, v_view = _launch.cache_half_views(cache)
+        else:
+            k_cache, v_cache = _c.check_cache(p, cache, self._kv_layout, dev)
+            k_view, v_view = _views.view(k_cache), _views.view(v_cache)
+        view = _views.view
+        _launch.call_batch_decode(
+            p.kernels,
+            view(q if q.stride(-1) == 1 else q.contiguous()),
+            k_view,
+            v_view,
+            self._layout_code,
+            p.page_size,
+            p.table_views,
+            0,
+            view(out),
+            None if lse is None else view(lse),
+            p.partial_views,
+            p.split,
+            p.q_len,
+            scalars,
+            p.alibi_view,
+            None if sinks is None else view(sinks),
+            _launch.stream_handle(dev),
+        )
+        return (out, lse) if return_lse else out
+
+    def _forward(
+        self,
+        q: torch.Tensor,
+        paged_kv_cache,
+        pos_encoding_mode: str = "NONE",
+        q_scale: Optional[float] = None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        sm_scale: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        *,
+        return_lse: bool = False,
+    ):
+        """Deprecated ``forward``/``forward_return_lse``: ``run`` with these options in place
+        of the planned ones, for this call only."""
+        p = self._plan
+        if p is None:
+            raise RuntimeError("plan() must be called before forward()")
+        opts = dict(
+            pos_encoding_mode=pos_encoding_mode,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+        )
+        scales = (q_scale, k_scale, v_scale)
+        return self._run(p, q, paged_kv_cache, scales, None, None, return_lse, None, opts)
+
+    forward = functools.partialmethod(_forward, return_lse=False)
+    forward_return_lse = functools.partialmethod(_forward, return_lse=True)
+
+    def end_forward(self) -> None:
+        """Does nothing (kept for compatibility)."""
+
+
+class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWrapper):
+    """:class:`BatchDecodeWithPagedKVCacheWrapper` with ``use_cuda_graph=True``.
+
+    Parameters
+    ----------
+    workspace_buffer : torch.Tensor
+        The float workspace (see the parent class).
+    indptr_buffer, indices_buffer, last_page_len_buffer : torch.Tensor
+        int32 ``(batch_size + 1,)``, ``(max_num_pages,)``, ``(batch_size,)``; ``plan``
+        copies each batch's page table into them.
+    """
+
+    def __init__(
+        self,
+        workspace_buffer: torch.Tensor,
+        indptr_buffer: torch.Tensor,
+        indices_buffer: torch.Tensor,
+        last_page_len_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_tensor_cores: bool = False,
+    ) -> None:
+        super().__init__(
+            workspace_buffer,
+            kv_layout,
+            use_cuda_graph=True,
+            use_tensor_cores=use_tensor_cores,
+            paged_kv_indptr_buffer=indptr_buffer,
+            paged_kv_indices_buffer=indices_buffer,
+            paged_kv_last_page_len_buffer=last_page_len_buffer,
+        )

@@ -1,0 +1,95 @@
+"""Where a sampling call's (seed, offset) come from when the caller passes none.
+
+CUDA generators follow FlashInfer (API.md section 1.4): the generator's state is read as
+``[seed, offset]`` (two int64), the offset is advanced by ``ceil(increment / 4) * 4`` and
+written back, and the call uses the seed and the *advanced* offset. So the same generator
+state gives the same tokens, and consecutive calls use fresh counters.
+
+CPU generators (the reference path) cannot be advanced that way (their state is a
+Mersenne Twister), so a call draws one 62-bit seed from the generator with
+``torch.randint(0, 2**62, (1,), generator=g)`` and uses offset 0: the same generator state
+again gives the same tokens, and the draw advances the generator. ``increment`` plays no
+part there.
+
+Increments per call (FlashInfer's): sampling_from_logits ``batch * V``;
+sampling_from_probs and min_p ``batch``; top_p, top_k and top_k_top_p ``batch * 32``;
+chain_speculative_sampling ``batch * (n + 1)``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Tuple, Union
+
+import torch
+
+CPU_SEED_BITS = 62
+# get_state / set_state is a read-modify-write: two threads sampling at once must not both
+# read the same offset (they would draw the same numbers).
+_state_lock = threading.Lock()
+
+
+def advance_state(state: torch.Tensor, increment: int) -> Tuple[torch.Tensor, int, int]:
+    """The CUDA-generator state arithmetic, on a 16-byte uint8 state tensor.
+
+    Returns ``(new_state, seed, offset)``: ``new_state`` holds the same seed and the offset
+    advanced by ``ceil(increment / 4) * 4``; ``seed`` and ``offset`` are the int64 values
+    of the new state (the seed as its signed int64 view, like FlashInfer).
+    """
+    words = state.detach().cpu().contiguous().view(torch.int64).clone()
+    if words.numel() != 2:
+        raise ValueError(
+            f"a CUDA generator state must be 16 bytes ([seed, offset] as int64), got "
+            f"{state.numel() * state.element_size()} bytes"
+        )
+    words[1] += (int(increment) + 3) // 4 * 4
+    return words.view(torch.uint8), int(words[0]), int(words[1])
+
+
+def default_generator(device: Union[torch.device, str, None]) -> torch.Generator:
+    """The default generator of ``device`` (None: the current CUDA device)."""
+    dev = torch.device("cuda") if device is None else torch.device(device)
+    if dev.type == "cpu":
+        return torch.default_generator
+    if dev.type != "cuda":
+        raise ValueError(f"device must be a CUDA or CPU device, got {dev}")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return torch.cuda.default_generators[index]
+
+
+def get_seed_and_offset(
+    increment: int,
+    generator: Optional[torch.Generator] = None,
+    device: Union[torch.device, str, None] = None,
+) -> Tuple[int, int]:
+    """The ``(seed, offset)`` a sampling call uses, advancing ``generator``.
+
+    Parameters
+    ----------
+    increment : int
+        How far the call advances a CUDA generator (rounded up to a multiple of 4).
+    generator : torch.Generator, optional
+        ``None``: the default generator of ``device``.
+    device : torch.device or str, optional
+        Picks the default generator when ``generator`` is None; ``None`` means the
+        current CUDA device, as in FlashInfer.
+
+    Returns
+    -------
+    (int, int)
+        CUDA generator: its seed and its offset after the advance. CPU generator: a
+        62-bit seed drawn from it, and 0.
+    """
+    gen = generator if generator is not None else default_generator(device)
+    if gen.device.type == "cpu":
+        seed = torch.randint(0, 1 << CPU_SEED_BITS, (1,), dtype=torch.int64, generator=gen)
+        return int(seed), 0
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise ValueError(
+            "seed, offset: a CUDA generator cannot be read or advanced during CUDA graph "
+            "capture; pass seed and offset as int64 tensors (rewrite them between replays)"
+        )
+    with _state_lock:
+        new_state, seed, offset = advance_state(gen.get_state(), increment)
+        gen.set_state(new_state)
+    return seed, offset

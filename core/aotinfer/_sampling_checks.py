@@ -1,0 +1,228 @@
+"""Argument validation for the sampling family, run in the core before any launch.
+
+Every failure is a ValueError that names the argument, says what was expected and what
+was given. Where FlashInfer has a message for the same condition (API.md section 1.3) its
+text is kept, prefixed by the argument's name, so code that matches FlashInfer's messages
+keeps working.
+
+Per-row parameters (top_k, top_p, min_p) are a Python number for every row or a 1-D
+tensor with one value per row of ``probs`` (``probs.size(0)``, the unique rows), indexed
+by source row: output row ``b`` uses ``param[indices[b]]``. FlashInfer checks the same
+length but indexes top_k and min_p by output row (API.md 1.3, Quirk); aotinfer indexes all
+three by source row, which is what the length check implies. Values inside a tensor are
+not checked on the device: a per-row k < 1 or k >= V means "no top-k filter".
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from . import _views
+from .reference.philox import to_int64
+
+INT32_MAX = 2**31 - 1
+FILTER_ORDERS = ("top_k_first", "joint")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _kind(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dim()}-D {_dtype_name(value.dtype)} tensor"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Tensor:
+    """A floating-point ``ndim``-D input on CPU or CUDA with a non-empty last dimension.
+
+    ``float32``: cast to float32 (what the sampling kernels read); otherwise float32,
+    float16 and bfloat16 are kept and anything else is refused. The last dimension is
+    made contiguous; rows may be strided.
+    """
+    _views.check_tensor(name, value, ndim=ndim)
+    _views.check_device_supported(name, value)
+    if float32:
+        if not value.is_floating_point():
+            raise ValueError(
+                f"{name} must be a floating-point tensor (float32 expected), got "
+                f"{_dtype_name(value.dtype)}"
+            )
+        value = value.to(torch.float32)
+    elif value.dtype not in _views.FLOAT_DTYPES:
+        raise ValueError(
+            f"{name}: Unsupported dtype {_dtype_name(value.dtype)}, expected float32, "
+            f"float16, or bfloat16"
+        )
+    if value.size(-1) == 0:
+        raise ValueError(
+            f"{name} must have a non-empty last (vocabulary) dimension, got shape "
+            f"{tuple(value.shape)}"
+        )
+    if value.stride(-1) != 1 and value.size(-1) > 1:
+        value = value.contiguous()
+    return value
+
+
+def indices_arg(indices, rows: int, device: torch.device) -> Optional[torch.Tensor]:
+    """``indices``: None or a 1-D int32/int64 tensor on the input's device."""
+    if indices is None:
+        return None
+    _views.check_tensor("indices", indices, ndim=1, dtypes=(torch.int32, torch.int64))
+    if indices.device != device:
+        raise ValueError(f"indices must be on {device}, like the input, got {indices.device}")
+    if rows == 0 and indices.numel() > 0:
+        raise ValueError(f"indices has {indices.numel()} entries but the input has no rows")
+    return indices.contiguous()
+
+
+def _param_tensor(
+    name: str, value: torch.Tensor, rows: int, device: torch.device, integer: bool
+) -> torch.Tensor:
+    if value.dim() == 0:
+        raise ValueError(
+            f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
+            f"parameter, but got a 0-dimensional tensor."
+        )
+    if value.dim() != 1:
+        raise ValueError(
+            f"{name}: Expected a 1D tensor or scalar for the sampling parameter, but got a "
+            f"{value.dim()}D tensor."
+        )
+    if value.size(0) != rows:
+        raise ValueError(
+            f"{name}: Sampling parameter tensor batch size mismatch: expected length {rows} "
+            f"to match the reference tensor batch size, but got length {value.size(0)}."
+        )
+    if value.device != device:
+        raise ValueError(f"{name} must be on {device}, like the input, got {value.device}")
+    if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise ValueError(
+            f"{name} tensor must have an integer dtype (int32 or int64), got "
+            f"{_dtype_name(value.dtype)}"
+        )
+    if not integer and not value.is_floating_point():
+        raise ValueError(
+            f"{name} tensor must have a floating-point dtype (float32), got "
+            f"{_dtype_name(value.dtype)}"
+        )
+    return value.to(torch.int32 if integer else torch.float32).contiguous()
+
+
+def top_k_arg(value, rows: int, device: torch.device) -> Tuple[Optional[torch.Tensor], int]:
+    """``top_k``: an int >= 1 (>= V means no filter) or a per-row integer tensor.
+    Returns (int32 tensor or None, scalar clamped to int32)."""
+    if isinstance(value, torch.Tensor):
+        return _param_tensor("top_k", value, rows, device, integer=True), 0
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"top_k must be an int >= 1 or a 1-D integer tensor, got {_kind(value)}")
+    k = operator.index(value)
+    if k < 1:
+        raise ValueError(f"top_k must be >= 1, got {k}")
+    return None, min(k, INT32_MAX)
+
+
+def unit_interval_arg(
+    name: str, value, rows: int, device: torch.device
+) -> Tuple[Optional[torch.Tensor], float]:
+    """``top_p`` / ``min_p``: a number in (0, 1] or a per-row float tensor.
+    Returns (float32 tensor or None, scalar)."""
+    if isinstance(value, torch.Tensor):
+        return _param_tensor(name, value, rows, device, integer=False), 1.0
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"{name} must be a float in (0, 1] or a 1-D float tensor, got {_kind(value)}"
+        )
+    v = float(value)
+    if not 0.0 < v <= 1.0:  # also refuses NaN
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return None, v
+
+
+def filter_order_arg(value) -> str:
+    if value not in FILTER_ORDERS:
+        raise ValueError(f"Invalid filter_apply_order: {value}")
+    return value
+
+
+def generator_arg(generator, device: torch.device) -> Optional[torch.Generator]:
+    """``generator``: None or a torch.Generator of the input's device type (and index)."""
+    if generator is None:
+        return None
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {_kind(generator)}")
+    gdev = generator.device
+    same = gdev.type == device.type and (
+        device.type == "cpu" or gdev.index is None or gdev.index == device.index
+    )
+    if not same:
+        raise ValueError(
+            f"generator must be a generator of {device}, like the input, got one of {gdev}"
+        )
+    return generator
+
+
+def check_nan(kind: str, value: torch.Tensor) -> None:
+    """check_nan=True: raise if any NaN (synchronises the host; not capturable)."""
+    if bool(torch.isnan(value).any()):
+        raise ValueError(f"Input {kind} contains NaN.")
+
+
+@dataclass(frozen=True)
+class RandomArgs:
+    """Where a call's random numbers come from: tensors (per row or broadcast), two ints,
+    or the generator (``use_generator``). Ints are the signed int64 view of the unsigned
+    64-bit value; tensors are int64 (uint64 tensors are viewed as int64, same bits)."""
+
+    use_generator: bool
+    seed_arr: Optional[torch.Tensor] = None
+    seed: int = 0
+    offset_arr: Optional[torch.Tensor] = None
+    offset: int = 0
+
+
+def _seed_tensor(name: str, t: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
+    if t.device != device:
+        raise ValueError(f"{name} tensor must be on {device}")
+    uint64 = getattr(torch, "uint64", None)
+    if t.dtype not in (torch.int64, uint64):
+        raise ValueError(f"{name} tensor must be int64/uint64")
+    if t.dim() != 1:
+        raise ValueError(f"{name} tensor must be 1D")
+    if t.size(0) not in (1, batch):
+        raise ValueError(f"{name} tensor length must be 1 or {batch}")
+    t = t.contiguous()
+    return t if t.dtype == torch.int64 else t.view(torch.int64)
+
+
+def random_args(seed, offset, device: torch.device, batch: int) -> RandomArgs:
+    """Validates ``seed`` / ``offset``: both None (use the generator), both ints (any
+    value, taken mod 2^64), or both 1-D int64/uint64 tensors of length 1 or ``batch`` on
+    the input's device. Explicit values are used as given and never advanced."""
+    if seed is None and offset is None:
+        return RandomArgs(use_generator=True)
+    if seed is None or offset is None:
+        given = "seed" if offset is None else "offset"
+        raise ValueError(
+            f"seed and offset must be given together (or both left None to use the "
+            f"generator); got {given} alone"
+        )
+    seed_is_t, offset_is_t = isinstance(seed, torch.Tensor), isinstance(offset, torch.Tensor)
+    if seed_is_t != offset_is_t:
+        raise ValueError("seed and offset must both be tensors or both be scalars")
+    if seed_is_t:
+        return RandomArgs(
+            use_generator=False,
+            seed_arr=_seed_tensor("seed", seed, device, batch),
+            offset_arr=_seed_tensor("offset", offset, device, batch),
+        )
+    for name, v in (("seed", seed), ("offset", offset)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name} must be an int or a 1-D int64/uint64 tensor, got {_kind(v)}")
+    return RandomArgs(use_generator=False, seed=to_int64(int(seed)), offset=to_int64(int(offset)))

@@ -1,0 +1,361 @@
+"""The sampling family as torch custom ops (namespace ``aotinfer``), so that
+``torch.compile(fullgraph=True)`` can trace a function that samples.
+
+Each op has one implementation for every device: CPU tensors go to ``aotinfer.reference``,
+CUDA tensors to the provider chosen for their device (imported on first use, never here).
+Each op also has a fake implementation that only allocates the outputs. The generator is
+an op argument (schema ``Generator?``) and is read and advanced inside the op at run
+time, so a compiled graph advances the generator on every call exactly like eager code.
+Dynamo cannot pass a ``torch.Generator`` object into a graph: under
+``torch.compile(fullgraph=True)`` use ``generator=None`` (the device's default generator)
+or explicit ``seed`` / ``offset``; without fullgraph an explicit generator costs a graph
+break. Sampling ops carry ``torch.Tag.nondeterministic_seeded`` so the compiler never
+merges two identical calls.
+
+In eager mode the public functions call the implementations directly (skipping the
+dispatcher's per-call overhead); under ``torch.compiler.is_compiling()`` they call the ops.
+Both run the same code. Registration happens at import (about half a millisecond per op);
+it imports no provider and initialises no CUDA.
+
+Every output is allocated here with ``torch.empty`` (the provider never allocates), and
+nothing is launched for an empty batch.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _rng, _views
+from .reference import sampling as _ref
+from .reference import topk as _ref_topk
+from .reference.philox import MASK64
+from .reference.sampling import FilterMode
+
+_LIB = torch.library.Library("aotinfer", "FRAGMENT")
+
+# The random-number tail shared by the two seeded ops' schemas.
+_RANDOM = (
+    "Generator? generator, Tensor? seed_arr, int seed, Tensor? offset_arr, int offset, "
+    "bool use_generator"
+)
+
+
+def _kernels(device: torch.device):
+    from ._providers import provider_for_device
+
+    return provider_for_device(device.index if device.index is not None else 0).kernels
+
+
+def _stream(device: torch.device) -> int:
+    return _views.stream_handle(device)
+
+
+def _seed_offset(use_generator, generator, seed, offset, increment, device):
+    if use_generator:
+        return _rng.get_seed_and_offset(increment, generator, device)
+    return seed, offset
+
+
+def _define(name: str, schema: str, impl, fake, seeded: bool = False):
+    """Registers ``aotinfer::name`` and returns the function the public API calls."""
+    tags = (torch.Tag.nondeterministic_seeded,) if seeded else ()
+    _LIB.define(name + schema, tags=tags)
+    _LIB.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"aotinfer::{name}", fake, lib=_LIB)
+    op = getattr(torch.ops.aotinfer, name).default
+
+    def call(*args):
+        if torch.compiler.is_compiling():
+            return op(*args)
+        return impl(*args)
+
+    call.__name__ = name
+    call.op = op
+    return call
+
+
+# ----------------------------------------------------------------------------------------
+# softmax
+
+
+def _softmax_impl(
+    logits: torch.Tensor,
+    temperature_arr: Optional[torch.Tensor],
+    temperature: float,
+    enable_pdl: Optional[bool],
+) -> torch.Tensor:
+    if logits.device.type == "cpu":
+        t = temperature_arr if temperature_arr is not None else temperature
+        return _ref.softmax(logits, t).contiguous()  # layout as the fake says
+    from ._providers import provider_for_device
+
+    provider = provider_for_device(logits.device.index if logits.device.index is not None else 0)
+    if enable_pdl is None:
+        enable_pdl = provider.capability[0] >= 9
+    probs = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    provider.kernels.softmax(
+        _views.view(logits),
+        _views.view(probs),
+        _views.view(temperature_arr),
+        temperature,
+        bool(enable_pdl),
+        _stream(logits.device),
+    )
+    return probs
+
+
+def _softmax_fake(logits, temperature_arr, temperature, enable_pdl):
+    return logits.new_empty(logits.shape, dtype=torch.float32)
+
+
+softmax = _define(
+    "softmax",
+    "(Tensor logits, Tensor? temperature_arr, float temperature, bool? enable_pdl) -> Tensor",
+    _softmax_impl,
+    _softmax_fake,
+)
+
+
+# ----------------------------------------------------------------------------------------
+# sample: every sampler (from probs with any filter, or from logits)
+
+
+def increment_for(is_logits: bool, filter_mode: int, batch: int, vocab: int) -> int:
+    """FlashInfer's generator increment for one call (API.md 1.4)."""
+    if is_logits:
+        return batch * vocab
+    if filter_mode in (FilterMode.NONE, FilterMode.MIN_P):
+        return batch
+    return batch * 32
+
+
+def _sample_impl(
+    input: torch.Tensor,
+    is_logits: bool,
+    indices: Optional[torch.Tensor],
+    filter_mode: int,
+    top_k_arr: Optional[torch.Tensor],
+    top_k: int,
+    top_p_arr: Optional[torch.Tensor],
+    top_p: float,
+    min_p_arr: Optional[torch.Tensor],
+    min_p: float,
+    generator: Optional[torch.Generator],
+    seed_arr: Optional[torch.Tensor],
+    seed: int,
+    offset_arr: Optional[torch.Tensor],
+    offset: int,
+    use_generator: bool,
+):
+    batch = indices.size(0) if indices is not None else input.size(0)
+    out_dtype = indices.dtype if indices is not None else torch.int32
+    increment = increment_for(is_logits, filter_mode, batch, input.size(1))
+    seed, offset = _seed_offset(use_generator, generator, seed, offset, increment, input.device)
+    if input.device.type == "cpu":
+        s = seed_arr if seed_arr is not None else seed
+        o = offset_arr if offset_arr is not None else offset
+        if is_logits:
+            tokens, valid = _ref.sample_from_logits(input, indices, seed=s, offset=o)
+        else:
+            tokens, valid = _ref.sample_from_probs(
+                input,
+                indices,
+                filter_mode,
+                top_k_arr if top_k_arr is not None else top_k,
+                top_p_arr if top_p_arr is not None else top_p,
+                min_p_arr if min_p_arr is not None else min_p,
+                seed=s,
+                offset=o,
+            )
+        return tokens.to(out_dtype).contiguous(), valid.contiguous()
+    samples = torch.empty(batch, dtype=out_dtype, device=input.device)
+    valid = torch.empty(batch, dtype=torch.bool, device=input.device)
+    if batch == 0:
+        return samples, valid
+    v = _views.view
+    _kernels(input.device).sample(
+        v(input), bool(is_logits), v(indices), v(samples), v(valid), int(filter_mode),
+        v(top_k_arr), int(top_k), v(top_p_arr), float(top_p), v(min_p_arr), float(min_p),
+        v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64,
+        _stream(input.device),
+    )  # fmt: skip
+    return samples, valid
+
+
+def _sample_fake(input, is_logits, indices, *rest):
+    batch = indices.size(0) if indices is not None else input.size(0)
+    out_dtype = indices.dtype if indices is not None else torch.int32
+    return input.new_empty((batch,), dtype=out_dtype), input.new_empty((batch,), dtype=torch.bool)
+
+
+sample = _define(
+    "sample",
+    "(Tensor input, bool is_logits, Tensor? indices, int filter_mode, Tensor? top_k_arr, "
+    "int top_k, Tensor? top_p_arr, float top_p, Tensor? min_p_arr, float min_p, "
+    f"{_RANDOM}) -> (Tensor, Tensor)",
+    _sample_impl,
+    _sample_fake,
+    seeded=True,
+)
+
+
+# ----------------------------------------------------------------------------------------
+# renorm (top-k keeps the dtype; the core casts to float32 for top-p) and top-k mask
+
+
+def _renorm_impl(
+    input: torch.Tensor,
+    filter_mode: int,
+    top_k_arr: Optional[torch.Tensor],
+    top_k: int,
+    top_p_arr: Optional[torch.Tensor],
+    top_p: float,
+) -> torch.Tensor:
+    if input.device.type == "cpu":
+        return _ref.renorm_probs(
+            input,
+            filter_mode,
+            top_k_arr if top_k_arr is not None else top_k,
+            top_p_arr if top_p_arr is not None else top_p,
+        ).contiguous()
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    if input.size(0) == 0:
+        return out
+    v = _views.view
+    _kernels(input.device).renorm(
+        v(input), v(out), int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
+        float(top_p), _stream(input.device),
+    )  # fmt: skip
+    return out
+
+
+def _same_shape_fake(input, *rest):
+    return input.new_empty(input.shape)
+
+
+renorm = _define(
+    "renorm",
+    "(Tensor input, int filter_mode, Tensor? top_k_arr, int top_k, Tensor? top_p_arr, "
+    "float top_p) -> Tensor",
+    _renorm_impl,
+    _same_shape_fake,
+)
+
+
+def _top_k_mask_impl(
+    logits: torch.Tensor, top_k_arr: Optional[torch.Tensor], top_k: int
+) -> torch.Tensor:
+    if logits.device.type == "cpu":
+        k = top_k_arr if top_k_arr is not None else top_k
+        return _ref.top_k_mask_logits(logits, k).contiguous()
+    out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    if logits.size(0) == 0:
+        return out
+    _kernels(logits.device).top_k_mask(
+        _views.view(logits), _views.view(out), _views.view(top_k_arr), int(top_k),
+        _stream(logits.device),
+    )  # fmt: skip
+    return out
+
+
+top_k_mask = _define(
+    "top_k_mask",
+    "(Tensor logits, Tensor? top_k_arr, int top_k) -> Tensor",
+    _top_k_mask_impl,
+    _same_shape_fake,
+)
+
+
+# ----------------------------------------------------------------------------------------
+# top_k selection
+
+
+def _top_k_select_impl(input: torch.Tensor, k: int, sorted: bool):
+    if input.device.type == "cpu":
+        values, indices = _ref_topk.top_k(input, k, sorted)
+        return values.contiguous(), indices.contiguous()
+    rows = input.size(0)
+    values = torch.empty((rows, k), dtype=input.dtype, device=input.device)
+    indices = torch.empty((rows, k), dtype=torch.int64, device=input.device)
+    if rows == 0:
+        return values, indices
+    _kernels(input.device).top_k_select(
+        _views.view(input), int(k), _views.view(values), _views.view(indices),
+        _stream(input.device),
+    )  # fmt: skip
+    if sorted:  # the kernel returns ascending index order, so a stable sort keeps ties so
+        order = _ref_topk.descending_order(values)
+        values, indices = values.gather(1, order), indices.gather(1, order)
+    return values, indices
+
+
+def _top_k_select_fake(input, k, sorted):
+    rows = input.size(0)
+    return input.new_empty((rows, k)), input.new_empty((rows, k), dtype=torch.int64)
+
+
+top_k_select = _define(
+    "top_k_select",
+    "(Tensor input, int k, bool sorted) -> (Tensor, Tensor)",
+    _top_k_select_impl,
+    _top_k_select_fake,
+)
+
+
+# ----------------------------------------------------------------------------------------
+# chain speculative sampling (adds into accepted / emitted in place)
+
+
+def _chain_impl(
+    draft_probs: torch.Tensor,
+    draft_ids: torch.Tensor,
+    target_probs: torch.Tensor,
+    accepted: torch.Tensor,
+    emitted: torch.Tensor,
+    generator: Optional[torch.Generator],
+    seed_arr: Optional[torch.Tensor],
+    seed: int,
+    offset_arr: Optional[torch.Tensor],
+    offset: int,
+    use_generator: bool,
+) -> torch.Tensor:
+    batch, n, _ = draft_probs.shape
+    device = draft_probs.device
+    seed, offset = _seed_offset(use_generator, generator, seed, offset, batch * (n + 1), device)
+    if device.type == "cpu":
+        out, acc, emi = _ref.chain_speculative_sampling(
+            draft_probs,
+            draft_ids,
+            target_probs,
+            seed=seed_arr if seed_arr is not None else seed,
+            offset=offset_arr if offset_arr is not None else offset,
+        )
+        accepted.add_(acc)
+        emitted.add_(emi)
+        return out.contiguous()
+    out = torch.empty((batch, n + 1), dtype=torch.int32, device=device)
+    if batch == 0:
+        return out
+    v = _views.view
+    _kernels(device).chain_speculative(
+        v(draft_probs), v(draft_ids), v(target_probs), v(out), v(accepted), v(emitted),
+        v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64, _stream(device),
+    )  # fmt: skip
+    return out
+
+
+def _chain_fake(draft_probs, draft_ids, target_probs, accepted, emitted, *rest):
+    batch, n, _ = draft_probs.shape
+    return draft_probs.new_empty((batch, n + 1), dtype=torch.int32)
+
+
+chain_speculative = _define(
+    "chain_speculative",
+    "(Tensor draft_probs, Tensor draft_ids, Tensor target_probs, Tensor(a!) accepted, "
+    f"Tensor(b!) emitted, {_RANDOM}) -> Tensor",
+    _chain_impl,
+    _chain_fake,
+    seeded=True,
+)

@@ -1,0 +1,239 @@
+"""Decode attention with FlashInfer's API (``flashinfer.decode``): one query token per
+request (or a few, ``q_len_per_req``) attending to a request's whole KV cache.
+
+CUDA tensors run the provider's ``batch_decode`` kernel (providers/csrc/attention/
+decode_launchers.h); CPU tensors run the reference (``aotinfer.reference.attention``). Every
+argument is checked here, before any launch.
+
+Differences from FlashInfer, by design:
+
+- ``backend`` accepts ``"auto"`` and ``"fa2"``, which both run aotinfer's decode kernels;
+  ``use_tensor_cores`` is accepted and changes nothing but what it gates in the API
+  (``q_len_per_req > 1`` and ``fixed_split_size``): the same kernels serve both settings.
+- Head dims 64, 128 and 256; q in float16 or bfloat16; KV in q's dtype, float8_e4m3fn or
+  float8_e5m2; the output is in q's dtype (``o_data_type`` must equal ``q_data_type``).
+- Every request needs at least one page (``kv_len >= q_len_per_req``), checked by ``plan``.
+- ``run(window_left=...)`` may differ from the planned value (it is a run-time argument of
+  the kernel, so no re-plan is needed). ``sinks`` work with every backend value.
+- ``enable_pdl`` is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _attention_utils as _u
+from . import _decode_checks as _c
+from . import _decode_launch as _launch
+from . import _decode_plan as _plan
+from . import _views
+from ._decode_wrapper import (
+    BatchDecodeWithPagedKVCacheWrapper,
+    CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
+)
+from .reference import attention as _ref
+
+__all__ = [
+    "single_decode_with_kv_cache",
+    "BatchDecodeWithPagedKVCacheWrapper",
+    "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
+]
+
+# Single decode has no user workspace: its partial buffers are allocated per call, capped.
+_SINGLE_MAX_SPLITS = 256
+
+
+def single_decode_with_kv_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_layout: str = "NHD",
+    pos_encoding_mode: str = "NONE",
+    use_tensor_cores: bool = False,
+    q_scale: Optional[float] = None,
+    k_scale: Optional[float] = None,
+    v_scale: Optional[float] = None,
+    window_left: int = -1,
+    logits_soft_cap: Optional[float] = None,
+    sm_scale: Optional[float] = None,
+    rope_scale: Optional[float] = None,
+    rope_theta: Optional[float] = None,
+    return_lse: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Decode attention of one query token over one request's contiguous K/V.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(num_qo_heads, head_dim)`` float16 or bfloat16; the last dimension contiguous is
+        best (otherwise q is copied).
+    k, v : torch.Tensor
+        ``(kv_len, num_kv_heads, head_dim)`` for ``kv_layout="NHD"`` or ``(num_kv_heads,
+        kv_len, head_dim)`` for ``"HND"``; q's dtype, float8_e4m3fn or float8_e5m2 (both the
+        same). ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (grouped-query
+        attention: query head h reads KV head ``h // (num_qo_heads // num_kv_heads)``).
+        ``head_dim`` is 64, 128 or 256.
+    kv_layout : str
+        ``"NHD"`` or ``"HND"``.
+    pos_encoding_mode : str
+        ``"NONE"``, ``"ROPE_LLAMA"`` (Llama rotary embedding applied to q at position
+        ``kv_len - 1`` and to key j at position j, inside the kernel) or ``"ALIBI"``.
+    use_tensor_cores : bool
+        Accepted for compatibility; the same kernel runs either way.
+    q_scale, k_scale : float, optional
+        Multiply the logits (fp8 calibration scales); default 1.
+    v_scale : float, optional
+        Multiplies the output; default 1.
+    window_left : int
+        Attend only the last ``window_left + 1`` keys; -1 (default) attends all.
+    logits_soft_cap : float, optional
+        ``s = cap * tanh(s / cap)`` on the scaled logits; None or 0 turns it off.
+    sm_scale : float, optional
+        Logit scale, default ``1 / sqrt(head_dim)``.
+    rope_scale, rope_theta : float, optional
+        RoPE interpolation scale (default 1) and base (default 1e4).
+    return_lse : bool
+        Also return the base-2 log-sum-exp of the logits.
+
+    Returns
+    -------
+    torch.Tensor or (torch.Tensor, torch.Tensor)
+        ``out (num_qo_heads, head_dim)`` in q's dtype and, with ``return_lse``, ``lse
+        (num_qo_heads,)`` float32.
+
+    Examples
+    --------
+    >>> q = torch.randn(32, 128, dtype=torch.float16, device="cuda")
+    >>> k = torch.randn(2048, 8, 128, dtype=torch.float16, device="cuda")
+    >>> v = torch.randn(2048, 8, 128, dtype=torch.float16, device="cuda")
+    >>> out = aotinfer.single_decode_with_kv_cache(q, k, v)
+    """
+    _u.check_kv_layout(kv_layout)
+    _u.check_pos_encoding_mode(pos_encoding_mode)
+    _views.check_tensor("q", q, ndim=2)
+    _views.check_tensor("k", k, ndim=3)
+    _views.check_tensor("v", v, ndim=3)
+    _views.check_device_supported("q", q)
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on {q.device} like q, got {t.device}")
+    _u.check_q_dtype(q.dtype, "q")
+    _u.check_kv_dtype(k.dtype, q.dtype, "k")
+    if v.dtype != k.dtype or v.shape != k.shape:
+        raise ValueError(
+            f"v must have k's shape and dtype {tuple(k.shape)} {_u.dtype_name(k.dtype)}, got "
+            f"{tuple(v.shape)} {_u.dtype_name(v.dtype)}"
+        )
+    num_qo_heads, head_dim = q.shape
+    if kv_layout == "NHD":
+        kv_len, num_kv_heads, k_dim = k.shape
+    else:
+        num_kv_heads, kv_len, k_dim = k.shape
+    _u.check_head_dim(head_dim, "q's head_dim")
+    if k_dim != head_dim:
+        raise ValueError(f"k has head_dim {k_dim} but q has head_dim {head_dim}")
+    _u.check_heads(num_qo_heads, num_kv_heads)
+    if kv_len < 1:
+        raise ValueError(f"k and v must hold at least one key, got kv_len {kv_len}")
+    scalars = _c.scalars(
+        head_dim,
+        pos_encoding_mode,
+        window_left,
+        logits_soft_cap,
+        sm_scale,
+        rope_scale,
+        rope_theta,
+        q_scale,
+        k_scale,
+        v_scale,
+    )
+    device = q.device
+    slopes = _c.alibi_slopes(num_qo_heads, device) if scalars.pos_code == 2 else None
+
+    if _launch.use_reference(device):
+        o, s = _ref.single_decode(
+            q, k, v, kv_layout=kv_layout, **_launch.reference_params(scalars, slopes, None)
+        )
+        out = o.to(q.dtype)
+        return (out, s.to(torch.float32)) if return_lse else out
+
+    out = torch.empty((num_qo_heads, head_dim), dtype=q.dtype, device=device)
+    lse = torch.empty((num_qo_heads,), dtype=torch.float32, device=device) if return_lse else None
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    k = k if k.stride(-1) == 1 else k.contiguous()
+    v = v if v.stride(-1) == 1 else v.contiguous()
+    _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse)
+    return (out, lse) if return_lse else out
+
+
+def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse):
+    """Single decode as a one-request batch: without split-KV over ``k[None]``; with it,
+    over ``k`` seen as full pages of ``gcd(kv_len, 64)`` keys with an identity page table
+    (the planner counts keys, as pages of one key)."""
+    kernels = _launch.provider_kernels(q.device)
+    num_qo_heads, head_dim = q.shape
+    layout_code = _u.KV_LAYOUTS[kv_layout]
+    split = _plan.plan_splits(
+        batch=1,
+        max_pages=kv_len,
+        total_pages=kv_len,
+        page_size=1,
+        num_kv_heads=num_kv_heads,
+        num_sms=_launch.num_sms(q.device),
+        max_splits_allowed=_SINGLE_MAX_SPLITS,
+    )
+    common = dict(
+        q=q.unsqueeze(0),
+        layout_code=layout_code,
+        out=out.unsqueeze(0),
+        lse=None if lse is None else lse.unsqueeze(0),
+        q_len_per_req=1,
+        scalars=scalars,
+        alibi_slopes=slopes,
+        sinks=None,
+    )
+    if split.max_splits > 1:
+        k_pages, page = _launch.contiguous_as_pages(k, kv_layout)
+        v_pages, _ = _launch.contiguous_as_pages(v, kv_layout)
+        num_pages = kv_len // page
+        chunk = -(-split.chunk_pages // page)
+        split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-num_pages // chunk))
+    if split.max_splits <= 1:
+        _launch.launch_batch_decode(
+            kernels,
+            k_cache=k.unsqueeze(0),
+            v_cache=v.unsqueeze(0),
+            page_size=kv_len,
+            indptr=None,
+            indices=None,
+            last_page_len=None,
+            kv_len_scalar=kv_len,
+            partial_out=None,
+            partial_lse=None,
+            split=_plan.SplitPlan(chunk_pages=1, max_splits=1),
+            **common,
+        )
+        return
+    indptr, indices, last = _launch.identity_page_table(num_pages, page, q.device)
+    partial_out = torch.empty(
+        (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
+    )
+    partial_lse = torch.empty(
+        (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
+    )
+    _launch.launch_batch_decode(
+        kernels,
+        k_cache=k_pages,
+        v_cache=v_pages,
+        page_size=page,
+        indptr=indptr,
+        indices=indices,
+        last_page_len=last,
+        kv_len_scalar=0,
+        partial_out=partial_out,
+        partial_lse=partial_lse,
+        split=split,
+        **common,
+    )
