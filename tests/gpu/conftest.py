@@ -31,7 +31,9 @@ def poisoned_outputs(monkeypatch):
 
     def empty(*args, **kwargs):
         t = real_empty(*args, **kwargs)
-        if t.is_cuda:
+        # Tensors that require grad are torch.compile's own (its graph passes allocate them),
+        # never an aotinfer output.
+        if t.is_cuda and not t.requires_grad:
             t.fill_(float("nan") if t.is_floating_point() else -1)
         return t
 
