@@ -86,6 +86,8 @@ def environment() -> dict:
         )
     except OSError:
         commit = "unknown"
+    # The device machine's copy of the tree has no .git: ci/device-run.sh passes the commit.
+    commit = os.environ.get("AOTINFER_COMMIT") or commit
     return {
         "card": props.name,
         "multiprocessors": props.multi_processor_count,

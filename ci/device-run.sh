@@ -11,6 +11,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
 fi
 export PYTHONUNBUFFERED=1
+# The tree travels without .git; a commit file written by the caller names it, if present.
+[ -f .commit ] && export AOTINFER_COMMIT=$(cat .commit)
 ci/gpu-test.sh ${PYTEST_ARGS:-}
 rc=$?
 benches=("$@")
