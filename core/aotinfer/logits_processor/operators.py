@@ -365,7 +365,30 @@ class FusedTemperatureSoftmaxOp(ParameterizedOp):
         return TaggedTensor(probs, out_type)
 
 
-class FusedProbsTopKSampleOp(ParameterizedOp):
+class _FusedFilterSampleOp(ParameterizedOp):
+    """Shared body of the fused filter-and-sample ops: read one filter parameter, check it,
+    call one sampling function. Subclasses name the parameter and the function."""
+
+    IN = TensorType.PROBS
+    OUT = TensorType.INDICES
+    _PARAM = ""  # runtime keyword argument
+    _SAMPLER = ""  # name of the aotinfer.sampling function
+
+    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
+        super().__init__(deterministic=deterministic, **default_params)
+
+    def _check(self, value: Any) -> Any:
+        return _unit_fraction(self._PARAM, value)
+
+    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
+        out_type = self._validate_input_type(tensor)
+        value = self._check(self._get_param(self._PARAM, kwargs))
+        sampler = getattr(sampling, self._SAMPLER)
+        samples = sampler(tensor.data, value, **_sampling_args(self, kwargs))
+        return TaggedTensor(samples, out_type)
+
+
+class FusedProbsTopKSampleOp(_FusedFilterSampleOp):
     """Samples from each row's top-k set without renormalising first. PROBS -> INDICES.
 
     Built by the compiler from ``ProbsTopKOp, ProbsSampleOp``.
@@ -384,22 +407,14 @@ class FusedProbsTopKSampleOp(ParameterizedOp):
     aotinfer.sampling.top_k_sampling_from_probs
     """
 
-    IN = TensorType.PROBS
-    OUT = TensorType.INDICES
+    _PARAM = "top_k"
+    _SAMPLER = "top_k_sampling_from_probs"
 
-    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
-        super().__init__(deterministic=deterministic, **default_params)
-
-    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
-        out_type = self._validate_input_type(tensor)
-        top_k = _top_k(self._get_param("top_k", kwargs))
-        samples = sampling.top_k_sampling_from_probs(
-            tensor.data, top_k, **_sampling_args(self, kwargs)
-        )
-        return TaggedTensor(samples, out_type)
+    def _check(self, value: Any) -> Any:
+        return _top_k(value)
 
 
-class FusedProbsTopPSampleOp(ParameterizedOp):
+class FusedProbsTopPSampleOp(_FusedFilterSampleOp):
     """Samples from each row's nucleus without renormalising first. PROBS -> INDICES.
 
     Built by the compiler from ``TopPOp, ProbsSampleOp``.
@@ -418,22 +433,11 @@ class FusedProbsTopPSampleOp(ParameterizedOp):
     aotinfer.sampling.top_p_sampling_from_probs
     """
 
-    IN = TensorType.PROBS
-    OUT = TensorType.INDICES
-
-    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
-        super().__init__(deterministic=deterministic, **default_params)
-
-    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
-        out_type = self._validate_input_type(tensor)
-        top_p = _unit_fraction("top_p", self._get_param("top_p", kwargs))
-        samples = sampling.top_p_sampling_from_probs(
-            tensor.data, top_p, **_sampling_args(self, kwargs)
-        )
-        return TaggedTensor(samples, out_type)
+    _PARAM = "top_p"
+    _SAMPLER = "top_p_sampling_from_probs"
 
 
-class FusedProbsMinPSampleOp(ParameterizedOp):
+class FusedProbsMinPSampleOp(_FusedFilterSampleOp):
     """Samples from the tokens with ``p >= min_p * max(p)`` of each row. PROBS -> INDICES.
 
     Built by the compiler from ``MinPOp, ProbsSampleOp``.
@@ -452,19 +456,8 @@ class FusedProbsMinPSampleOp(ParameterizedOp):
     aotinfer.sampling.min_p_sampling_from_probs
     """
 
-    IN = TensorType.PROBS
-    OUT = TensorType.INDICES
-
-    def __init__(self, deterministic: bool = True, **default_params: Any) -> None:
-        super().__init__(deterministic=deterministic, **default_params)
-
-    def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
-        out_type = self._validate_input_type(tensor)
-        min_p = _unit_fraction("min_p", self._get_param("min_p", kwargs))
-        samples = sampling.min_p_sampling_from_probs(
-            tensor.data, min_p, **_sampling_args(self, kwargs)
-        )
-        return TaggedTensor(samples, out_type)
+    _PARAM = "min_p"
+    _SAMPLER = "min_p_sampling_from_probs"
 
 
 class FusedProbsTopKTopPSampleOp(ParameterizedOp):
