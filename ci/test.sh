@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README (and of .ci/run): on a machine without a GPU, install the
-# tools, build the core and the sm90a and sm110a providers (so a broken build cannot land),
+# tools, build the core and the sm75, sm90a and sm110a providers (the oldest target, the one
+# we run on, and Thor: a broken build for any of them cannot land),
 # then run the CPU suite and the packaging test against those wheels. GPU tests skip with a
 # reason. On a GPU machine, ci/gpu-test.sh runs the GPU suite instead.
 set -euo pipefail
@@ -15,7 +16,7 @@ $PY -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" build "cmake>=3
 $PY -m pip install -q --no-build-isolation -e core
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm90a sm110a
+AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm75 sm90a sm110a
 
 # One intra-op thread: the reference kernels on 2 shared cores slow down badly otherwise.
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} AOTINFER_TEST_WHEELHOUSE="$PWD/dist" $PY -m pytest tests -q "$@"

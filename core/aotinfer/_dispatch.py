@@ -23,6 +23,33 @@ def sampling_variants() -> list:
     return out
 
 
+def softmax_cluster_variants() -> list:
+    """The one-read cluster softmax (sm_90+ rows of 16K-256K, batch <= 64)."""
+    return [f"softmax_cluster/{name}" for name in _DTYPE_NAMES.values()]
+
+
+def decode_variants() -> list:
+    """Decode attention (aotinfer.decode): head dim x query dtype x KV dtype (the query's,
+    or fp8), the merge of attention states and the KV append (core/aotinfer/_decode_checks.py
+    admits exactly these)."""
+    out = []
+    for head_dim in (64, 128, 256):
+        for q in ("float16", "bfloat16"):
+            for kv in (q, "float8_e4m3fn", "float8_e5m2"):
+                out.append(f"decode/d{head_dim}/{q}/{kv}")
+    out += [f"merge_states/{name}" for name in _DTYPE_NAMES.values()]
+    out += [
+        f"append_paged_kv_cache/{name}"
+        for name in ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")
+    ]
+    return out
+
+
 def all_variants() -> list:
     """Every variant some valid call can select."""
-    return [softmax_variant(d) for d in _DTYPE_NAMES] + sampling_variants()
+    return (
+        [softmax_variant(d) for d in _DTYPE_NAMES]
+        + softmax_cluster_variants()
+        + sampling_variants()
+        + decode_variants()
+    )
