@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "../common/tensor_view.h"
@@ -102,6 +103,15 @@ cudaError_t launch_decode_dim(const RawDecode& r, DType q, DType kv, dim3 grid, 
     if (kv == DType::kFloat8E5M2) return launch_decode_typed<__nv_bfloat16, __nv_fp8_e5m2, D>(r, grid, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+// Shared memory one CTA of the (q, kv, D) variant needs, so the launcher can refuse a variant
+// the device cannot hold (sm_75 allows 64 KB) with a clear message before any launch.
+template <int D>
+std::size_t decode_smem_dim(DType q, DType kv) {
+  const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
+  if (q == DType::kFloat16) return fp8 ? sizeof(DecodeSmem<__half, __nv_fp8_e4m3, D>) : sizeof(DecodeSmem<__half, __half, D>);
+  return fp8 ? sizeof(DecodeSmem<__nv_bfloat16, __nv_fp8_e4m3, D>) : sizeof(DecodeSmem<__nv_bfloat16, __nv_bfloat16, D>);
 }
 
 cudaError_t launch_decode_d64(const RawDecode& r, DType q, DType kv, dim3 grid, cudaStream_t stream);

@@ -209,6 +209,16 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   DeviceGuard guard(q.device);
   throw_on_cuda_error(guard.status(), kOp, q.device);
+  const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
+                           : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
+                                      : decode_smem_dim<256>(q.dtype, k.dtype);
+  int smem_limit = 0;
+  throw_on_cuda_error(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device), kOp,
+                      q.device);
+  require(smem <= static_cast<std::size_t>(smem_limit),
+          "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(k.dtype) + " KV needs " +
+              std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
+              std::to_string(smem_limit / 1024) + " KB");
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, grid, stream);
   if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, grid, stream);
