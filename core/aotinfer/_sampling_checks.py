@@ -82,9 +82,12 @@ def indices_arg(indices, rows: int, device: torch.device) -> Optional[torch.Tens
     return indices.contiguous()
 
 
-def _param_tensor(
+def per_row_param(
     name: str, value: torch.Tensor, rows: int, device: torch.device, integer: bool
 ) -> torch.Tensor:
+    """A per-row sampling parameter (``top_k``, ``top_p``, ``min_p``, the LogitsPipe's
+    ``temperature``): 1-D of length ``rows`` on ``device``, with FlashInfer's texts; returned
+    contiguous as int32 (``integer``) or float32."""
     if value.dim() == 0:
         raise ValueError(
             f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
@@ -119,7 +122,7 @@ def top_k_arg(value, rows: int, device: torch.device) -> Tuple[Optional[torch.Te
     """``top_k``: an int >= 1 (>= V means no filter) or a per-row integer tensor.
     Returns (int32 tensor or None, scalar clamped to int32)."""
     if isinstance(value, torch.Tensor):
-        return _param_tensor("top_k", value, rows, device, integer=True), 0
+        return per_row_param("top_k", value, rows, device, integer=True), 0
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"top_k must be an int >= 1 or a 1-D integer tensor, got {_kind(value)}")
     k = operator.index(value)
@@ -134,7 +137,7 @@ def unit_interval_arg(
     """``top_p`` / ``min_p``: a number in (0, 1] or a per-row float tensor.
     Returns (float32 tensor or None, scalar)."""
     if isinstance(value, torch.Tensor):
-        return _param_tensor(name, value, rows, device, integer=False), 1.0
+        return per_row_param(name, value, rows, device, integer=False), 1.0
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(
             f"{name} must be a float in (0, 1] or a 1-D float tensor, got {_kind(value)}"

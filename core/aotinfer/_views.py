@@ -89,7 +89,7 @@ def check_positive_scalar(name: str, value, *, allow_int: bool = True) -> float:
 def per_row_tensor(
     name: str, value: torch.Tensor, rows: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
-    """A per-row parameter: 1-D of length ``rows`` on ``device``, returned contiguous as ``dtype``."""
+    """A per-row parameter: 1-D of length ``rows`` on ``device``, as contiguous ``dtype``."""
     if value.dim() != 1:
         raise ValueError(
             f"{name} must be a scalar or a 1-D tensor of shape ({rows},), got a {value.dim()}-D "

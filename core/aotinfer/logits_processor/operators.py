@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from .. import sampling
+from .._sampling_checks import per_row_param
 from .op import ParameterizedOp
 from .types import TaggedTensor, TensorType
 
@@ -70,35 +71,10 @@ def _unit_fraction(name: str, value: Any) -> Union[float, torch.Tensor]:
 
 
 def _row_column(name: str, value: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
-    """A per-row float parameter as a float32 ``(rows, 1)`` column, for the torch-only ops.
-
-    Checked like the sampling functions check theirs (FlashInfer's texts, prefixed by the
-    argument's name): 1-D, one value per row of ``data``, same device, floating point.
-    """
+    """A per-row float parameter as a float32 ``(rows, 1)`` column, for the torch-only ops,
+    checked exactly as the sampling functions check theirs."""
     rows = data.size(0) if data.dim() > 0 else 1
-    if value.dim() == 0:
-        raise ValueError(
-            f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
-            "parameter, but got a 0-dimensional tensor."
-        )
-    if value.dim() != 1:
-        raise ValueError(
-            f"{name}: Expected a 1D tensor or scalar for the sampling parameter, but got a "
-            f"{value.dim()}D tensor."
-        )
-    if value.size(0) != rows:
-        raise ValueError(
-            f"{name}: Sampling parameter tensor batch size mismatch: expected length {rows} "
-            f"to match the reference tensor batch size, but got length {value.size(0)}."
-        )
-    if value.device != data.device:
-        raise ValueError(f"{name} must be on {data.device}, like the input, got {value.device}")
-    if not value.is_floating_point():
-        raise ValueError(
-            f"{name} tensor must have a floating-point dtype (float32), got "
-            f"{str(value.dtype).replace('torch.', '')}"
-        )
-    return value.to(torch.float32).unsqueeze(-1)
+    return per_row_param(name, value, rows, data.device, integer=False).unsqueeze(-1)
 
 
 def _sampling_args(op: ParameterizedOp, kwargs: Dict[str, Any]) -> Dict[str, Any]:
