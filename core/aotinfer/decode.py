@@ -12,6 +12,8 @@ Differences from FlashInfer, by design:
   (``q_len_per_req > 1`` and ``fixed_split_size``): the same kernels serve both settings.
 - Head dims 64, 128 and 256; q in float16 or bfloat16; KV in q's dtype, float8_e4m3fn or
   float8_e5m2; the output is in q's dtype (``o_data_type`` must equal ``q_data_type``).
+  Head dim 256 needs 84 KB of shared memory per block (fp16/bf16 KV): on a GPU that allows
+  less (sm_75: 64 KB) the provider refuses it with a ValueError naming both figures.
 - Every request needs at least one page (``kv_len >= q_len_per_req``), checked by ``plan``.
 - ``run(window_left=...)`` may differ from the planned value (it is a run-time argument of
   the kernel, so no re-plan is needed). ``sinks`` work with every backend value.
