@@ -190,8 +190,17 @@ def _case_id(case):
 CASES = _sample_cases()
 
 
+@pytest.fixture(params=["auto", "cuda_cores"])
+def decode_kernel(request, monkeypatch):
+    """Both decode kernels where both apply: "auto" takes the tensor-core kernel for fp16/bf16
+    KV without RoPE on sm_80+, "cuda_cores" pins the CUDA-core one (which otherwise serves
+    only fp8 KV and ROPE_LLAMA)."""
+    monkeypatch.setenv("AOTINFER_DECODE_KERNEL", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[_case_id(c) for c in CASES])
-def test_batch_decode_sampled(index):
+def test_batch_decode_sampled(index, decode_kernel):
     case = CASES[index]
     batch, kv, page_size, layout, mode, (hq, hkv), d, (dtype, kv_dtype), tuple_cache = case
     kv_dtype = kv_dtype or dtype
@@ -242,7 +251,7 @@ def test_batch_decode_sampled(index):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cap", [1.0, 30.0])
-def test_soft_cap(dtype, cap):
+def test_soft_cap(dtype, cap, decode_kernel):
     q, cache, indptr, indices, last = make_batch([17, 512, 2048], dtype=dtype, q_scale=4.0)
     out, lse = run_wrapper(
         q,
@@ -264,7 +273,7 @@ def test_soft_cap(dtype, cap):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("window", [0, 15, 127, 4000])
-def test_window_equals_decoding_the_last_keys(layout, window):
+def test_window_equals_decoding_the_last_keys(layout, window, decode_kernel):
     lens = [1, 100, 2048]
     q, cache, indptr, indices, last = make_batch(lens, layout=layout, page_size=16)
     out, lse = run_wrapper(
@@ -297,7 +306,7 @@ def test_window_equals_decoding_the_last_keys(layout, window):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_sinks_and_lse(dtype):
+def test_sinks_and_lse(dtype, decode_kernel):
     q, cache, indptr, indices, last = make_batch([1, 17, 512, 16384], dtype=dtype)
     sinks = torch.randn(32, generator=_gen(3), device=DEV) * 3
     out, lse = run_wrapper(
@@ -320,7 +329,7 @@ def test_sinks_and_lse(dtype):
 
 @pytest.mark.parametrize("q_len", [2, 4])
 @pytest.mark.parametrize("mode", MODES)
-def test_q_len_per_req(q_len, mode):
+def test_q_len_per_req(q_len, mode, decode_kernel):
     lens = [4, 17, 512, 3000, 9]
     q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, dtype=torch.bfloat16)
     out, lse = run_wrapper(
@@ -380,7 +389,7 @@ def test_fp8_kv_with_scales(kv_dtype, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_extreme_logits_have_no_nan(dtype):
+def test_extreme_logits_have_no_nan(dtype, decode_kernel):
     # logits of order 1e4: any exp without the running max overflows
     q, cache, indptr, indices, last = make_batch(
         [1, 17, 2048], dtype=dtype, q_scale=30.0, kv_scale=30.0
@@ -513,7 +522,7 @@ def test_single_decode(kv_len, layout):
 @pytest.mark.parametrize(
     "dtype, kv_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float8_e4m3fn)]
 )
-def test_single_decode_options(mode, d, dtype, kv_dtype):
+def test_single_decode_options(mode, d, dtype, kv_dtype, decode_kernel):
     hq, hkv, kv_len = 28, 4, 3000
     g = _gen(d)
     q = torch.randn(hq, d, generator=g, device=DEV).to(dtype)

@@ -10,6 +10,7 @@
 
 #include "../common/tensor_view.h"
 #include "decode_kernel.cuh"
+#include "decode_tc_kernel.cuh"
 
 namespace aotinfer::attention {
 
@@ -38,10 +39,11 @@ struct RawDecode {
   const float* alibi_slopes;
   float v_scale;
   const float* sinks;
+  int stages;  // tensor-core kernel only
 };
 
-template <typename QT, typename KVT, int D>
-cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
+template <typename QT, typename KVT>
+DecodeParams<QT, KVT> typed_params(const RawDecode& r) {
   DecodeParams<QT, KVT> p;
   p.q = static_cast<const QT*>(r.q);
   p.q_stride_row = r.q_stride_row;
@@ -81,12 +83,38 @@ cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stre
   p.alibi_slopes = r.alibi_slopes;
   p.v_scale = r.v_scale;
   p.sinks = r.sinks;
+  p.stages = r.stages;
+  return p;
+}
+
+template <typename QT, typename KVT, int D>
+cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
+  const DecodeParams<QT, KVT> p = typed_params<QT, KVT>(r);
   constexpr int kSmem = sizeof(DecodeSmem<QT, KVT, D>);
   auto kernel = decode_kernel<QT, KVT, D>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   kernel<<<grid, kDecodeThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
+  const DecodeParams<T, T> p = typed_params<T, T>(r);
+  const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
+  auto kernel = decode_tc_kernel<T, D>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, kTcThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The tensor-core kernel for one head dim: KV in q's dtype (fp16 or bf16).
+template <int D>
+cudaError_t launch_decode_tc_dim(const RawDecode& r, DType q, dim3 grid, cudaStream_t stream) {
+  if (q == DType::kFloat16) return launch_decode_tc_typed<__half, D>(r, grid, stream);
+  if (q == DType::kBFloat16) return launch_decode_tc_typed<__nv_bfloat16, D>(r, grid, stream);
+  return cudaErrorInvalidValue;
 }
 
 // Dispatches query dtype x KV dtype for one head dim; returns cudaErrorInvalidValue for a pair
@@ -114,8 +142,10 @@ std::size_t decode_smem_dim(DType q, DType kv) {
   return fp8 ? sizeof(DecodeSmem<__nv_bfloat16, __nv_fp8_e4m3, D>) : sizeof(DecodeSmem<__nv_bfloat16, __nv_bfloat16, D>);
 }
 
-cudaError_t launch_decode_d64(const RawDecode& r, DType q, DType kv, dim3 grid, cudaStream_t stream);
-cudaError_t launch_decode_d128(const RawDecode& r, DType q, DType kv, dim3 grid, cudaStream_t stream);
-cudaError_t launch_decode_d256(const RawDecode& r, DType q, DType kv, dim3 grid, cudaStream_t stream);
+// One translation unit per head dim (they compile in parallel). `tensor_cores`: the
+// tensor-core kernel (KV in q's dtype, r.stages set), else the CUDA-core one.
+cudaError_t launch_decode_d64(const RawDecode& r, DType q, DType kv, bool tensor_cores, dim3 grid, cudaStream_t stream);
+cudaError_t launch_decode_d128(const RawDecode& r, DType q, DType kv, bool tensor_cores, dim3 grid, cudaStream_t stream);
+cudaError_t launch_decode_d256(const RawDecode& r, DType q, DType kv, bool tensor_cores, dim3 grid, cudaStream_t stream);
 
 }  // namespace aotinfer::attention

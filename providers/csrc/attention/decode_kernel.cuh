@@ -18,68 +18,14 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kv_types.cuh"
+#include "decode_common.cuh"
 
 namespace aotinfer::attention {
 
 constexpr int kDecodeThreads = 128;
 constexpr int kTileKeys = 32;   // keys per tile: one per lane in the softmax warps
-constexpr int kRowBlock = 16;   // query rows per CTA (GQA group x q_len_per_req, blocked)
-constexpr float kLog2e = 1.4426950408889634f;
-
-template <typename QT, typename KVT>
-struct DecodeParams {
-  const QT* q;
-  std::int64_t q_stride_row, q_stride_head;
-  const KVT* k;
-  const KVT* v;
-  std::int64_t k_stride_page, k_stride_slot, k_stride_head;
-  std::int64_t v_stride_page, v_stride_slot, v_stride_head;
-  const std::int32_t* indptr;  // nullptr: one request, kv_len = kv_len_scalar, page 0
-  const std::int32_t* indices;
-  const std::int32_t* last_page_len;
-  std::int64_t page_size, kv_len_scalar;
-  std::int64_t num_pages;  // page ids are clamped into [0, num_pages): a bad table cannot read outside the cache
-  QT* out;
-  std::int64_t out_stride_row, out_stride_head;
-  float* lse;  // (rows, Hq) contiguous or nullptr
-  float* partial_out;  // (rows, splits, Hq, D) contiguous, when splits > 1
-  float* partial_lse;  // (rows, splits, Hq)
-  std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
-  float sm_scale;  // includes q_scale and k_scale
-  float soft_cap;  // 0: off
-  std::int64_t window_left;  // < 0: off
-  int pos_encoding;  // 0 none, 1 rope llama, 2 alibi
-  float rope_log2_theta, rope_inv_scale;
-  const float* alibi_slopes;
-  float v_scale;
-  const float* sinks;
-};
 
 namespace detail {
-
-// 16-byte global -> shared copy; asynchronous (cp.async) on sm_80+, a plain load and store
-// on sm_75, where the next tile's loads then overlap less but the result is the same.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;  // 0: fill with zeros, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
-#else
-  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
 
 // Shared-memory tile of kTileKeys rows x D elements with its 16-byte chunks XOR-swizzled by
 // row, so the score loop (each lane a different row, same column) is free of bank conflicts.
@@ -133,29 +79,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int row0 = static_cast<int>(row_block * kRowBlock);
   const int rows = static_cast<int>(rows_total - row0 < kRowBlock ? rows_total - row0 : kRowBlock);
 
-  // This request's keys.
-  std::int64_t kv_len, page_begin = 0;
-  if (p.indptr) {
-    page_begin = p.indptr[b];
-    const std::int64_t pages = p.indptr[b + 1] - page_begin;
-    kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[b] : 0;
-    if (kv_len > pages * p.page_size) kv_len = pages * p.page_size;  // last_page_len too large
-    if (kv_len < 0) kv_len = 0;
-  } else {
-    kv_len = p.kv_len_scalar;
-  }
-  const std::int64_t chunk_keys = p.chunk_pages * p.page_size;
-  std::int64_t k_begin = p.splits > 1 ? split * chunk_keys : 0;
-  std::int64_t k_end = p.splits > 1 ? (split + 1) * chunk_keys : kv_len;
-  if (k_end > kv_len) k_end = kv_len;
-  // Query row r (local) is query qi = (row0 + r) / group of head kv_head*group + (row0+r) % group,
-  // at position kv_len - q_len + qi. The window lets whole tiles before the earliest visible key go.
-  const std::int64_t first_pos = kv_len - p.q_len + (row0 / p.group);
-  if (p.window_left >= 0) {
-    const std::int64_t first_visible = first_pos - p.window_left;
-    if (k_begin < first_visible) k_begin = first_visible;
-  }
-  if (k_begin < 0) k_begin = 0;
+  const KeyRange rg = key_range(p, b, split, row0);
+  const std::int64_t kv_len = rg.kv_len, page_begin = rg.page_begin, k_begin = rg.k_begin, k_end = rg.k_end;
 
   // Load the CTA's query rows as float (RoPE applied at their positions).
   for (int idx = tid; idx < kRowBlock * D; idx += blockDim.x) {
@@ -357,36 +282,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int ri = 0; ri < kRowsPerThread; ++ri) {
     const int r = rp + 2 * ri;
     if (r >= rows) continue;
-    const std::int64_t gr = row0 + r, qi = gr / p.group, head = kv_head * p.group + gr % p.group;
-    const std::int64_t row = b * p.q_len + qi;
-    const float m = sm.m[r], l = sm.l[r];
-    if (p.splits > 1) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      float* po = p.partial_out + ((row * p.splits + split) * p.num_qo_heads + head) * D;
+    const RowOut<QT> o = row_out(p, b, split, kv_head, row0 + r, D, sm.m[r], sm.l[r]);
 #pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) po[c0 + 64 * ci] = acc[ci][ri] * inv;
-      if (c0 == 0) {
-        p.partial_lse[(row * p.splits + split) * p.num_qo_heads + head] = l > 0.f ? m + log2f(l) : -INFINITY;
+    for (int ci = 0; ci < kCols; ++ci) {
+      const float x = acc[ci][ri] * o.scale;
+      if (o.partial) {
+        o.partial[c0 + 64 * ci] = x;
+      } else {
+        o.out[c0 + 64 * ci] = from_f32<QT>(x);
       }
-    } else {
-      // Sinks add exp(sink) to the denominator: in base 2 relative to m, 2^(sink*log2e - m).
-      float denom = l;
-      float lse = l > 0.f ? m + log2f(l) : -INFINITY;
-      if (p.sinks) {
-        const float sink2 = p.sinks[head] * kLog2e;
-        if (l > 0.f) {
-          denom = l + exp2f(sink2 - m);
-          lse = m + log2f(denom);
-        } else {
-          lse = sink2;
-        }
-      }
-      const float scale = denom > 0.f ? p.v_scale / denom : 0.f;
-      QT* o = p.out + row * p.out_stride_row + head * p.out_stride_head;
-#pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) o[c0 + 64 * ci] = from_f32<QT>(acc[ci][ri] * scale);
-      if (p.lse && c0 == 0) p.lse[row * p.num_qo_heads + head] = lse;
     }
+    if (o.lse_at && c0 == 0) *o.lse_at = o.lse;
   }
 }
 

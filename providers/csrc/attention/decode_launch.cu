@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "../common/device_guard.h"
@@ -31,6 +32,28 @@ void check_int32_vector(const TensorView* v, const TensorView& ref, const char* 
 }
 
 bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+// Pipeline depth of the tensor-core kernel: the preferred depth per head dim (tiles in flight
+// per warp; 3 at D = 128 keeps two CTAs on an H100/H200 SM), lowered until the block fits
+// `smem_limit`; 0 when even two stages do not fit.
+int tensor_core_stages(std::int64_t d, int smem_limit) {
+  int stages = d == 64 ? kTcMaxStages : 3;
+  while (stages >= 2 && tc_smem_bytes(static_cast<int>(d), stages) > static_cast<std::size_t>(smem_limit)) --stages;
+  return stages >= 2 ? stages : 0;
+}
+
+// The tensor-core kernel serves sm_80+ with KV in q's dtype and no in-kernel RoPE; the
+// CUDA-core kernel everything else (fp8 KV, ROPE_LLAMA, sm_75). AOTINFER_DECODE_KERNEL=
+// cuda_cores|tensor_cores pins one where both apply (tests and benchmarks cover both).
+bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncoding pos) {
+  if (cc_major < 8 || stages < 2 || !same_dtype || pos == PosEncoding::kRopeLlama) return false;
+  const char* pin = std::getenv("AOTINFER_DECODE_KERNEL");
+  if (!pin || !*pin) return true;
+  const std::string want(pin);
+  require(want == "cuda_cores" || want == "tensor_cores" || want == "auto",
+          "AOTINFER_DECODE_KERNEL must be cuda_cores, tensor_cores or auto, got '" + want + "'");
+  return want != "cuda_cores";
+}
 
 template <typename TIn, typename TOut>
 cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
@@ -209,20 +232,25 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   DeviceGuard guard(q.device);
   throw_on_cuda_error(guard.status(), kOp, q.device);
-  const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
-                           : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
-                                      : decode_smem_dim<256>(q.dtype, k.dtype);
-  int smem_limit = 0;
+  int smem_limit = 0, major = 0;
   throw_on_cuda_error(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device), kOp,
                       q.device);
-  require(smem <= static_cast<std::size_t>(smem_limit),
-          "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(k.dtype) + " KV needs " +
-              std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
-              std::to_string(smem_limit / 1024) + " KB");
+  throw_on_cuda_error(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device), kOp, q.device);
+  r.stages = tensor_core_stages(D, smem_limit);
+  const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
+  if (!tensor_cores) {
+    const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
+                             : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
+                                        : decode_smem_dim<256>(q.dtype, k.dtype);
+    require(smem <= static_cast<std::size_t>(smem_limit),
+            "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(k.dtype) + " KV needs " +
+                std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
+                std::to_string(smem_limit / 1024) + " KB");
+  }
   cudaError_t err = cudaErrorInvalidValue;
-  if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, grid, stream);
-  if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, grid, stream);
-  if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, grid, stream);
+  if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, tensor_cores, grid, stream);
+  if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, tensor_cores, grid, stream);
+  if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   throw_on_cuda_error(err, kOp, q.device);
   if (splits > 1) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.

@@ -1,0 +1,153 @@
+// What both decode kernels (CUDA-core decode_kernel.cuh, tensor-core decode_tc_kernel.cuh)
+// share: the parameter block, the 16-byte cp.async copy, the key range one CTA owns, and the
+// finishing of one output row (normalisation, sinks, LSE, or a split's partial state).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kv_types.cuh"
+
+namespace aotinfer::attention {
+
+constexpr int kRowBlock = 16;  // query rows per CTA (GQA group x q_len_per_req, blocked); MMA M
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename QT, typename KVT>
+struct DecodeParams {
+  const QT* q;
+  std::int64_t q_stride_row, q_stride_head;
+  const KVT* k;
+  const KVT* v;
+  std::int64_t k_stride_page, k_stride_slot, k_stride_head;
+  std::int64_t v_stride_page, v_stride_slot, v_stride_head;
+  const std::int32_t* indptr;  // nullptr: one request, kv_len = kv_len_scalar, page 0
+  const std::int32_t* indices;
+  const std::int32_t* last_page_len;
+  std::int64_t page_size, kv_len_scalar;
+  std::int64_t num_pages;  // page ids are clamped into [0, num_pages): a bad table cannot read outside the cache
+  QT* out;
+  std::int64_t out_stride_row, out_stride_head;
+  float* lse;  // (rows, Hq) contiguous or nullptr
+  float* partial_out;  // (rows, splits, Hq, D) contiguous, when splits > 1
+  float* partial_lse;  // (rows, splits, Hq)
+  std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
+  float sm_scale;  // includes q_scale and k_scale
+  float soft_cap;  // 0: off
+  std::int64_t window_left;  // < 0: off
+  int pos_encoding;  // 0 none, 1 rope llama, 2 alibi
+  float rope_log2_theta, rope_inv_scale;
+  const float* alibi_slopes;
+  float v_scale;
+  const float* sinks;
+  int stages;  // tensor-core kernel: per-warp pipeline depth (2..4), chosen by the launcher
+};
+
+namespace detail {
+
+// 16-byte global -> shared copy; asynchronous (cp.async) on sm_80+, a plain load and store
+// on sm_75, where the next tile's loads then overlap less but the result is the same.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill with zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+#else
+  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+}  // namespace detail
+
+// The keys one CTA attends to: request b's keys [k_begin, k_end) of its split, the window
+// applied for its first query row.
+struct KeyRange {
+  std::int64_t kv_len, page_begin, k_begin, k_end;
+};
+
+template <typename QT, typename KVT>
+__device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, std::int64_t b, std::int64_t split,
+                                              int row0) {
+  KeyRange r{0, 0, 0, 0};
+  if (p.indptr) {
+    r.page_begin = p.indptr[b];
+    const std::int64_t pages = p.indptr[b + 1] - r.page_begin;
+    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[b] : 0;
+    if (r.kv_len > pages * p.page_size) r.kv_len = pages * p.page_size;  // last_page_len too large
+    if (r.kv_len < 0) r.kv_len = 0;
+  } else {
+    r.kv_len = p.kv_len_scalar;
+  }
+  const std::int64_t chunk_keys = p.chunk_pages * p.page_size;
+  r.k_begin = p.splits > 1 ? split * chunk_keys : 0;
+  r.k_end = p.splits > 1 ? (split + 1) * chunk_keys : r.kv_len;
+  if (r.k_end > r.kv_len) r.k_end = r.kv_len;
+  // Query row r (local) is query qi = (row0 + r) / group of head kv_head*group + (row0+r) % group,
+  // at position kv_len - q_len + qi. The window lets whole tiles before the earliest visible key go.
+  const std::int64_t first_pos = r.kv_len - p.q_len + (row0 / p.group);
+  if (p.window_left >= 0) {
+    const std::int64_t first_visible = first_pos - p.window_left;
+    if (r.k_begin < first_visible) r.k_begin = first_visible;
+  }
+  if (r.k_begin < 0) r.k_begin = 0;
+  return r;
+}
+
+// Where and how one query row's result goes, given its running max m (base 2) and sum l:
+// `partial` set: this split's normalised partial row (float) and its LSE; otherwise the
+// final row in q's dtype, scaled by v_scale / (l + sink term), and the base-2 LSE.
+template <typename QT>
+struct RowOut {
+  float scale, lse;
+  float* partial;
+  QT* out;
+  float* lse_at;  // nullptr: no LSE wanted
+};
+
+template <typename QT, typename KVT>
+__device__ __forceinline__ RowOut<QT> row_out(const DecodeParams<QT, KVT>& p, std::int64_t b, std::int64_t split,
+                                              std::int64_t kv_head, std::int64_t gr, int head_dim, float m,
+                                              float l) {
+  const std::int64_t qi = gr / p.group, head = kv_head * p.group + gr % p.group;
+  const std::int64_t row = b * p.q_len + qi;
+  RowOut<QT> o{};
+  if (p.splits > 1) {
+    const std::int64_t at = (row * p.splits + split) * p.num_qo_heads + head;
+    o.scale = l > 0.f ? 1.f / l : 0.f;
+    o.lse = l > 0.f ? m + log2f(l) : -INFINITY;
+    o.partial = p.partial_out + at * head_dim;
+    o.lse_at = p.partial_lse + at;
+    return o;
+  }
+  // Sinks add exp(sink) to the denominator: in base 2 relative to m, 2^(sink*log2e - m).
+  float denom = l;
+  o.lse = l > 0.f ? m + log2f(l) : -INFINITY;
+  if (p.sinks) {
+    const float sink2 = p.sinks[head] * kLog2e;
+    if (l > 0.f) {
+      denom = l + exp2f(sink2 - m);
+      o.lse = m + log2f(denom);
+    } else {
+      o.lse = sink2;
+    }
+  }
+  o.scale = denom > 0.f ? p.v_scale / denom : 0.f;
+  o.out = p.out + row * p.out_stride_row + head * p.out_stride_head;
+  o.lse_at = p.lse ? p.lse + row * p.num_qo_heads + head : nullptr;
+  return o;
+}
+
+}  // namespace aotinfer::attention

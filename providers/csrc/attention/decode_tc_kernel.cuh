@@ -1,0 +1,384 @@
+// Decode attention on tensor cores (mma.sync m16n8k16, sm_80+), for fp16/bf16 KV in q's dtype
+// without in-kernel RoPE. One CTA per (request, KV head, block of 16 query rows, KV split),
+// the same grid as the CUDA-core kernel (decode_kernel.cuh), which still serves fp8 KV,
+// ROPE_LLAMA and sm_75.
+//
+// Why tensor cores for a memory-bound kernel: with the GQA group in the MMA's 16 rows, one
+// m16n8k16 does 16x8x16 multiply-adds for a handful of instructions, so a 16-key tile of K
+// and V (8 KB at D = 128) costs ~100 instructions per warp instead of ~1500 on CUDA cores
+// (dev/NOTES.md: the CUDA-core kernel was issue-bound at ~1.1 TB/s).
+//
+// Work split: the four warps take interleaved 16-key tiles of the CTA's key range, each with
+// its own cp.async pipeline (`stages` tiles of K and V in its own shared memory, so the main
+// loop needs only __syncwarp) and its own online-softmax state; the four states merge
+// through shared memory at the end. Page ids are loaded one tile ahead of their use.
+//
+// Precision: S = Q K^T is exact products accumulated in fp32. P is split into a 16-bit high
+// part and the 16-bit rounding of the remainder, and both go through the PV MMA, so the
+// probabilities carry ~16 significant bits (bf16 alone would carry 8 and cost up to 2^-9
+// relative error per weight).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "decode_common.cuh"
+
+namespace aotinfer::attention {
+
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcTileKeys = 16;  // keys per warp tile: the k extent of one PV MMA
+constexpr int kTcMaxStages = 4;
+
+// Shared memory of the tensor-core kernel for head dim D and `stages` pipeline stages:
+// q (16 x D), the merge scratch of m and l, then per warp `stages` x (K tile, V tile).
+// The K/V region is reused as the float merge buffer (4 x 16 x D floats) at the end.
+__host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * d * 2; }
+__host__ __device__ constexpr std::size_t tc_ml_bytes() { return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4; }
+__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * d * 2; }
+__host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
+  const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d);
+  const std::size_t merge = static_cast<std::size_t>(kTcWarps) * kRowBlock * d * 4;
+  return tc_q_bytes(d) + tc_ml_bytes() + (kv > merge ? kv : merge);
+}
+
+namespace tc {
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a row-major tile of D 16-bit
+// elements per row, chunks XOR-swizzled by the row's low 3 bits: the 8 row addresses of
+// one ldmatrix hit 8 different bank groups.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                            std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                   std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one register of two 16-bit values (x in the low half: the lower column),
+// and what rounding them lost, as floats.
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack2(float x, float y, float& rx, float& ry);
+
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__half>(float x, float y, float& rx, float& ry) {
+  const __half2 h = __floats2half2_rn(x, y);
+  rx = x - __low2float(h);
+  ry = y - __high2float(h);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float x, float y, float& rx, float& ry) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  rx = x - __low2float(h);
+  ry = y - __high2float(h);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void wait_stages_minus_2(int stages) {
+  // cp.async.wait_group takes an immediate: one branch per supported depth.
+  if (stages <= 2) {
+    detail::cp_async_wait<0>();
+  } else if (stages == 3) {
+    detail::cp_async_wait<1>();
+  } else {
+    detail::cp_async_wait<2>();
+  }
+}
+
+// j / page_size; 32-bit when it fits (always, in practice): 64-bit division costs ~70
+// instructions, more than the rest of a tile's copy bookkeeping.
+__device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t page_size) {
+  if (j < (1ll << 31) && page_size < (1ll << 31))
+    return static_cast<std::uint32_t>(j) / static_cast<std::uint32_t>(page_size);
+  return j / page_size;
+}
+
+}  // namespace tc
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads)
+    decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(D % 64 == 0, "head dim must be a multiple of 64");
+  constexpr int kChunks = D / 8;             // 16-byte chunks per row
+  constexpr int kChunksPerLane = kChunks / 2;  // two lanes copy one key row
+  constexpr int kKSteps = D / 16;            // k steps of S = Q K^T
+  constexpr int kNTiles = D / 8;             // n tiles of O = P V
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  float* sml = reinterpret_cast<float*>(smem_raw + tc_q_bytes(D));  // [warp][row][m, l]
+  unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes();
+  const int stages = p.stages;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group
+  const std::int64_t b = blockIdx.x;
+  const std::int64_t kv_head = blockIdx.y % p.num_kv_heads;
+  const std::int64_t row_block = blockIdx.y / p.num_kv_heads;
+  const std::int64_t split = blockIdx.z;
+  const std::int64_t rows_total = p.q_len * p.group;
+  const int row0 = static_cast<int>(row_block * kRowBlock);
+  const int rows = static_cast<int>(rows_total - row0 < kRowBlock ? rows_total - row0 : kRowBlock);
+  const KeyRange rg = key_range(p, b, split, row0);
+
+  // q rows into shared memory (zeros for absent rows: their scores are 0 and never written).
+  for (int idx = tid; idx < kRowBlock * kChunks; idx += kTcThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      const std::int64_t gr = row0 + r, qi = gr / p.group, head = kv_head * p.group + gr % p.group;
+      const T* qrow = p.q + (b * p.q_len + qi) * p.q_stride_row + head * p.q_stride_head;
+      val = *reinterpret_cast<const uint4*>(qrow + c * 8);
+    }
+    *reinterpret_cast<uint4*>(sq + tc::swz<D>(r, c)) = val;
+  }
+
+  // The two query rows of this thread's fragments (g and g + 8): position, ALiBi slope.
+  std::int64_t pos[2];
+  float slope[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const std::int64_t gr = row0 + (r < rows ? r : 0);
+    pos[h] = rg.kv_len - p.q_len + gr / p.group;
+    slope[h] = p.pos_encoding == 2 ? p.alibi_slopes[kv_head * p.group + gr % p.group] : 0.f;
+  }
+
+  // This warp's tiles: w, w + 4, w + 8, ... of the CTA's range.
+  const std::int64_t span = rg.k_end > rg.k_begin ? rg.k_end - rg.k_begin : 0;
+  const std::int64_t num_tiles = (span + kTcTileKeys - 1) / kTcTileKeys;
+  const int n_w = num_tiles > warp ? static_cast<int>((num_tiles - warp + kTcWarps - 1) / kTcWarps) : 0;
+  auto tile_start = [&](int i) { return rg.k_begin + (static_cast<std::int64_t>(i) * kTcWarps + warp) * kTcTileKeys; };
+  T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTcTileKeys * D;
+
+  // Copies: lane pair (2r, 2r+1) copies key row r of the tile, half a row each.
+  const int copy_row = lane >> 1, copy_chunk0 = (lane & 1) * kChunksPerLane;
+  auto page_of = [&](int i) -> std::int64_t {
+    const std::int64_t j = tile_start(i) + copy_row;
+    if (!p.indptr || i >= n_w || j >= rg.k_end) return 0;
+    return p.indices[rg.page_begin + tc::page_index(j, p.page_size)];
+  };
+  std::int64_t page_next = page_of(0);  // loaded one tile ahead of its use
+  auto issue = [&](int i) {
+    const std::int64_t j = tile_start(i) + copy_row;
+    const bool valid = i < n_w && j < rg.k_end;
+    std::int64_t page = page_next;
+    page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+    page_next = page_of(i + 1);
+    std::int64_t slot = j;
+    if (p.indptr && valid) slot = j - tc::page_index(j, p.page_size) * p.page_size;
+    const T* ks = p.k + page * p.k_stride_page + slot * p.k_stride_slot + kv_head * p.k_stride_head + copy_chunk0 * 8;
+    const T* vs = p.v + page * p.v_stride_page + slot * p.v_stride_slot + kv_head * p.v_stride_head + copy_chunk0 * 8;
+    T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
+    T* vd = kd + kTcTileKeys * D;
+#pragma unroll
+    for (int c = 0; c < kChunksPerLane; ++c) {
+      detail::cp_async16(kd + tc::swz<D>(copy_row, copy_chunk0 + c), valid ? ks + c * 8 : p.k, valid);
+      detail::cp_async16(vd + tc::swz<D>(copy_row, copy_chunk0 + c), valid ? vs + c * 8 : p.v, valid);
+    }
+  };
+
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < n_w) issue(s);
+    detail::cp_async_commit();  // empty groups keep the wait counts uniform
+  }
+  __syncthreads();  // q in shared memory
+
+  // Per-lane ldmatrix rows: A (q) and the transposed V want rows 0-15 in lane order
+  // (lanes 8-15 -> rows 8-15); non-transposed K wants keys 0-7 then 8-15 in lanes 16-31.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+  const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
+
+  float o[kNTiles][4];
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int i = 0; i < n_w; ++i) {
+    tc::wait_stages_minus_2(stages);
+    __syncwarp();  // tile i visible to the whole warp; the stage refilled next was read by all lanes
+    if (i + stages - 1 < n_w) issue(i + stages - 1);
+    detail::cp_async_commit();
+    const T* kt = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
+    const T* vt = kt + kTcTileKeys * D;
+
+    // S (16 rows x 16 keys) = Q K^T.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t a[4], bk[4];
+      tc::ldsm_x4(a, sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+      tc::ldsm_x4(bk, kt + tc::swz<D>(k_row, 2 * ks + k_chunk));
+      tc::mma<T>(s[0], a, bk[0], bk[1]);
+      tc::mma<T>(s[1], a, bk[2], bk[3]);
+    }
+
+    // Scale, cap, bias, mask; base 2.
+    const std::int64_t j0 = tile_start(i);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
+        float x = s[n][e] * p.sm_scale;
+        if (p.soft_cap > 0.f) x = p.soft_cap * tanhf(x / p.soft_cap);
+        if (p.pos_encoding == 2) x += slope[h] * static_cast<float>(j - pos[h]);
+        const bool visible = j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left);
+        s[n][e] = visible ? x * kLog2e : -INFINITY;
+      }
+    }
+
+    // Online softmax for rows g (h = 0) and g + 8 (h = 1); a row is spread over 4 lanes.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float base = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: every p is 0
+      const float alpha = exp2f(m[h] - base);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[n][e] = exp2f(s[n][e] - base);
+          sum += s[n][e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;  // this lane's share; the 4 lanes of a row add up at the end
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        o[n][2 * h] *= alpha;
+        o[n][2 * h + 1] *= alpha;
+      }
+    }
+
+    // P as the A operand (the accumulator layout of two n-tiles is the A layout of one k-step),
+    // high part and remainder.
+    std::uint32_t ph[4], pl[4];
+    float r0, r1, q0, q1;
+    ph[0] = tc::pack2<T>(s[0][0], s[0][1], r0, r1);
+    pl[0] = tc::pack2<T>(r0, r1, q0, q1);
+    ph[1] = tc::pack2<T>(s[0][2], s[0][3], r0, r1);
+    pl[1] = tc::pack2<T>(r0, r1, q0, q1);
+    ph[2] = tc::pack2<T>(s[1][0], s[1][1], r0, r1);
+    pl[2] = tc::pack2<T>(r0, r1, q0, q1);
+    ph[3] = tc::pack2<T>(s[1][2], s[1][3], r0, r1);
+    pl[3] = tc::pack2<T>(r0, r1, q0, q1);
+
+    // O (16 x D) += P V, two n-tiles per transposed ldmatrix.
+#pragma unroll
+    for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
+      std::uint32_t bv[4];
+      tc::ldsm_x4_trans(bv, vt + tc::swz<D>(a_row, 2 * n2 + a_chunk));
+      tc::mma<T>(o[2 * n2], ph, bv[0], bv[1]);
+      tc::mma<T>(o[2 * n2 + 1], ph, bv[2], bv[3]);
+      tc::mma<T>(o[2 * n2], pl, bv[0], bv[1]);
+      tc::mma<T>(o[2 * n2 + 1], pl, bv[2], bv[3]);
+    }
+  }
+  detail::cp_async_wait<0>();
+
+  // Merge the four warps' states. Row sums first add up over the 4 lanes of a row.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sml[(warp * kRowBlock + g + 8 * h) * 2] = m[h];
+      sml[(warp * kRowBlock + g + 8 * h) * 2 + 1] = l[h];
+    }
+  }
+  __syncthreads();  // every warp is past its last tile: the K/V region becomes the merge buffer
+  auto row_max = [&](int r) {
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) mm = fmaxf(mm, sml[(w * kRowBlock + r) * 2]);
+    return mm == -INFINITY ? 0.f : mm;
+  };
+  float* red = reinterpret_cast<float*>(skv);  // [warp][row][D]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const float f = exp2f(m[h] - row_max(r));
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      *reinterpret_cast<float2*>(red + (warp * kRowBlock + r) * D + n * 8 + 2 * t4) =
+          make_float2(o[n][2 * h] * f, o[n][2 * h + 1] * f);
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 2); idx += kTcThreads) {
+    const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
+    const float mm = row_max(r);
+    float ll = 0.f, x = 0.f, y = 0.f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      ll += sml[(w * kRowBlock + r) * 2 + 1] * exp2f(sml[(w * kRowBlock + r) * 2] - mm);
+      const float2 v = *reinterpret_cast<const float2*>(red + (w * kRowBlock + r) * D + c);
+      x += v.x;
+      y += v.y;
+    }
+    const RowOut<T> ro = row_out(p, b, split, kv_head, row0 + r, D, mm, ll);
+    if (ro.partial) {
+      *reinterpret_cast<float2*>(ro.partial + c) = make_float2(x * ro.scale, y * ro.scale);
+    } else {
+      ro.out[c] = from_f32<T>(x * ro.scale);
+      ro.out[c + 1] = from_f32<T>(y * ro.scale);
+    }
+    if (ro.lse_at && c == 0) *ro.lse_at = ro.lse;
+  }
+#endif
+}
+
+}  // namespace aotinfer::attention
