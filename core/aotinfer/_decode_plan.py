@@ -15,9 +15,16 @@ into pieces about as large as everybody's fair share:
    once), so ``max_splits`` is capped at ``GRID_CTAS_PER_SM * num_sms / (B * Hkv)`` to
    bound the cost of those empty CTAs, and at what the workspace holds; ``chunk`` grows
    until the longest request fits in the cap.
-4. ``max_splits = ceil(max_pages / chunk)``; then ``chunk = ceil(max_pages / max_splits)``
-   evens out the pieces of the longest request. ``max_splits == 1`` means no split and no
-   partial buffers.
+4. ``max_splits = ceil(max_pages / chunk)``, or one less when that finishes sooner: a
+   count just past a wave boundary (128 units x 3 splits = 384 CTAs on 264 slots) costs a
+   second wave, so the estimated time ``ceil(CTAs / slots) * ceil(max_pages / splits)``
+   decides between the two. Then ``chunk = ceil(max_pages / max_splits)`` evens out the
+   pieces of the longest request. ``max_splits == 1`` means no split and no partial buffers.
+
+``WAVES * num_sms`` is also the number of CTAs resident at once: the tensor-core kernel at
+head dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). ``MIN_CHUNK_TOKENS`` is 64,
+one 16-key tile per warp: short requests still spread over the card (batch 1, kv 1024: 16
+splits x 8 heads), and the merge of their partial rows costs less than the idle SMs would.
 
 In CUDA-graph mode the grid and ``chunk_pages`` are baked into the captured launch, so the
 plan must serve any page table that fits the buffers: it is computed once from the fixed
@@ -34,7 +41,7 @@ from typing import Tuple
 import torch
 
 WAVES = 2
-MIN_CHUNK_TOKENS = 256
+MIN_CHUNK_TOKENS = 64
 GRID_CTAS_PER_SM = 32
 ALIGN = 256  # bytes between carved buffers
 
@@ -102,6 +109,16 @@ def plan_splits(
     chunk = _ceil_div(max(total_pages, 1) * num_kv_heads, WAVES * num_sms)
     chunk = max(chunk, _ceil_div(MIN_CHUNK_TOKENS, page_size), _ceil_div(max_pages, cap), 1)
     splits = _ceil_div(max_pages, chunk)
+    if splits > 2:
+        slots = WAVES * num_sms
+
+        def cost(s: int) -> int:
+            c = _ceil_div(max_pages, s)
+            ctas = min(units * s, num_kv_heads * (_ceil_div(total_pages, c) + batch))
+            return _ceil_div(ctas, slots) * c
+
+        if cost(splits - 1) <= cost(splits):
+            splits -= 1
     if splits <= 1:
         return SplitPlan(chunk_pages=max_pages, max_splits=1)
     return SplitPlan(chunk_pages=_ceil_div(max_pages, splits), max_splits=splits)

@@ -38,6 +38,13 @@ bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 // `smem_limit`; 0 when even two stages do not fit.
 int tensor_core_stages(std::int64_t d, int smem_limit) {
   int stages = d == 64 ? kTcMaxStages : 3;
+  // AOTINFER_DECODE_STAGES=2..4 overrides the preference (dev/sweep_decode.py tunes with it).
+  if (const char* env = std::getenv("AOTINFER_DECODE_STAGES")) {
+    const int want = std::atoi(env);
+    require(want >= 2 && want <= kTcMaxStages,
+            std::string("AOTINFER_DECODE_STAGES must be 2..4, got '") + env + "'");
+    stages = want;
+  }
   while (stages >= 2 && tc_smem_bytes(static_cast<int>(d), stages) > static_cast<std::size_t>(smem_limit)) --stages;
   return stages >= 2 ? stages : 0;
 }

@@ -11,7 +11,8 @@
 // Work split: the four warps take interleaved 16-key tiles of the CTA's key range, each with
 // its own cp.async pipeline (`stages` tiles of K and V in its own shared memory, so the main
 // loop needs only __syncwarp) and its own online-softmax state; the four states merge
-// through shared memory at the end. Page ids are loaded one tile ahead of their use.
+// through shared memory at the end. Page ids are loaded one tile ahead of their use, and
+// every copy instruction moves whole 16-byte-chunked rows (coalesced).
 //
 // Precision: S = Q K^T is exact products accumulated in fp32. P is split into a 16-bit high
 // part and the 16-bit rounding of the remainder, and both go through the PV MMA, so the
@@ -145,10 +146,9 @@ __global__ void __launch_bounds__(kTcThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
   constexpr int kChunks = D / 8;             // 16-byte chunks per row
-  constexpr int kChunksPerLane = kChunks / 2;  // two lanes copy one key row
   constexpr int kKSteps = D / 16;            // k steps of S = Q K^T
   constexpr int kNTiles = D / 8;             // n tiles of O = P V
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // same declaration as decode_kernel's
   T* sq = reinterpret_cast<T*>(smem_raw);
   float* sml = reinterpret_cast<float*>(smem_raw + tc_q_bytes(D));  // [warp][row][m, l]
   unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes();
@@ -195,30 +195,42 @@ __global__ void __launch_bounds__(kTcThreads)
   auto tile_start = [&](int i) { return rg.k_begin + (static_cast<std::int64_t>(i) * kTcWarps + warp) * kTcTileKeys; };
   T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTcTileKeys * D;
 
-  // Copies: lane pair (2r, 2r+1) copies key row r of the tile, half a row each.
-  const int copy_row = lane >> 1, copy_chunk0 = (lane & 1) * kChunksPerLane;
-  auto page_of = [&](int i) -> std::int64_t {
-    const std::int64_t j = tile_start(i) + copy_row;
+  // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
+  // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice. Lane r (< 16)
+  // looks up row r's page, one tile ahead; the copying lanes fetch it with a shuffle.
+  constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
+  constexpr int kRowsPerCopy = 32 / kLanesPerRow;
+  constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
+  const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
+  const int table_row = lane % kTcTileKeys;
+  auto page_of = [&](int i) -> int {
+    const std::int64_t j = tile_start(i) + table_row;
     if (!p.indptr || i >= n_w || j >= rg.k_end) return 0;
     return p.indices[rg.page_begin + tc::page_index(j, p.page_size)];
   };
-  std::int64_t page_next = page_of(0);  // loaded one tile ahead of its use
+  int page_next = page_of(0);  // loaded one tile ahead of its use
+  const T* k_head = p.k + kv_head * p.k_stride_head + my_chunk * 8;
+  const T* v_head = p.v + kv_head * p.v_stride_head + my_chunk * 8;
   auto issue = [&](int i) {
-    const std::int64_t j = tile_start(i) + copy_row;
-    const bool valid = i < n_w && j < rg.k_end;
-    std::int64_t page = page_next;
-    page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+    const std::int64_t t0 = tile_start(i);
+    const int page = page_next < 0 ? 0 : (page_next >= p.num_pages ? static_cast<int>(p.num_pages - 1) : page_next);
     page_next = page_of(i + 1);
-    std::int64_t slot = j;
-    if (p.indptr && valid) slot = j - tc::page_index(j, p.page_size) * p.page_size;
-    const T* ks = p.k + page * p.k_stride_page + slot * p.k_stride_slot + kv_head * p.k_stride_head + copy_chunk0 * 8;
-    const T* vs = p.v + page * p.v_stride_page + slot * p.v_stride_slot + kv_head * p.v_stride_head + copy_chunk0 * 8;
+    const std::int64_t jt = t0 + table_row;
+    const int slot = p.indptr ? static_cast<int>(jt - tc::page_index(jt, p.page_size) * p.page_size) : 0;
     T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
     T* vd = kd + kTcTileKeys * D;
 #pragma unroll
-    for (int c = 0; c < kChunksPerLane; ++c) {
-      detail::cp_async16(kd + tc::swz<D>(copy_row, copy_chunk0 + c), valid ? ks + c * 8 : p.k, valid);
-      detail::cp_async16(vd + tc::swz<D>(copy_row, copy_chunk0 + c), valid ? vs + c * 8 : p.v, valid);
+    for (int c = 0; c < kCopies; ++c) {
+      const int row = c * kRowsPerCopy + my_row;
+      const int pg = __shfl_sync(0xffffffffu, page, row);
+      const int sl = __shfl_sync(0xffffffffu, slot, row);
+      const std::int64_t j = t0 + row;
+      const bool valid = j < rg.k_end;
+      const std::int64_t slot_r = p.indptr ? sl : j;  // one request: the slot is the key
+      const T* ks = k_head + pg * p.k_stride_page + slot_r * p.k_stride_slot;
+      const T* vs = v_head + pg * p.v_stride_page + slot_r * p.v_stride_slot;
+      detail::cp_async16(kd + tc::swz<D>(row, my_chunk), valid ? ks : p.k, valid);
+      detail::cp_async16(vd + tc::swz<D>(row, my_chunk), valid ? vs : p.v, valid);
     }
   };
 
