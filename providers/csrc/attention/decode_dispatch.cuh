@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/launch_cache.h"
 #include "../common/tensor_view.h"
 #include "decode_kernel.cuh"
 #include "decode_tc_kernel.cuh"
@@ -40,6 +41,7 @@ struct RawDecode {
   float v_scale;
   const float* sinks;
   int stages;  // tensor-core kernel only
+  int device;  // where the launch goes (current device)
 };
 
 template <typename QT, typename KVT>
@@ -91,10 +93,9 @@ template <typename QT, typename KVT, int D>
 cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
   const DecodeParams<QT, KVT> p = typed_params<QT, KVT>(r);
   constexpr int kSmem = sizeof(DecodeSmem<QT, KVT, D>);
-  auto kernel = decode_kernel<QT, KVT, D>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  cudaError_t err = ensure_dynamic_smem<decode_kernel<QT, KVT, D>>(kSmem, r.device);
   if (err != cudaSuccess) return err;
-  kernel<<<grid, kDecodeThreads, kSmem, stream>>>(p);
+  decode_kernel<QT, KVT, D><<<grid, kDecodeThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -102,10 +103,9 @@ template <typename T, int D>
 cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
   const DecodeParams<T, T> p = typed_params<T, T>(r);
   const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
-  auto kernel = decode_tc_kernel<T, D>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D>>(smem, r.device);
   if (err != cudaSuccess) return err;
-  kernel<<<grid, kTcThreads, smem, stream>>>(p);
+  decode_tc_kernel<T, D><<<grid, kTcThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

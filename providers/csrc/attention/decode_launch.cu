@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
 #include "append_kv.cuh"
@@ -240,9 +241,10 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   DeviceGuard guard(q.device);
   throw_on_cuda_error(guard.status(), kOp, q.device);
   int smem_limit = 0, major = 0;
-  throw_on_cuda_error(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device), kOp,
+  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, q.device), kOp,
                       q.device);
-  throw_on_cuda_error(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device), kOp, q.device);
+  throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, q.device), kOp, q.device);
+  r.device = q.device;
   r.stages = tensor_core_stages(D, smem_limit);
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
   if (!tensor_cores) {

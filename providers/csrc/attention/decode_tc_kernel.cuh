@@ -11,7 +11,7 @@
 // Work split: the four warps take interleaved 16-key tiles of the CTA's key range, each with
 // its own cp.async pipeline (`stages` tiles of K and V in its own shared memory, so the main
 // loop needs only __syncwarp) and its own online-softmax state; the four states merge
-// through shared memory at the end. Page ids are loaded one tile ahead of their use, and
+// through shared memory at the end. Page ids are loaded four tiles ahead of their use, and
 // every copy instruction moves whole 16-byte-chunked rows (coalesced).
 //
 // Precision: S = Q K^T is exact products accumulated in fp32. P is split into a 16-bit high
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kTcThreads)
 
   // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
   // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice. Lane r (< 16)
-  // looks up row r's page, one tile ahead; the copying lanes fetch it with a shuffle.
+  // looks up row r's page; the copying lanes fetch it with a shuffle.
   constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
@@ -208,13 +208,21 @@ __global__ void __launch_bounds__(kTcThreads)
     if (!p.indptr || i >= n_w || j >= rg.k_end) return 0;
     return p.indices[rg.page_begin + tc::page_index(j, p.page_size)];
   };
-  int page_next = page_of(0);  // loaded one tile ahead of its use
+  // Page ids wait in a register queue kPagePrefetch tiles deep: a page-table load issued
+  // only one tile ahead put its latency on every tile's critical path (measured: per-SM
+  // throughput then scaled with warps, not with pipeline stages).
+  constexpr int kPagePrefetch = 4;
+  int page_q[kPagePrefetch];
+#pragma unroll
+  for (int k = 0; k < kPagePrefetch; ++k) page_q[k] = page_of(k);
   const T* k_head = p.k + kv_head * p.k_stride_head + my_chunk * 8;
   const T* v_head = p.v + kv_head * p.v_stride_head + my_chunk * 8;
-  auto issue = [&](int i) {
+  auto issue = [&](int i) {  // called for i = 0, 1, 2, ... in order
     const std::int64_t t0 = tile_start(i);
-    const int page = page_next < 0 ? 0 : (page_next >= p.num_pages ? static_cast<int>(p.num_pages - 1) : page_next);
-    page_next = page_of(i + 1);
+    const int page = page_q[0] < 0 ? 0 : (page_q[0] >= p.num_pages ? static_cast<int>(p.num_pages - 1) : page_q[0]);
+#pragma unroll
+    for (int k = 0; k + 1 < kPagePrefetch; ++k) page_q[k] = page_q[k + 1];
+    page_q[kPagePrefetch - 1] = page_of(i + kPagePrefetch);
     const std::int64_t jt = t0 + table_row;
     const int slot = p.indptr ? static_cast<int>(jt - tc::page_index(jt, p.page_size) * p.page_size) : 0;
     T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
 #include "sampling_launchers.h"
@@ -35,7 +36,7 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   // Rows long enough to be worth a cluster, short enough for its registers, on sm_90+: the
   // one-read cluster kernel. Otherwise one CTA per row.
   int major = 0;
-  throw_on_cuda_error(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, logits.device), "softmax",
+  throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
   // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster pins one kernel (benchmarks compare the two).
@@ -43,7 +44,11 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   // Measured on an H200 (benchmarks/results/softmax.md): the cluster kernel wins while the
   // rows alone cannot fill the GPU (batch 1-16: 12-18 us vs 37 us at vocab 128256) and loses
   // from batch 128 on (76 vs 51 us), so it serves small batches of long rows.
-  const bool want_cluster = pin ? std::string(pin) == "cluster" : (p.vocab >= 16384 && p.rows <= 64);
+  const std::string pinned = pin ? pin : "";
+  if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "auto")
+    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster or auto, got '" + pinned + "'");
+  const bool want_cluster =
+      (pinned == "rowwise" || pinned == "cluster") ? pinned == "cluster" : (p.vocab >= 16384 && p.rows <= 64);
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
