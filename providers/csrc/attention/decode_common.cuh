@@ -58,6 +58,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
 #endif
 }
+// 4-byte global -> shared copy (a page id), asynchronous on sm_80+.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
+#else
+  *static_cast<int*>(smem) = *static_cast<const int*>(gmem);
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);

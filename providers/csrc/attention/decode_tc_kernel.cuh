@@ -37,15 +37,19 @@ constexpr int kTcTileKeys = 16;  // keys per warp tile: the k extent of one PV M
 constexpr int kTcMaxStages = 4;
 
 // Shared memory of the tensor-core kernel for head dim D and `stages` pipeline stages:
-// q (16 x D), the merge scratch of m and l, then per warp `stages` x (K tile, V tile).
+// q (16 x D), the merge scratch of m and l, the page-id ring, then per warp `stages` x
+// (K tile, V tile).
 // The K/V region is reused as the float merge buffer (4 x 16 x D floats) at the end.
 __host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * d * 2; }
 __host__ __device__ constexpr std::size_t tc_ml_bytes() { return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4; }
+__host__ __device__ constexpr std::size_t tc_pid_bytes() {  // page ids, per warp and stage: [4][4][16] int
+  return static_cast<std::size_t>(kTcWarps) * kTcMaxStages * kTcTileKeys * 4;
+}
 __host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * d * 2; }
 __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
   const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d);
   const std::size_t merge = static_cast<std::size_t>(kTcWarps) * kRowBlock * d * 4;
-  return tc_q_bytes(d) + tc_ml_bytes() + (kv > merge ? kv : merge);
+  return tc_q_bytes(d) + tc_ml_bytes() + tc_pid_bytes() + (kv > merge ? kv : merge);
 }
 
 namespace tc {
@@ -151,7 +155,8 @@ __global__ void __launch_bounds__(kTcThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];  // same declaration as decode_kernel's
   T* sq = reinterpret_cast<T*>(smem_raw);
   float* sml = reinterpret_cast<float*>(smem_raw + tc_q_bytes(D));  // [warp][row][m, l]
-  unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes();
+  int* spid = reinterpret_cast<int*>(smem_raw + tc_q_bytes(D) + tc_ml_bytes());
+  unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes() + tc_pid_bytes();
   const int stages = p.stages;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -196,52 +201,56 @@ __global__ void __launch_bounds__(kTcThreads)
   T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTcTileKeys * D;
 
   // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
-  // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice. Lane r (< 16)
-  // looks up row r's page; the copying lanes fetch it with a shuffle.
+  // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice.
+  //
+  // Page ids travel through the same pipeline, one depth ahead: the copy of tile t's 16 page
+  // ids (lanes 0-15, cp.async into slot t % stages of this warp's ring) is committed with
+  // tile t - stages + 1's K/V, so it has landed when tile t's copies are issued. A page id
+  // loaded into a register one tile ahead put a dependent global load on every tile's
+  // critical path instead (measured: 2.9 TB/s, flat in the pipeline depth).
   constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
-  const int table_row = lane % kTcTileKeys;
-  auto page_of = [&](int i) -> int {
-    const std::int64_t j = tile_start(i) + table_row;
-    if (!p.indptr || i >= n_w || j >= rg.k_end) return 0;
-    return p.indices[rg.page_begin + tc::page_index(j, p.page_size)];
+  int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
+  auto fetch_pages = [&](int t) {
+    const std::int64_t j = tile_start(t) + lane;
+    if (!p.indptr || lane >= kTcTileKeys || t >= n_w || j >= rg.k_end) return;
+    detail::cp_async4(my_pid + (t % stages) * kTcTileKeys + lane,
+                      p.indices + rg.page_begin + tc::page_index(j, p.page_size));
   };
-  // Page ids wait in a register queue kPagePrefetch tiles deep: a page-table load issued
-  // only one tile ahead put its latency on every tile's critical path (measured: per-SM
-  // throughput then scaled with warps, not with pipeline stages).
-  constexpr int kPagePrefetch = 4;
-  int page_q[kPagePrefetch];
-#pragma unroll
-  for (int k = 0; k < kPagePrefetch; ++k) page_q[k] = page_of(k);
   const T* k_head = p.k + kv_head * p.k_stride_head + my_chunk * 8;
   const T* v_head = p.v + kv_head * p.v_stride_head + my_chunk * 8;
-  auto issue = [&](int i) {  // called for i = 0, 1, 2, ... in order
+  auto issue = [&](int i) {  // K/V of tile i (its page ids have landed), page ids of tile i + stages - 1
     const std::int64_t t0 = tile_start(i);
-    const int page = page_q[0] < 0 ? 0 : (page_q[0] >= p.num_pages ? static_cast<int>(p.num_pages - 1) : page_q[0]);
-#pragma unroll
-    for (int k = 0; k + 1 < kPagePrefetch; ++k) page_q[k] = page_q[k + 1];
-    page_q[kPagePrefetch - 1] = page_of(i + kPagePrefetch);
-    const std::int64_t jt = t0 + table_row;
-    const int slot = p.indptr ? static_cast<int>(jt - tc::page_index(jt, p.page_size) * p.page_size) : 0;
+    const int* pid = my_pid + (i % stages) * kTcTileKeys;
     T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
     T* vd = kd + kTcTileKeys * D;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
-      const int pg = __shfl_sync(0xffffffffu, page, row);
-      const int sl = __shfl_sync(0xffffffffu, slot, row);
       const std::int64_t j = t0 + row;
       const bool valid = j < rg.k_end;
-      const std::int64_t slot_r = p.indptr ? sl : j;  // one request: the slot is the key
-      const T* ks = k_head + pg * p.k_stride_page + slot_r * p.k_stride_slot;
-      const T* vs = v_head + pg * p.v_stride_page + slot_r * p.v_stride_slot;
+      std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
+      if (p.indptr && valid) {
+        page = pid[row];
+        page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+        slot = j - tc::page_index(j, p.page_size) * p.page_size;
+      }
+      const T* ks = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
+      const T* vs = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
       detail::cp_async16(kd + tc::swz<D>(row, my_chunk), valid ? ks : p.k, valid);
       detail::cp_async16(vd + tc::swz<D>(row, my_chunk), valid ? vs : p.v, valid);
     }
+    fetch_pages(i + stages - 1);
+    __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
   };
 
+  // Prologue: page ids of the first stages - 1 tiles, then their K/V.
+  for (int t = 0; t < stages - 1; ++t) fetch_pages(t);
+  detail::cp_async_commit();
+  detail::cp_async_wait<0>();
+  __syncwarp();
   for (int s = 0; s < stages - 1; ++s) {
     if (s < n_w) issue(s);
     detail::cp_async_commit();  // empty groups keep the wait counts uniform
