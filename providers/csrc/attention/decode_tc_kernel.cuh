@@ -134,6 +134,13 @@ __device__ __forceinline__ void wait_stages_minus_2(int stages) {
   }
 }
 
+__device__ __forceinline__ std::int64_t shfl64(std::int64_t x, int src) {
+  const int lo = __shfl_sync(0xffffffffu, static_cast<int>(x & 0xffffffff), src);
+  const int hi = __shfl_sync(0xffffffffu, static_cast<int>(x >> 32), src);
+  return static_cast<std::int64_t>((static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32) |
+                                   static_cast<std::uint32_t>(lo));
+}
+
 // j / page_size; 32-bit when it fits (always, in practice): 64-bit division costs ~70
 // instructions, more than the rest of a tile's copy bookkeeping.
 __device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t page_size) {
@@ -182,6 +189,9 @@ __global__ void __launch_bounds__(kTcThreads)
     *reinterpret_cast<uint4*>(sq + tc::swz<D>(r, c)) = val;
   }
 
+  // Positions of the CTA's first and last query rows.
+  const std::int64_t pos_lo = rg.kv_len - p.q_len + row0 / p.group;
+  const std::int64_t pos_hi = rg.kv_len - p.q_len + (row0 + rows - 1) / p.group;
   // The two query rows of this thread's fragments (g and g + 8): position, ALiBi slope.
   std::int64_t pos[2];
   float slope[2];
@@ -221,26 +231,40 @@ __global__ void __launch_bounds__(kTcThreads)
   };
   const T* k_head = p.k + kv_head * p.k_stride_head + my_chunk * 8;
   const T* v_head = p.v + kv_head * p.v_stride_head + my_chunk * 8;
+  // The two halves of a 5-D cache share strides: then one offset serves K and V.
+  const bool same_strides = p.k_stride_page == p.v_stride_page && p.k_stride_slot == p.v_stride_slot;
   auto issue = [&](int i) {  // K/V of tile i (its page ids have landed), page ids of tile i + stages - 1
     const std::int64_t t0 = tile_start(i);
-    const int* pid = my_pid + (i % stages) * kTcTileKeys;
+    const std::int64_t left = rg.k_end - t0;  // rows of this tile that exist
+    // Lane r (mod 16) turns key row r into element offsets once (one division); the copying
+    // lanes fetch them with shuffles.
+    std::int64_t koff = 0, voff = 0;
+    {
+      const int r = lane % kTcTileKeys;
+      const std::int64_t j = t0 + r;
+      if (r < left) {
+        if (p.indptr) {
+          std::int64_t page = my_pid[(i % stages) * kTcTileKeys + r];
+          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+          const std::int64_t slot = j - tc::page_index(j, p.page_size) * p.page_size;
+          koff = page * p.k_stride_page + slot * p.k_stride_slot;
+          voff = same_strides ? koff : page * p.v_stride_page + slot * p.v_stride_slot;
+        } else {
+          koff = j * p.k_stride_slot;  // one request: the slot is the key
+          voff = j * p.v_stride_slot;
+        }
+      }
+    }
     T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
     T* vd = kd + kTcTileKeys * D;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
-      const std::int64_t j = t0 + row;
-      const bool valid = j < rg.k_end;
-      std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
-      if (p.indptr && valid) {
-        page = pid[row];
-        page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-        slot = j - tc::page_index(j, p.page_size) * p.page_size;
-      }
-      const T* ks = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
-      const T* vs = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
-      detail::cp_async16(kd + tc::swz<D>(row, my_chunk), valid ? ks : p.k, valid);
-      detail::cp_async16(vd + tc::swz<D>(row, my_chunk), valid ? vs : p.v, valid);
+      const bool valid = row < left;
+      const std::int64_t ko = tc::shfl64(koff, row);
+      const std::int64_t vo = same_strides ? ko : tc::shfl64(voff, row);
+      detail::cp_async16(kd + tc::swz<D>(row, my_chunk), valid ? k_head + ko : p.k, valid);
+      detail::cp_async16(vd + tc::swz<D>(row, my_chunk), valid ? v_head + vo : p.v, valid);
     }
     fetch_pages(i + stages - 1);
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
@@ -262,6 +286,15 @@ __global__ void __launch_bounds__(kTcThreads)
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
   const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
 
+  // q's A fragments stay in registers up to D = 128 (32 registers); at D = 256 they would
+  // push the kernel past 255, so it reloads them from shared memory per tile.
+  constexpr bool kQInRegs = D <= 128;
+  std::uint32_t qf[kQInRegs ? kKSteps : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+  }
+
   float o[kNTiles][4];
 #pragma unroll
   for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -279,15 +312,24 @@ __global__ void __launch_bounds__(kTcThreads)
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t a[4], bk[4];
-      tc::ldsm_x4(a, sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+      std::uint32_t bk[4];
       tc::ldsm_x4(bk, kt + tc::swz<D>(k_row, 2 * ks + k_chunk));
-      tc::mma<T>(s[0], a, bk[0], bk[1]);
-      tc::mma<T>(s[1], a, bk[2], bk[3]);
+      if constexpr (kQInRegs) {
+        tc::mma<T>(s[0], qf[ks], bk[0], bk[1]);
+        tc::mma<T>(s[1], qf[ks], bk[2], bk[3]);
+      } else {
+        std::uint32_t a[4];
+        tc::ldsm_x4(a, sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+        tc::mma<T>(s[0], a, bk[0], bk[1]);
+        tc::mma<T>(s[1], a, bk[2], bk[3]);
+      }
     }
 
-    // Scale, cap, bias, mask; base 2.
+    // Scale, cap, bias, mask; base 2. A tile every row sees whole (the common case: inside
+    // the range, before every row's position, inside the window) skips the per-key tests.
     const std::int64_t j0 = tile_start(i);
+    const bool whole = j0 + kTcTileKeys <= rg.k_end && j0 + kTcTileKeys - 1 <= pos_lo &&
+                       (p.window_left < 0 || pos_hi - j0 <= p.window_left);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -297,7 +339,8 @@ __global__ void __launch_bounds__(kTcThreads)
         float x = s[n][e] * p.sm_scale;
         if (p.soft_cap > 0.f) x = p.soft_cap * tanhf(x / p.soft_cap);
         if (p.pos_encoding == 2) x += slope[h] * static_cast<float>(j - pos[h]);
-        const bool visible = j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left);
+        const bool visible =
+            whole || (j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left));
         s[n][e] = visible ? x * kLog2e : -INFINITY;
       }
     }
@@ -322,10 +365,14 @@ __global__ void __launch_bounds__(kTcThreads)
         }
       }
       l[h] = l[h] * alpha + sum;  // this lane's share; the 4 lanes of a row add up at the end
+      // The running max rarely moves after the first tiles: skip the rescale when no row of
+      // the warp changed (a warp vote costs less than 2 * D / 8 multiplies).
+      if (!__all_sync(0xffffffffu, alpha == 1.f)) {
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        o[n][2 * h] *= alpha;
-        o[n][2 * h + 1] *= alpha;
+        for (int n = 0; n < kNTiles; ++n) {
+          o[n][2 * h] *= alpha;
+          o[n][2 * h + 1] *= alpha;
+        }
       }
     }
 
