@@ -134,11 +134,12 @@ __device__ __forceinline__ void wait_stages_minus_2(int stages) {
   }
 }
 
-__device__ __forceinline__ std::int64_t shfl64(std::int64_t x, int src) {
-  const int lo = __shfl_sync(0xffffffffu, static_cast<int>(x & 0xffffffff), src);
-  const int hi = __shfl_sync(0xffffffffu, static_cast<int>(x >> 32), src);
-  return static_cast<std::int64_t>((static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32) |
-                                   static_cast<std::uint32_t>(lo));
+template <typename T>
+__device__ __forceinline__ const T* shfl_ptr(const T* x, int src) {
+  const auto bits = reinterpret_cast<std::uintptr_t>(x);
+  const unsigned lo = __shfl_sync(0xffffffffu, static_cast<unsigned>(bits), src);
+  const unsigned hi = __shfl_sync(0xffffffffu, static_cast<unsigned>(bits >> 32), src);
+  return reinterpret_cast<const T*>((static_cast<std::uintptr_t>(hi) << 32) | lo);
 }
 
 // j / page_size; 32-bit when it fits (always, in practice): 64-bit division costs ~70
@@ -189,6 +190,8 @@ __global__ void __launch_bounds__(kTcThreads)
     *reinterpret_cast<uint4*>(sq + tc::swz<D>(r, c)) = val;
   }
 
+  const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
+  const float scale_log2 = p.sm_scale * kLog2e;
   // Positions of the CTA's first and last query rows.
   const std::int64_t pos_lo = rg.kv_len - p.q_len + row0 / p.group;
   const std::int64_t pos_hi = rg.kv_len - p.q_len + (row0 + rows - 1) / p.group;
@@ -229,42 +232,42 @@ __global__ void __launch_bounds__(kTcThreads)
     detail::cp_async4(my_pid + (t % stages) * kTcTileKeys + lane,
                       p.indices + rg.page_begin + tc::page_index(j, p.page_size));
   };
-  const T* k_head = p.k + kv_head * p.k_stride_head + my_chunk * 8;
-  const T* v_head = p.v + kv_head * p.v_stride_head + my_chunk * 8;
-  // The two halves of a 5-D cache share strides: then one offset serves K and V.
-  const bool same_strides = p.k_stride_page == p.v_stride_page && p.k_stride_slot == p.v_stride_slot;
+  const T* k_head = p.k + kv_head * p.k_stride_head;
+  const T* v_head = p.v + kv_head * p.v_stride_head;
+  // Shared-memory byte offsets of this lane's chunk in each copy's row (the same every tile).
+  std::uint32_t dst[kCopies];
+#pragma unroll
+  for (int c = 0; c < kCopies; ++c) dst[c] = 2u * tc::swz<D>(c * kRowsPerCopy + my_row, my_chunk);
   auto issue = [&](int i) {  // K/V of tile i (its page ids have landed), page ids of tile i + stages - 1
     const std::int64_t t0 = tile_start(i);
     const std::int64_t left = rg.k_end - t0;  // rows of this tile that exist
-    // Lane r (mod 16) turns key row r into element offsets once (one division); the copying
-    // lanes fetch them with shuffles.
-    std::int64_t koff = 0, voff = 0;
+    // Lane r (mod 16) turns key row r into its K and V row addresses once (one division);
+    // absent rows point at the cache's first row, which cp.async then does not read.
+    const T* krow = p.k;
+    const T* vrow = p.v;
     {
       const int r = lane % kTcTileKeys;
       const std::int64_t j = t0 + r;
       if (r < left) {
+        std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
         if (p.indptr) {
-          std::int64_t page = my_pid[(i % stages) * kTcTileKeys + r];
+          page = my_pid[(i % stages) * kTcTileKeys + r];
           page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-          const std::int64_t slot = j - tc::page_index(j, p.page_size) * p.page_size;
-          koff = page * p.k_stride_page + slot * p.k_stride_slot;
-          voff = same_strides ? koff : page * p.v_stride_page + slot * p.v_stride_slot;
-        } else {
-          koff = j * p.k_stride_slot;  // one request: the slot is the key
-          voff = j * p.v_stride_slot;
+          slot = j - tc::page_index(j, p.page_size) * p.page_size;
         }
+        krow = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
+        vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
       }
     }
-    T* kd = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
-    T* vd = kd + kTcTileKeys * D;
+    unsigned char* kd = reinterpret_cast<unsigned char*>(my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D);
+    unsigned char* vd = kd + kTcTileKeys * D * 2;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
-      const bool valid = row < left;
-      const std::int64_t ko = tc::shfl64(koff, row);
-      const std::int64_t vo = same_strides ? ko : tc::shfl64(voff, row);
-      detail::cp_async16(kd + tc::swz<D>(row, my_chunk), valid ? k_head + ko : p.k, valid);
-      detail::cp_async16(vd + tc::swz<D>(row, my_chunk), valid ? v_head + vo : p.v, valid);
+      const T* ks = tc::shfl_ptr(krow, row) + my_chunk * 8;
+      const T* vs = tc::shfl_ptr(vrow, row) + my_chunk * 8;
+      detail::cp_async16(kd + dst[c], ks, row < left);
+      detail::cp_async16(vd + dst[c], vs, row < left);
     }
     fetch_pages(i + stages - 1);
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
@@ -326,22 +329,31 @@ __global__ void __launch_bounds__(kTcThreads)
     }
 
     // Scale, cap, bias, mask; base 2. A tile every row sees whole (the common case: inside
-    // the range, before every row's position, inside the window) skips the per-key tests.
+    // the range, before every row's position, inside the window) without cap or ALiBi is
+    // one multiply per score.
     const std::int64_t j0 = tile_start(i);
     const bool whole = j0 + kTcTileKeys <= rg.k_end && j0 + kTcTileKeys - 1 <= pos_lo &&
                        (p.window_left < 0 || pos_hi - j0 <= p.window_left);
+    if (whole && plain_scores) {
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+      for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
-        float x = s[n][e] * p.sm_scale;
-        if (p.soft_cap > 0.f) x = p.soft_cap * tanhf(x / p.soft_cap);
-        if (p.pos_encoding == 2) x += slope[h] * static_cast<float>(j - pos[h]);
-        const bool visible =
-            whole || (j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left));
-        s[n][e] = visible ? x * kLog2e : -INFINITY;
+        for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
+          float x = s[n][e] * p.sm_scale;
+          if (p.soft_cap > 0.f) x = p.soft_cap * tanhf(x / p.soft_cap);
+          if (p.pos_encoding == 2) x += slope[h] * static_cast<float>(j - pos[h]);
+          const bool visible =
+              whole || (j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left));
+          s[n][e] = visible ? x * kLog2e : -INFINITY;
+        }
       }
     }
 
