@@ -40,12 +40,17 @@ constexpr int kTcMaxStages = 4;
 // q (16 x D), the merge scratch of m and l, the page-id ring, then per warp `stages` x
 // (K tile, V tile).
 // The K/V region is reused as the float merge buffer (4 x 16 x D floats) at the end.
-__host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * d * 2; }
+// Tiles are row-major with a pitch of D + 8 elements (one spare 16-byte chunk per row): the
+// 8 row addresses of one ldmatrix then fall in 8 different bank groups, and, unlike an XOR
+// swizzle, every lane's offset within a tile is a compile-time constant plus one base
+// register (the address arithmetic was a large share of the loop's instructions).
+__host__ __device__ constexpr int tc_pitch(int d) { return d + 8; }
+__host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * tc_pitch(d) * 2; }
 __host__ __device__ constexpr std::size_t tc_ml_bytes() { return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4; }
 __host__ __device__ constexpr std::size_t tc_pid_bytes() {  // page ids, per warp and stage: [4][4][16] int
   return static_cast<std::size_t>(kTcWarps) * kTcMaxStages * kTcTileKeys * 4;
 }
-__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * d * 2; }
+__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * tc_pitch(d) * 2; }
 __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
   const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d);
   const std::size_t merge = static_cast<std::size_t>(kTcWarps) * kRowBlock * d * 4;
@@ -54,12 +59,10 @@ __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
 
 namespace tc {
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a row-major tile of D 16-bit
-// elements per row, chunks XOR-swizzled by the row's low 3 bits: the 8 row addresses of
-// one ldmatrix hit 8 different bank groups.
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile (see tc_pitch).
 template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
+__device__ __forceinline__ int at(int row, int chunk) {
+  return row * tc_pitch(D) + chunk * 8;
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kTcThreads)
       const T* qrow = p.q + (b * p.q_len + qi) * p.q_stride_row + head * p.q_stride_head;
       val = *reinterpret_cast<const uint4*>(qrow + c * 8);
     }
-    *reinterpret_cast<uint4*>(sq + tc::swz<D>(r, c)) = val;
+    *reinterpret_cast<uint4*>(sq + tc::at<D>(r, c)) = val;
   }
 
   const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
@@ -211,13 +214,14 @@ __global__ void __launch_bounds__(kTcThreads)
   const std::int64_t num_tiles = (span + kTcTileKeys - 1) / kTcTileKeys;
   const int n_w = num_tiles > warp ? static_cast<int>((num_tiles - warp + kTcWarps - 1) / kTcWarps) : 0;
   auto tile_start = [&](int i) { return rg.k_begin + (static_cast<std::int64_t>(i) * kTcWarps + warp) * kTcTileKeys; };
-  T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTcTileKeys * D;
+  constexpr int kTileElems = kTcTileKeys * tc_pitch(D);
+  T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTileElems;
 
   // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
   // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice.
   //
   // Page ids travel through the same pipeline, one depth ahead: the copy of tile t's 16 page
-  // ids (lanes 0-15, cp.async into slot t % stages of this warp's ring) is committed with
+  // ids (lanes 0-15, cp.async into ring slot t % stages, the slot of its K/V stage) is committed with
   // tile t - stages + 1's K/V, so it has landed when tile t's copies are issued. A page id
   // loaded into a register one tile ahead put a dependent global load on every tile's
   // critical path instead (measured: 2.9 TB/s, flat in the pipeline depth).
@@ -226,19 +230,18 @@ __global__ void __launch_bounds__(kTcThreads)
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
   int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
-  auto fetch_pages = [&](int t) {
+  auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
     const std::int64_t j = tile_start(t) + lane;
     if (!p.indptr || lane >= kTcTileKeys || t >= n_w || j >= rg.k_end) return;
-    detail::cp_async4(my_pid + (t % stages) * kTcTileKeys + lane,
+    detail::cp_async4(my_pid + slot * kTcTileKeys + lane,
                       p.indices + rg.page_begin + tc::page_index(j, p.page_size));
   };
   const T* k_head = p.k + kv_head * p.k_stride_head;
   const T* v_head = p.v + kv_head * p.v_stride_head;
-  // Shared-memory byte offsets of this lane's chunk in each copy's row (the same every tile).
-  std::uint32_t dst[kCopies];
-#pragma unroll
-  for (int c = 0; c < kCopies; ++c) dst[c] = 2u * tc::swz<D>(c * kRowsPerCopy + my_row, my_chunk);
-  auto issue = [&](int i) {  // K/V of tile i (its page ids have landed), page ids of tile i + stages - 1
+  const int dst0 = tc::at<D>(my_row, my_chunk);  // this lane's first element in a tile
+  // K/V of tile i into stage si == i % stages (its page ids have landed there), and the
+  // page ids of tile i + stages - 1 into the ring slot before it.
+  auto issue = [&](int i, int si) {
     const std::int64_t t0 = tile_start(i);
     const std::int64_t left = rg.k_end - t0;  // rows of this tile that exist
     // Lane r (mod 16) turns key row r into its K and V row addresses once (one division);
@@ -251,7 +254,7 @@ __global__ void __launch_bounds__(kTcThreads)
       if (r < left) {
         std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
         if (p.indptr) {
-          page = my_pid[(i % stages) * kTcTileKeys + r];
+          page = my_pid[si * kTcTileKeys + r];
           page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
           slot = j - tc::page_index(j, p.page_size) * p.page_size;
         }
@@ -259,27 +262,27 @@ __global__ void __launch_bounds__(kTcThreads)
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
       }
     }
-    unsigned char* kd = reinterpret_cast<unsigned char*>(my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D);
-    unsigned char* vd = kd + kTcTileKeys * D * 2;
+    T* kd = my_kv + si * 2 * kTileElems + dst0;
+    T* vd = kd + kTileElems;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
       const T* ks = tc::shfl_ptr(krow, row) + my_chunk * 8;
       const T* vs = tc::shfl_ptr(vrow, row) + my_chunk * 8;
-      detail::cp_async16(kd + dst[c], ks, row < left);
-      detail::cp_async16(vd + dst[c], vs, row < left);
+      detail::cp_async16(kd + c * kRowsPerCopy * tc_pitch(D), ks, row < left);
+      detail::cp_async16(vd + c * kRowsPerCopy * tc_pitch(D), vs, row < left);
     }
-    fetch_pages(i + stages - 1);
+    fetch_pages(i + stages - 1, si == 0 ? stages - 1 : si - 1);
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
   };
 
   // Prologue: page ids of the first stages - 1 tiles, then their K/V.
-  for (int t = 0; t < stages - 1; ++t) fetch_pages(t);
+  for (int t = 0; t < stages - 1; ++t) fetch_pages(t, t);
   detail::cp_async_commit();
   detail::cp_async_wait<0>();
   __syncwarp();
   for (int s = 0; s < stages - 1; ++s) {
-    if (s < n_w) issue(s);
+    if (s < n_w) issue(s, s);
     detail::cp_async_commit();  // empty groups keep the wait counts uniform
   }
   __syncthreads();  // q in shared memory
@@ -295,7 +298,7 @@ __global__ void __launch_bounds__(kTcThreads)
   std::uint32_t qf[kQInRegs ? kKSteps : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + tc::at<D>(a_row, 2 * ks + a_chunk));
   }
 
   float o[kNTiles][4];
@@ -303,26 +306,26 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  for (int i = 0; i < n_w; ++i) {
+  for (int i = 0, ci = 0; i < n_w; ++i, ci = ci + 1 == stages ? 0 : ci + 1) {  // ci == i % stages
     tc::wait_stages_minus_2(stages);
     __syncwarp();  // tile i visible to the whole warp; the stage refilled next was read by all lanes
-    if (i + stages - 1 < n_w) issue(i + stages - 1);
+    if (i + stages - 1 < n_w) issue(i + stages - 1, ci == 0 ? stages - 1 : ci - 1);
     detail::cp_async_commit();
-    const T* kt = my_kv + static_cast<std::size_t>(i % stages) * 2 * kTcTileKeys * D;
-    const T* vt = kt + kTcTileKeys * D;
+    const T* kt = my_kv + ci * 2 * kTileElems;
+    const T* vt = kt + kTileElems;
 
     // S (16 rows x 16 keys) = Q K^T.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t bk[4];
-      tc::ldsm_x4(bk, kt + tc::swz<D>(k_row, 2 * ks + k_chunk));
+      tc::ldsm_x4(bk, kt + tc::at<D>(k_row, 2 * ks + k_chunk));
       if constexpr (kQInRegs) {
         tc::mma<T>(s[0], qf[ks], bk[0], bk[1]);
         tc::mma<T>(s[1], qf[ks], bk[2], bk[3]);
       } else {
         std::uint32_t a[4];
-        tc::ldsm_x4(a, sq + tc::swz<D>(a_row, 2 * ks + a_chunk));
+        tc::ldsm_x4(a, sq + tc::at<D>(a_row, 2 * ks + a_chunk));
         tc::mma<T>(s[0], a, bk[0], bk[1]);
         tc::mma<T>(s[1], a, bk[2], bk[3]);
       }
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
     for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
       std::uint32_t bv[4];
-      tc::ldsm_x4_trans(bv, vt + tc::swz<D>(a_row, 2 * n2 + a_chunk));
+      tc::ldsm_x4_trans(bv, vt + tc::at<D>(a_row, 2 * n2 + a_chunk));
       tc::mma<T>(o[2 * n2], ph, bv[0], bv[1]);
       tc::mma<T>(o[2 * n2 + 1], ph, bv[2], bv[3]);
       tc::mma<T>(o[2 * n2], pl, bv[0], bv[1]);
