@@ -156,7 +156,7 @@ __device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t 
 }  // namespace tc
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads)
+__global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
     decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
