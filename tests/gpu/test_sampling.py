@@ -152,13 +152,29 @@ def many(rows, n, dtype=torch.int64):
     return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
 
 
+@pytest.fixture(params=["auto", "rowwise"])
+def sampling_kernel(request, monkeypatch):
+    """Both kernel families where both apply: "auto" takes the cluster kernels
+    (slice_kernels.cuh) for rows of 8192+ elements on sm_90+, "rowwise" pins the
+    one-CTA-per-row kernels (which otherwise serve short rows and older GPUs)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", request.param)
+    return request.param
+
+
+@pytest.fixture(params=["auto", "rowwise", "cluster"])
+def any_sampling_kernel(request, monkeypatch):
+    """As sampling_kernel, plus "cluster" forced on every row length (vocabulary 111 too)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", request.param)
+    return request.param
+
+
 # ----------------------------------------------------------------------------------------
 # Tokens equal the reference's
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
 @pytest.mark.parametrize("vocab,batch", SHAPES, ids=[f"V{v}-B{b}" for v, b in SHAPES])
-def test_tokens_match_reference(name, vocab, batch):
+def test_tokens_match_reference(name, vocab, batch, any_sampling_kernel):
     case = SHAPES.index((vocab, batch))
     with_indices = case % 2 == 1
     rows = max(1, batch // 3) if with_indices else batch
@@ -186,7 +202,7 @@ def test_tokens_match_reference(name, vocab, batch):
 
 
 @pytest.mark.parametrize("offset", [0, 3, 5])
-def test_unaligned_and_strided_rows(offset):
+def test_unaligned_and_strided_rows(offset, sampling_kernel):
     # Rows that start off a 16-byte boundary, with a row stride wider than the row.
     base = make_probs(40, 1000 + offset, seed=offset)
     probs = base[:, offset:]
@@ -203,7 +219,7 @@ def test_unaligned_and_strided_rows(offset):
 
 @pytest.mark.parametrize("vocab", [111, 32000])
 @pytest.mark.parametrize("name", SAMPLERS)
-def test_frequencies_match_the_filtered_distribution(name, vocab):
+def test_frequencies_match_the_filtered_distribution(name, vocab, sampling_kernel):
     rows, n = 2, 1 << 17
     logits = make_logits(rows, vocab, seed=vocab, scale=2.0)
     probs = torch.softmax(logits, dim=-1)
@@ -222,7 +238,7 @@ def test_frequencies_match_the_filtered_distribution(name, vocab):
 
 @pytest.mark.parametrize("vocab", [128256, 256000])
 @pytest.mark.parametrize("name", ["probs", "logits"])
-def test_peaked_large_vocabulary_is_unbiased(name, vocab):
+def test_peaked_large_vocabulary_is_unbiased(name, vocab, sampling_kernel):
     """One token with p = 0.99 and the rest spread over the vocabulary. A race whose
     exponentials are too coarse near 0 (E = -log(u) with a 24-bit u makes E = 0 with
     probability 2^-24 per token) hands the tail about V * 2^-24 extra mass: 1.4% instead of
@@ -284,7 +300,7 @@ ATOL = {torch.float32: 1e-9, torch.float16: 1.2e-7, torch.bfloat16: 1e-9}
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
-def test_top_k_renorm_matches_reference(vocab, batch, dtype):
+def test_top_k_renorm_matches_reference(vocab, batch, dtype, sampling_kernel):
     probs = make_probs(batch, vocab, seed=vocab + batch).to(dtype)
     k, _, _ = per_row_params(batch, vocab, seed=batch)
     out = aotinfer.top_k_renorm_probs(probs, k)
@@ -304,7 +320,7 @@ def test_top_k_renorm_matches_reference(vocab, batch, dtype):
 
 @pytest.mark.parametrize("scalar", [False, True])
 @pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
-def test_top_p_renorm_matches_reference(vocab, batch, scalar):
+def test_top_p_renorm_matches_reference(vocab, batch, scalar, sampling_kernel):
     probs = make_probs(batch, vocab, seed=vocab * 3 + batch)
     _, p, _ = per_row_params(batch, vocab, seed=batch + 1)
     if scalar:
@@ -321,7 +337,7 @@ def test_top_p_renorm_matches_reference(vocab, batch, scalar):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
-def test_top_k_mask_logits_matches_reference(vocab, batch, dtype):
+def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kernel):
     logits = make_logits(batch, vocab, seed=vocab + 2 * batch, dtype=dtype)
     k, _, _ = per_row_params(batch, vocab, seed=batch + 2)
     out = aotinfer.top_k_mask_logits(logits, k)
@@ -338,7 +354,7 @@ def test_top_k_mask_of_distinct_values_keeps_exactly_k():
     assert torch.isfinite(out).sum(-1).tolist() == k.tolist()
 
 
-def test_top_k_mask_turns_nan_into_minus_inf():
+def test_top_k_mask_turns_nan_into_minus_inf(sampling_kernel):
     # NaN logits act as -inf everywhere (aotinfer.sampling's contract), with or without a
     # filter, so that top_k_top_p_sampling_from_logits never softmaxes a NaN row.
     logits = make_logits(3, 1000, seed=3)
@@ -532,7 +548,7 @@ def test_other_cuda_stream_same_tokens():
 # Edge cases
 
 
-def test_top_k_one_and_min_p_one_give_the_argmax():
+def test_top_k_one_and_min_p_one_give_the_argmax(sampling_kernel):
     probs = make_probs(99, 32000, seed=14)
     argmax = probs.argmax(-1)
     assert torch.equal(
@@ -559,7 +575,7 @@ def test_no_op_filters_give_the_unfiltered_tokens():
     assert torch.equal(aotinfer.top_k_sampling_from_probs(probs, no_filter, **kw), plain)
 
 
-def test_one_hot_all_equal_and_single_finite_rows():
+def test_one_hot_all_equal_and_single_finite_rows(sampling_kernel):
     vocab = 32003  # the hot token sits in the partial last group of four
     probs = make_probs(4, vocab, seed=16)
     probs[0] = 0.0
@@ -581,7 +597,7 @@ def test_one_hot_all_equal_and_single_finite_rows():
         assert (tokens[:64] == 5).all() and (tokens[64:] == vocab - 2).all(), name
 
 
-def test_nan_and_degenerate_rows():
+def test_nan_and_degenerate_rows(sampling_kernel):
     vocab = 32000
     probs = make_probs(6, vocab, seed=18)
     clean = probs.clone()
@@ -647,7 +663,7 @@ def test_empty_batch_launches_nothing():
 # CUDA graphs
 
 
-def test_cuda_graph_replay_with_new_values():
+def test_cuda_graph_replay_with_new_values(sampling_kernel):
     batch, rows, vocab = 64, 16, 32000
     static_probs = make_probs(rows, vocab, seed=30)
     static_logits = make_logits(rows, vocab, seed=31)

@@ -82,13 +82,10 @@ struct RowStats {
   float max;    // largest participating probability
 };
 
-template <typename T>
-__device__ RowStats prob_stats(const T* x, std::int64_t n) {
-  const bool aligned = group_aligned(x);
+template <typename Scope>
+__device__ RowStats prob_stats(const Scope& scope) {
   float total = 0.f, mx = 0.f;
-  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-    float v[4];
-    load_group4(x, n, g, aligned, 0.f, v);
+  scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (prob_key(v[j]) != 0u) {
@@ -96,8 +93,8 @@ __device__ RowStats prob_stats(const T* x, std::int64_t n) {
         mx = fmaxf(mx, v[j]);
       }
     }
-  }
-  return RowStats{block_reduce(total, SumOp{}, 0.f), block_reduce(mx, MaxOp{}, 0.f)};
+  });
+  return RowStats{scope.reduce(total, SumOp{}, 0.f), scope.reduce(mx, MaxOp{}, 0.f)};
 }
 
 // The key every kept probability reaches (0 when the row has no participant). Also gives the
@@ -109,15 +106,15 @@ struct KeptSet {
   bool any;
 };
 
-template <typename T>
-__device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f, std::int64_t row,
+template <typename Scope>
+__device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, RadixShared& sh) {
   if (f.mode == FilterMode::kNone && !need_mass) {
     // Plain sampling: the race needs no statistics (a row with nothing positive ends with no
     // candidate and is reported invalid).
     return KeptSet{1u, 0, 0.f, true};
   }
-  const RowStats st = prob_stats(x, n);
+  const RowStats st = prob_stats(scope);
   KeptSet kept{0u, 0, 0.f, st.total > 0.f};
   if (!kept.any) return kept;
   const float scale = kMassOne / st.total;
@@ -138,7 +135,7 @@ __device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f
   bool mass_known = false;
   std::uint64_t mass = 0;
   if (use_k) {
-    const Threshold t = radix_threshold(x, n, key_of, mass_of,
+    const Threshold t = radix_threshold(scope, key_of, mass_of,
                                         SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, true}, sh);
     key = t.key;
     mass_k = t.mass_ge;
@@ -147,7 +144,7 @@ __device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f
   }
   if (use_p) {
     const std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
-    const Threshold t = radix_threshold(x, n, key_of, mass_of,
+    const Threshold t = radix_threshold(scope, key_of, mass_of,
                                         SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
     if (t.key >= key) {
       key = t.key;
@@ -164,20 +161,94 @@ __device__ KeptSet prob_filter(const T* x, std::int64_t n, const FilterParams& f
   if (need_mass && !mass_known) {
     // Mass of keys >= key, for renormalisation (the race does not need it).
     std::uint64_t local = 0;
-    const bool aligned = group_aligned(x);
-    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, aligned, 0.f, v);
+    scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t kk = prob_key(v[j]);
         if (kk != 0u && kk >= key) local += mass_of(v[j]);
       }
-    }
-    mass = block_reduce(local, SumOp{}, std::uint64_t{0});
+    });
+    mass = scope.reduce(local, SumOp{}, std::uint64_t{0});
   }
   kept.mass = mass;
   return kept;
+}
+
+// The exponential race over the kept probabilities of the scope's row: this thread's best
+// candidate (combine with block_argmin, and across a cluster).
+template <typename Scope>
+__device__ ScoredIndex filtered_race(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
+                                     const RowRandom& rng, RadixShared& sh) {
+  ScoredIndex best{0.f, -1};
+  const KeptSet kept = prob_filter(scope, n, f, row, false, sh);
+  if (!kept.any) return best;
+  const std::uint32_t min_key = kept.min_key;
+  scope.for_each_group(0.f, [&](std::int64_t g, const float (&v)[4]) {
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t k = prob_key(v[j]);
+      any |= k != 0u && k >= min_key;
+    }
+    if (!any) return;  // skip the generator where nothing in the group is kept
+    const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
+    const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t k = prob_key(v[j]);
+      if (k == 0u || k < min_key) continue;
+      const float e = RowRandom::exponential(words[j]);
+      const ScoredIndex c{e / v[j], 4 * g + j};
+      if (better_min(c, best)) best = c;
+    }
+  });
+  return best;
+}
+
+// The smallest ordered key of the row's top-k logits (0: keep all).
+template <typename Scope>
+__device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
+                                         RadixShared& sh) {
+  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  if (!(k > 0 && k < n)) return 0u;
+  auto key_of = [](float v) { return ordered_key(v); };
+  auto no_mass = [](float) { return std::uint64_t{0}; };
+  return radix_threshold(scope, key_of, no_mass, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh)
+      .key;
+}
+
+// Output b of a sampling call: the race's winner, or token 0 marked invalid when nothing
+// took part.
+__device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, const ScoredIndex& best) {
+  const std::int64_t token = best.index >= 0 ? best.index : 0;
+  if (p.samples_int64) {
+    static_cast<std::int64_t*>(p.samples)[b] = token;
+  } else {
+    static_cast<std::int32_t*>(p.samples)[b] = static_cast<std::int32_t>(token);
+  }
+  if (p.valid) p.valid[b] = best.index >= 0;
+}
+
+// Renormalised group: kept probabilities times `factor`, everything else 0.
+__device__ __forceinline__ void renorm_group(float (&v)[4], const KeptSet& kept, float factor) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t k = prob_key(v[j]);
+    v[j] = (kept.any && k != 0u && k >= kept.min_key) ? v[j] * factor : 0.f;
+  }
+}
+
+// Masked group: logits below the top-k key (and NaN) become -inf.
+__device__ __forceinline__ void mask_group(float (&v)[4], std::uint32_t min_key) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (v[j] != v[j] || ordered_key(v[j]) < min_key) v[j] = -INFINITY;  // NaN is never kept
+  }
+}
+
+// mass is fixed point in units of kMassOne / total, so p / mass(kept) = p * scale / mass.
+__device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
+  return kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
 }
 
 }  // namespace detail
@@ -209,44 +280,12 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
         }
       }
     } else {
-      const detail::KeptSet kept = detail::prob_filter(x, n, p.filter, row, false, sh);
-      if (kept.any) {
-        const std::uint32_t min_key = kept.min_key;
-        for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-          float v[4];
-          load_group4(x, n, g, aligned, 0.f, v);
-          bool any = false;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const std::uint32_t k = prob_key(v[j]);
-            any |= k != 0u && k >= min_key;
-          }
-          if (!any) continue;  // skip the generator where nothing in the group is kept
-          const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
-          const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const std::uint32_t k = prob_key(v[j]);
-            if (k == 0u || k < min_key) continue;
-            const float e = RowRandom::exponential(words[j]);
-            const ScoredIndex c{e / v[j], 4 * g + j};
-            if (better_min(c, best)) best = c;
-          }
-        }
-      }
+      best = detail::filtered_race(RowScope<float>(x, n), n, p.filter, row, rng, sh);
     }
   }
   best = block_argmin(best);
   pdl_launch_dependents();
-  if (threadIdx.x == 0) {
-    const std::int64_t token = best.index >= 0 ? best.index : 0;
-    if (p.samples_int64) {
-      static_cast<std::int64_t*>(p.samples)[b] = token;
-    } else {
-      static_cast<std::int32_t*>(p.samples)[b] = static_cast<std::int32_t>(token);
-    }
-    if (p.valid) p.valid[b] = best.index >= 0;
-  }
+  if (threadIdx.x == 0) detail::write_sample(p, b, best);
 }
 
 // out = kept ? p / mass(kept) : 0, for top-k or top-p renormalisation.
@@ -258,18 +297,13 @@ __global__ void __launch_bounds__(kRowThreads) renorm_kernel(const __grid_consta
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
-  const detail::KeptSet kept = detail::prob_filter(x, n, p.filter, row, true, sh);
-  // mass is fixed point in units of kMassOne / total, so p / mass(kept) = p * scale / mass.
-  const float factor = kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
+  const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
+  const float factor = detail::renorm_factor(kept);
   const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
   for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
     float v[4];
     load_group4(x, n, g, in_aligned, 0.f, v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t k = prob_key(v[j]);
-      v[j] = (kept.any && k != 0u && k >= kept.min_key) ? v[j] * factor : 0.f;
-    }
+    detail::renorm_group(v, kept, factor);
     store_group4(y, n, g, out_aligned, v);
   }
   pdl_launch_dependents();
@@ -285,23 +319,12 @@ __global__ void __launch_bounds__(kRowThreads) top_k_mask_kernel(const __grid_co
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
-  const std::int32_t k = p.filter.top_k_array ? p.filter.top_k_array[row] : p.filter.top_k;
-  std::uint32_t min_key = 0u;
-  if (k > 0 && k < n) {
-    auto key_of = [](float v) { return ordered_key(v); };
-    auto no_mass = [](float) { return std::uint64_t{0}; };
-    min_key = radix_threshold(x, n, key_of, no_mass,
-                              SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh)
-                  .key;
-  }
+  const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
   const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
   for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
     float v[4];
     load_group4(x, n, g, in_aligned, 0.f, v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (v[j] != v[j] || ordered_key(v[j]) < min_key) v[j] = -INFINITY;  // NaN is never kept
-    }
+    detail::mask_group(v, min_key);
     store_group4(y, n, g, out_aligned, v);
   }
   pdl_launch_dependents();

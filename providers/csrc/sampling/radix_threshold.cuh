@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
-#include "row_access.cuh"
+#include "row_scope.cuh"
 
 namespace aotinfer::sampling {
 
@@ -72,14 +72,15 @@ struct SearchTarget {
   bool track_mass;          // accumulate masses (always when by_mass) so mass_ge is known
 };
 
-// Searches row x (n elements of T) for the largest key B with
+// Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal.
 // KeyFn(float) -> key (0: not a participant); MassFn(float) -> fixed-point mass.
-template <typename T, typename KeyFn, typename MassFn>
-__device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, MassFn mass_of,
-                                     SearchTarget target, RadixShared& sh) {
-  const bool aligned = group_aligned(x);
-  const std::int64_t groups = (n + 3) / 4;
+// blockDim.x must be at least kRadixBins / kMaxBinsPerThread.
+constexpr int kMaxBinsPerThread = 4;
+
+template <typename Scope, typename KeyFn, typename MassFn>
+__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn mass_of, SearchTarget target,
+                                     RadixShared& sh) {
   constexpr int kShift[3] = {21, 10, 0};
   constexpr int kBins[3] = {2048, 2048, 1024};
   std::uint32_t prefix = 0, prefix_mask = 0;
@@ -88,7 +89,7 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
 
   for (int level = 0; level < 3; ++level) {
     const int shift = kShift[level], bins = kBins[level];
-    __syncthreads();  // the previous level's readers of sh are done
+    scope.sync();  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
       sh.mass_lo[i] = 0;
@@ -96,9 +97,7 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
     }
     if (threadIdx.x == 0) sh.found = 0;
     __syncthreads();
-    for (std::int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, aligned, NAN, v);
+    scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t k = key_of(v[j]);  // the NaN fill of a tail gives key 0
@@ -107,19 +106,26 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
         const std::uint64_t q = takes_part && (target.by_mass || target.track_mass) ? mass_of(v[j]) : 0;
         add_to_histogram(sh, takes_part, d, q);
       }
-    }
-    __syncthreads();
+    });
+    scope.sync();  // every CTA's histogram is complete
 
-    // Descending scan: thread t owns bins hi = bins-1-2t and lo = hi-1 (none when hi < 0).
-    const int hi = bins - 1 - 2 * static_cast<int>(threadIdx.x), lo = hi - 1;
-    const std::uint64_t c_hi = hi >= 0 ? sh.count[hi] : 0, c_lo = lo >= 0 ? sh.count[lo] : 0;
-    auto mass_of_bin = [&](int bin) -> std::uint64_t {
-      return bin < 0 ? 0 : (static_cast<std::uint64_t>(sh.mass_hi[bin]) << 12) + sh.mass_lo[bin];
-    };
-    const std::uint64_t m_hi = mass_of_bin(hi), m_lo = mass_of_bin(lo);
+    // Descending scan: thread t owns `per` consecutive bins from top = bins-1-per*t down
+    // (those >= 0), their contents summed over the scope.
+    const int per = (bins + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+    const int top = bins - 1 - per * static_cast<int>(threadIdx.x);
+    std::uint64_t cs[kMaxBinsPerThread], ms[kMaxBinsPerThread], c_sum = 0, m_sum = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxBinsPerThread; ++k) {
+      const int bin = top - k;
+      const bool mine = k < per && bin >= 0;
+      cs[k] = mine ? scope.bin(sh.count, bin) : 0;
+      ms[k] = mine ? (static_cast<std::uint64_t>(scope.bin(sh.mass_hi, bin)) << 12) + scope.bin(sh.mass_lo, bin) : 0;
+      c_sum += cs[k];
+      m_sum += ms[k];
+    }
     std::uint64_t total_count, total_mass;
-    const std::uint64_t before_c = block_exclusive_scan(c_hi + c_lo, &total_count);
-    const std::uint64_t before_m = block_exclusive_scan(m_hi + m_lo, &total_mass);
+    const std::uint64_t before_c = block_exclusive_scan(c_sum, &total_count);
+    const std::uint64_t before_m = block_exclusive_scan(m_sum, &total_mass);
     if (level == 0) {
       if (target.by_mass) {
         const std::uint64_t base = target.mass_base ? target.mass_base : total_mass;
@@ -132,23 +138,22 @@ __device__ Threshold radix_threshold(const T* x, std::int64_t n, KeyFn key_of, M
         return Threshold{0u, total_count, total_mass};
       }
     }
-    const std::uint64_t start = target.by_mass ? above_mass + before_m : above_count + before_c;
-    const std::uint64_t v_hi = target.by_mass ? m_hi : c_hi, v_lo = target.by_mass ? m_lo : c_lo;
-    if (hi >= 0 && start < goal) {
-      if (start + v_hi >= goal) {
-        sh.digit = static_cast<std::uint32_t>(hi);
-        sh.above_count = above_count + before_c;
-        sh.above_mass = above_mass + before_m;
-        sh.bin_count = c_hi;
-        sh.bin_mass = m_hi;
-        sh.found = 1;
-      } else if (lo >= 0 && start + v_hi + v_lo >= goal) {
-        sh.digit = static_cast<std::uint32_t>(lo);
-        sh.above_count = above_count + before_c + c_hi;
-        sh.above_mass = above_mass + before_m + m_hi;
-        sh.bin_count = c_lo;
-        sh.bin_mass = m_lo;
-        sh.found = 1;
+    std::uint64_t run_c = above_count + before_c, run_m = above_mass + before_m;
+    if (top >= 0 && (target.by_mass ? run_m : run_c) < goal) {
+#pragma unroll
+      for (int k = 0; k < kMaxBinsPerThread; ++k) {
+        if (k >= per || top - k < 0) break;
+        if ((target.by_mass ? run_m + ms[k] : run_c + cs[k]) >= goal) {
+          sh.digit = static_cast<std::uint32_t>(top - k);
+          sh.above_count = run_c;
+          sh.above_mass = run_m;
+          sh.bin_count = cs[k];
+          sh.bin_mass = ms[k];
+          sh.found = 1;
+          break;
+        }
+        run_c += cs[k];
+        run_m += ms[k];
       }
     }
     __syncthreads();

@@ -5,13 +5,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
 #include "chain_speculative.cuh"
 #include "filter_sample.cuh"
+#include "slice_kernels.cuh"
 #include "sampling_launchers.h"
 #include "top_k_select.cuh"
 
@@ -80,6 +83,50 @@ void check_matrix(const TensorView& v, const char* op, const char* name) {
 
 void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(err, op, device); }
 
+// The cluster kernels of slice_kernels.cuh serve sm_90+ rows of at least kSliceMinVocab
+// elements whose slice fits in shared memory beside the radix histograms; shorter rows are
+// not worth a cluster. AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family
+// wherever both apply (tests and benchmarks cover both).
+constexpr std::int64_t kSliceMinVocab = 8192;
+constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
+
+std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
+
+bool use_slice_kernels(int device, std::int64_t vocab, const char* op) {
+  const char* pin = std::getenv("AOTINFER_SAMPLING_KERNEL");
+  const std::string want = pin ? pin : "";
+  if (!want.empty() && want != "rowwise" && want != "cluster" && want != "auto")
+    fail_argument("AOTINFER_SAMPLING_KERNEL must be rowwise, cluster or auto, got '" + want + "'");
+  if (want == "rowwise" || vocab == 0) return false;
+  int major = 0, smem_limit = 0;
+  finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, device), op, device);
+  if (major < 9 || slice_groups(vocab) * 16 + kSliceStaticSmem > smem_limit) return false;
+  return want == "cluster" || vocab >= kSliceMinVocab;
+}
+
+// One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
+template <auto Kernel, typename Params>
+cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
+  const std::int64_t groups = slice_groups(vocab);
+  const int smem = static_cast<int>(groups * 16);
+  const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows * kSliceCtas));
+  config.blockDim = dim3(kSliceThreads);
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kSliceCtas;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, Kernel, p, groups);
+}
+
 template <typename T>
 void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
                     cudaStream_t stream) {
@@ -95,6 +142,12 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
+  if (use_slice_kernels(input.device, p.vocab, op)) {
+    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream)
+                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream),
+           op, input.device);
+    return;
+  }
   auto kernel = mask ? top_k_mask_kernel<T> : renorm_kernel<T>;
   kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
   finish(cudaGetLastError(), op, input.device);
@@ -159,6 +212,11 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   if (batch == 0) return;
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
+  if (!input_is_logits && use_slice_kernels(input.device, p.vocab, op)) {
+    finish(launch_slices<sample_slice_kernel>(p, batch, p.vocab, input.device, reinterpret_cast<cudaStream_t>(stream)),
+           op, input.device);
+    return;
+  }
   sample_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }

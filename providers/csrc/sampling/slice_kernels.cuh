@@ -1,0 +1,127 @@
+// The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas
+// CTAs (sm_90+; row_scope.cuh's SliceScope): every CTA copies its slice of the row into
+// shared memory once, and the statistics, the radix levels and the race then read shared
+// memory instead of global memory, one pass each. Same results as the one-CTA-per-row
+// kernels: the same keys, integer histograms and Philox words (group g of the row keeps its
+// generator index whichever CTA holds it), ties broken the same way.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "filter_sample.cuh"
+#include "row_scope.cuh"
+
+namespace aotinfer::sampling {
+namespace detail {
+
+// This CTA's part of a row of n elements: groups [first, first + count).
+struct SliceRange {
+  std::int64_t first, count;
+};
+
+__device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t slice_groups, int rank) {
+  const std::int64_t total = (n + 3) / 4, first = rank * slice_groups;
+  std::int64_t count = total - first;
+  count = count < 0 ? 0 : (count > slice_groups ? slice_groups : count);
+  return SliceRange{first, count};
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// Copies the slice of row x into shared memory as floats (NaN past the row's end), then
+// makes it visible to the CTA.
+template <typename T>
+__device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
+  const bool aligned = group_aligned(x);
+  for (std::int64_t g = threadIdx.x; g < r.count; g += blockDim.x) {
+    float v[4];
+    load_group4(x, n, r.first + g, aligned, NAN, v);
+    dst[g] = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  __syncthreads();
+  return SliceScope{dst, r.count, r.first};
+}
+#endif
+
+}  // namespace detail
+
+// sample_kernel for probabilities, one cluster per output row.
+__global__ void __launch_bounds__(kSliceThreads)
+    sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 slice_smem[];
+  __shared__ RadixShared sh;
+  __shared__ float best_score;
+  __shared__ long long best_index;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const std::int64_t b = blockIdx.x / kSliceCtas;
+  pdl_wait_for_prior_grid();
+  const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
+  ScoredIndex best{0.f, -1};
+  if (row >= 0 && row < p.rows) {  // the same for the whole cluster
+    const std::int64_t n = p.vocab;
+    const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
+                                                detail::slice_range(n, slice_groups, rank));
+    best = detail::filtered_race(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+  }
+  best = block_argmin(best);
+  if (threadIdx.x == 0) {
+    best_score = best.score;
+    best_index = best.index;
+  }
+  cluster.sync();
+  pdl_launch_dependents();
+  if (rank == 0 && threadIdx.x == 0) {
+    ScoredIndex w{0.f, -1};
+    for (unsigned r = 0; r < kSliceCtas; ++r) {  // rank order: the lowest index wins ties
+      const ScoredIndex o{*cluster.map_shared_rank(&best_score, r),
+                          static_cast<std::int64_t>(*cluster.map_shared_rank(&best_index, r))};
+      if (better_min(o, w)) w = o;
+    }
+    detail::write_sample(p, b, w);
+  }
+  cluster.sync();  // peers stay resident until rank 0 has read their candidates
+#endif
+}
+
+// renorm_kernel (mask = false) or top_k_mask_kernel (mask = true), one cluster per row.
+template <typename T, bool kMask>
+__global__ void __launch_bounds__(kSliceThreads)
+    row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 slice_smem[];
+  __shared__ RadixShared sh;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const std::int64_t row = blockIdx.x / kSliceCtas;
+  pdl_wait_for_prior_grid();
+  const std::int64_t n = p.vocab;
+  const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
+  const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.in_row_stride, n, range);
+  T* y = p.out + row * p.out_row_stride;
+  const bool out_aligned = group_aligned(y);
+  if constexpr (kMask) {
+    const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
+    scope.for_each_group(0.f, [&](std::int64_t g, const float (&in)[4]) {
+      float v[4] = {in[0], in[1], in[2], in[3]};
+      detail::mask_group(v, min_key);
+      store_group4(y, n, g, out_aligned, v);
+    });
+  } else {
+    const detail::KeptSet kept = detail::prob_filter(scope, n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    scope.for_each_group(0.f, [&](std::int64_t g, const float (&in)[4]) {
+      float v[4] = {in[0], in[1], in[2], in[3]};
+      detail::renorm_group(v, kept, factor);
+      store_group4(y, n, g, out_aligned, v);
+    });
+  }
+  pdl_launch_dependents();
+  cluster.sync();  // peers may still read this CTA's histograms
+#endif
+}
+
+}  // namespace aotinfer::sampling
