@@ -43,6 +43,12 @@ struct RadixShared {
   std::uint32_t digit;
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
+  // SliceScope only: this CTA's share of the cluster-summed histogram and its totals.
+  std::uint32_t share_count[kRadixBins / kSliceCtas];
+  std::uint64_t share_mass[kRadixBins / kSliceCtas];
+  std::uint64_t share_total_count, share_total_mass;
+  int any_found;        // local: some rank found the crossing
+  ShareTotals totals;   // local: the cluster's totals of this level
 };
 
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
@@ -109,40 +115,45 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
     });
     scope.sync();  // every CTA's histogram is complete
 
-    // Descending scan: thread t owns `per` consecutive bins from top = bins-1-per*t down
-    // (those >= 0), their contents summed over the scope.
-    const int per = (bins + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-    const int top = bins - 1 - per * static_cast<int>(threadIdx.x);
+    // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
+    // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of
+    // higher bins come before.
+    scope.combine(sh, bins);
+    const int first = scope.share_first(bins), last = scope.share_last(bins);
+    const int span = last - first + 1;
+    const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+    const int top = last - per * static_cast<int>(threadIdx.x);
     std::uint64_t cs[kMaxBinsPerThread], ms[kMaxBinsPerThread], c_sum = 0, m_sum = 0;
 #pragma unroll
     for (int k = 0; k < kMaxBinsPerThread; ++k) {
       const int bin = top - k;
-      const bool mine = k < per && bin >= 0;
-      cs[k] = mine ? scope.bin(sh.count, bin) : 0;
-      ms[k] = mine ? (static_cast<std::uint64_t>(scope.bin(sh.mass_hi, bin)) << 12) + scope.bin(sh.mass_lo, bin) : 0;
+      const bool mine = k < per && bin >= first;
+      cs[k] = mine ? scope.combined_count(sh, bin, bins) : 0;
+      ms[k] = mine ? scope.combined_mass(sh, bin, bins) : 0;
       c_sum += cs[k];
       m_sum += ms[k];
     }
-    std::uint64_t total_count, total_mass;
-    const std::uint64_t before_c = block_exclusive_scan(c_sum, &total_count);
-    const std::uint64_t before_m = block_exclusive_scan(m_sum, &total_mass);
+    std::uint64_t share_count, share_mass;
+    const std::uint64_t before_c = block_exclusive_scan(c_sum, &share_count);
+    const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
+    const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
       if (target.by_mass) {
-        const std::uint64_t base = target.mass_base ? target.mass_base : total_mass;
+        const std::uint64_t base = target.mass_base ? target.mass_base : tot.all_mass;
         const double g = ceil(static_cast<double>(target.mass_fraction) * static_cast<double>(base));
         goal = g < 1.0 ? 1 : static_cast<std::uint64_t>(g);
       }
-      const std::uint64_t total = target.by_mass ? total_mass : total_count;
+      const std::uint64_t total = target.by_mass ? tot.all_mass : tot.all_count;
       if (total < goal) {
         // Fewer participants (or less mass) than the target: keep them all.
-        return Threshold{0u, total_count, total_mass};
+        return Threshold{0u, tot.all_count, tot.all_mass};
       }
     }
-    std::uint64_t run_c = above_count + before_c, run_m = above_mass + before_m;
-    if (top >= 0 && (target.by_mass ? run_m : run_c) < goal) {
+    std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
+    if (top >= first && (target.by_mass ? run_m : run_c) < goal) {
 #pragma unroll
       for (int k = 0; k < kMaxBinsPerThread; ++k) {
-        if (k >= per || top - k < 0) break;
+        if (k >= per || top - k < first) break;
         if ((target.by_mass ? run_m + ms[k] : run_c + cs[k]) >= goal) {
           sh.digit = static_cast<std::uint32_t>(top - k);
           sh.above_count = run_c;
@@ -156,8 +167,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
         run_m += ms[k];
       }
     }
-    __syncthreads();
-    if (!sh.found) break;  // cannot happen (see below); keeps the prefix found so far
+    // Every CTA of the scope now holds the crossing. None cannot happen (see below); the
+    // prefix found so far is kept.
+    if (!scope.publish_crossing(sh)) break;
     // A crossing always exists once level 0 holds enough: each bin's contents are exactly
     // what the next level splits.
     prefix |= sh.digit << shift;

@@ -20,6 +20,11 @@
 
 namespace aotinfer::sampling {
 
+// Histogram totals of the shares above this CTA's (higher bins) and of all shares.
+struct ShareTotals {
+  std::uint64_t higher_count, higher_mass, all_count, all_mass;
+};
+
 template <typename T>
 struct RowScope {
   const T* x;
@@ -43,8 +48,27 @@ struct RowScope {
   __device__ V reduce(V v, Op op, V identity) const {
     return block_reduce(v, op, identity);
   }
-  // Bin i of a histogram every CTA of the scope built in its own shared memory.
-  __device__ std::uint32_t bin(const std::uint32_t* hist, int i) const { return hist[i]; }
+  // The radix scan (radix_threshold.cuh): one CTA scans every bin of its own histogram.
+  template <typename Sh>
+  __device__ void combine(Sh&, int) const {}
+  __device__ int share_first(int) const { return 0; }
+  __device__ int share_last(int bins) const { return bins - 1; }
+  template <typename Sh>
+  __device__ std::uint64_t combined_count(const Sh& sh, int bin, int) const { return sh.count[bin]; }
+  template <typename Sh>
+  __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int) const {
+    return (static_cast<std::uint64_t>(sh.mass_hi[bin]) << 12) + sh.mass_lo[bin];
+  }
+  template <typename Sh>
+  __device__ ShareTotals across(Sh&, std::uint64_t count, std::uint64_t mass) const {
+    return ShareTotals{0, 0, count, mass};
+  }
+  // Whether a crossing was found (sh.digit ... then hold it).
+  template <typename Sh>
+  __device__ bool publish_crossing(Sh& sh) const {
+    __syncthreads();
+    return sh.found != 0;
+  }
 };
 
 constexpr int kSliceCtas = 8;       // portable cluster size
@@ -68,25 +92,104 @@ struct SliceScope {
     }
   }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
+  // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
+  // shuffle order (so every CTA gets the same bits), then shared with the CTA.
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
-    __shared__ V mine;
+    __shared__ V mine, all;
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     v = block_reduce(v, op, identity);
     if (threadIdx.x == 0) mine = v;
     cluster.sync();
-    V acc = identity;
-#pragma unroll
-    for (unsigned r = 0; r < kSliceCtas; ++r) acc = op(acc, *cluster.map_shared_rank(&mine, r));
-    cluster.sync();  // every peer has read `mine` before the next call rewrites it
-    return acc;
+    if (threadIdx.x < 32) {
+      V x = threadIdx.x < kSliceCtas ? *cluster.map_shared_rank(&mine, threadIdx.x) : identity;
+      x = warp_reduce(x, op);
+      if (threadIdx.x == 0) all = x;
+    }
+    cluster.sync();  // every peer has read `mine`; `all` is visible to the CTA
+    return all;
   }
-  __device__ std::uint32_t bin(const std::uint32_t* hist, int i) const {
+  // The radix scan, distributed: rank r sums bins [r * share, (r + 1) * share) over the
+  // cluster's histograms (each bin read once per cluster, not once per CTA), scans them,
+  // and the rank whose share holds the crossing publishes it.
+  __device__ static int share_size(int bins) { return bins / kSliceCtas; }
+  __device__ int share_first(int bins) const {
+    return static_cast<int>(cooperative_groups::this_cluster().block_rank()) * share_size(bins);
+  }
+  __device__ int share_last(int bins) const { return share_first(bins) + share_size(bins) - 1; }
+  template <typename Sh>
+  __device__ void combine(Sh& sh, int bins) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    std::uint32_t total = 0;
+    const int first = share_first(bins);
+    for (int b = threadIdx.x; b < share_size(bins); b += blockDim.x) {
+      std::uint32_t c = 0;
+      std::uint64_t m = 0;
 #pragma unroll
-    for (unsigned r = 0; r < kSliceCtas; ++r) total += *cluster.map_shared_rank(const_cast<std::uint32_t*>(hist) + i, r);
-    return total;
+      for (unsigned r = 0; r < kSliceCtas; ++r) {
+        Sh& peer = *cluster.map_shared_rank(&sh, r);
+        c += peer.count[first + b];
+        m += (static_cast<std::uint64_t>(peer.mass_hi[first + b]) << 12) + peer.mass_lo[first + b];
+      }
+      sh.share_count[b] = c;
+      sh.share_mass[b] = m;
+    }
+    __syncthreads();
+  }
+  template <typename Sh>
+  __device__ std::uint64_t combined_count(const Sh& sh, int bin, int bins) const {
+    return sh.share_count[bin - share_first(bins)];
+  }
+  template <typename Sh>
+  __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
+    return sh.share_mass[bin - share_first(bins)];
+  }
+  template <typename Sh>
+  __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x == 0) {
+      sh.share_total_count = count;
+      sh.share_total_mass = mass;
+    }
+    cluster.sync();
+    if (threadIdx.x < 32) {  // lane r reads rank r's totals
+      const unsigned lane = threadIdx.x, rank = cluster.block_rank();
+      std::uint64_t c = 0, m = 0;
+      if (lane < kSliceCtas) {
+        const Sh& peer = *cluster.map_shared_rank(&sh, lane);
+        c = peer.share_total_count;
+        m = peer.share_total_mass;
+      }
+      const ShareTotals t{warp_reduce(lane > rank ? c : 0, SumOp{}), warp_reduce(lane > rank ? m : 0, SumOp{}),
+                          warp_reduce(c, SumOp{}), warp_reduce(m, SumOp{})};
+      if (lane == 0) sh.totals = t;
+    }
+    __syncthreads();
+    return sh.totals;
+  }
+  // The finder's `found` flag is the only one set, and nobody writes `found` or the
+  // finder's fields here: the others copy its crossing into their own fields.
+  template <typename Sh>
+  __device__ bool publish_crossing(Sh& sh) const {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();  // every rank has searched its share
+    const unsigned rank = cluster.block_rank();
+    if (threadIdx.x == 0) {
+      int finder = -1;
+      for (unsigned r = 0; r < kSliceCtas; ++r) {
+        if (cluster.map_shared_rank(&sh, r)->found) finder = static_cast<int>(r);
+      }
+      if (finder >= 0 && static_cast<unsigned>(finder) != rank) {
+        const Sh& peer = *cluster.map_shared_rank(&sh, static_cast<unsigned>(finder));
+        sh.digit = peer.digit;
+        sh.above_count = peer.above_count;
+        sh.above_mass = peer.above_mass;
+        sh.bin_count = peer.bin_count;
+        sh.bin_mass = peer.bin_mass;
+      }
+      sh.any_found = finder >= 0;
+    }
+    __syncthreads();
+    return sh.any_found != 0;
   }
 };
 #endif

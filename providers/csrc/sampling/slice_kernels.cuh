@@ -48,7 +48,7 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
 }  // namespace detail
 
 // sample_kernel for probabilities, one cluster per output row.
-__global__ void __launch_bounds__(kSliceThreads)
+__global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kSliceThreads)
 
 // renorm_kernel (mask = false) or top_k_mask_kernel (mask = true), one cluster per row.
 template <typename T, bool kMask>
-__global__ void __launch_bounds__(kSliceThreads)
+__global__ void __launch_bounds__(kSliceThreads, 2)
     row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
