@@ -17,12 +17,13 @@ from bench_common import graph_time_ms, time_ms  # noqa: E402
 
 import aotinfer  # noqa: E402
 
+S = dict(seed=1, offset=0)  # explicit seed: capturable without a generator
 CALLS = {
-    "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50),
-    "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9),
-    "min_p": lambda p: aotinfer.min_p_sampling_from_probs(p, 0.1),
-    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(p, 50, 0.9, filter_apply_order="joint"),
-    "plain": lambda p: aotinfer.sampling_from_probs(p),
+    "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50, **S),
+    "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9, **S),
+    "min_p": lambda p: aotinfer.min_p_sampling_from_probs(p, 0.1, **S),
+    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(p, 50, 0.9, filter_apply_order="joint", **S),
+    "plain": lambda p: aotinfer.sampling_from_probs(p, **S),
     "top_p_renorm": lambda p: aotinfer.top_p_renorm_probs(p, 0.9),
     "top_k_mask": lambda p: aotinfer.top_k_mask_logits(p, 50),
 }
