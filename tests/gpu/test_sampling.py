@@ -152,18 +152,19 @@ def many(rows, n, dtype=torch.int64):
     return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
 
 
-@pytest.fixture(params=["auto", "rowwise"])
+@pytest.fixture(params=["cluster", "rowwise"])
 def sampling_kernel(request, monkeypatch):
-    """Both kernel families where both apply: "auto" takes the cluster kernels
-    (slice_kernels.cuh) for rows of 8192+ elements on sm_90+, "rowwise" pins the
-    one-CTA-per-row kernels (which otherwise serve short rows and older GPUs)."""
+    """Both kernel families: "cluster" pins the cluster kernels (slice_kernels.cuh; on
+    sm_90+, for every row length and batch), "rowwise" the one-CTA-per-row kernels. Left
+    alone ("auto"), the provider takes the clusters for small batches of rows of 8192+
+    elements on sm_90+ and the rowwise kernels otherwise."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", request.param)
     return request.param
 
 
 @pytest.fixture(params=["auto", "rowwise", "cluster"])
 def any_sampling_kernel(request, monkeypatch):
-    """As sampling_kernel, plus "cluster" forced on every row length (vocabulary 111 too)."""
+    """As sampling_kernel, plus the provider's own choice."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", request.param)
     return request.param
 

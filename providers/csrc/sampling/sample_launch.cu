@@ -84,25 +84,30 @@ void check_matrix(const TensorView& v, const char* op, const char* name) {
 void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(err, op, device); }
 
 // The cluster kernels of slice_kernels.cuh serve sm_90+ rows of at least kSliceMinVocab
-// elements whose slice fits in shared memory beside the radix histograms; shorter rows are
-// not worth a cluster. AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family
+// elements whose slice fits in shared memory beside the radix histograms (shorter rows are
+// not worth a cluster), in batches small enough for about two waves of clusters. AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family
 // wherever both apply (tests and benchmarks cover both).
 constexpr std::int64_t kSliceMinVocab = 8192;
 constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
 
 std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
 
-bool use_slice_kernels(int device, std::int64_t vocab, const char* op) {
+bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const char* pin = std::getenv("AOTINFER_SAMPLING_KERNEL");
   const std::string want = pin ? pin : "";
   if (!want.empty() && want != "rowwise" && want != "cluster" && want != "auto")
     fail_argument("AOTINFER_SAMPLING_KERNEL must be rowwise, cluster or auto, got '" + want + "'");
   if (want == "rowwise" || vocab == 0) return false;
-  int major = 0, smem_limit = 0;
+  int major = 0, smem_limit = 0, sms = 0;
   finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
   if (major < 9 || slice_groups(vocab) * 16 + kSliceStaticSmem > smem_limit) return false;
-  return want == "cluster" || vocab >= kSliceMinVocab;
+  // Measured on an H200 (dev/sweep_sampling.py, vocab 128256): at batch 1 the clusters take
+  // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
+  // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
+  // batches whose clusters fit in about two waves.
+  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
 }
 
 // One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
@@ -142,7 +147,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
-  if (use_slice_kernels(input.device, p.vocab, op)) {
+  if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream)
                 : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream),
            op, input.device);
@@ -212,7 +217,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   if (batch == 0) return;
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
-  if (!input_is_logits && use_slice_kernels(input.device, p.vocab, op)) {
+  if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     finish(launch_slices<sample_slice_kernel>(p, batch, p.vocab, input.device, reinterpret_cast<cudaStream_t>(stream)),
            op, input.device);
     return;
