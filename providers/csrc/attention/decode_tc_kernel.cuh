@@ -11,8 +11,8 @@
 // Work split: the four warps take interleaved 16-key tiles of the CTA's key range, each with
 // its own cp.async pipeline (`stages` tiles of K and V in its own shared memory, so the main
 // loop needs only __syncwarp) and its own online-softmax state; the four states merge
-// through shared memory at the end. Page ids are loaded four tiles ahead of their use, and
-// every copy instruction moves whole 16-byte-chunked rows (coalesced).
+// through shared memory at the end. Page ids travel through the same cp.async pipeline one
+// depth ahead of their tile, and every copy instruction moves whole rows (coalesced).
 //
 // Precision: S = Q K^T is exact products accumulated in fp32. P is split into a 16-bit high
 // part and the 16-bit rounding of the remainder, and both go through the PV MMA, so the
@@ -221,10 +221,10 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice.
   //
   // Page ids travel through the same pipeline, one depth ahead: the copy of tile t's 16 page
-  // ids (lanes 0-15, cp.async into ring slot t % stages, the slot of its K/V stage) is committed with
-  // tile t - stages + 1's K/V, so it has landed when tile t's copies are issued. A page id
-  // loaded into a register one tile ahead put a dependent global load on every tile's
-  // critical path instead (measured: 2.9 TB/s, flat in the pipeline depth).
+  // ids (lanes 0-15, cp.async into ring slot t % stages, the slot of its K/V stage) is
+  // committed with tile t - stages + 1's K/V, so it has landed when tile t's copies are
+  // issued and no page-table load waits on a tile's critical path. (Measured, that alone did
+  // not move the time: the copy bookkeeping's instruction count was the limit; dev/NOTES.md.)
   constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
