@@ -15,13 +15,17 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import copy_bandwidth_bytes_per_s, graph_time_ms  # noqa: E402
-from bench_decode import D, DT, HKV, HQ, PAGE, paged_setup  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 import aotinfer  # noqa: E402
 
 SHAPES = [(1, 1024), (16, 16384), (64, 4096), (256, 1024)]
-SETTINGS = [("stages=2", {"AOTINFER_DECODE_STAGES": "2"}), ("stages=3", {"AOTINFER_DECODE_STAGES": "3"}),
-            ("stages=4", {"AOTINFER_DECODE_STAGES": "4"}), ("cuda_cores", {"AOTINFER_DECODE_KERNEL": "cuda_cores"})]
+SETTINGS = [
+    ("stages=2", {"AOTINFER_DECODE_STAGES": "2"}),
+    ("stages=3", {"AOTINFER_DECODE_STAGES": "3"}),
+    ("stages=4", {"AOTINFER_DECODE_STAGES": "4"}),
+    ("cuda_cores", {"AOTINFER_DECODE_KERNEL": "cuda_cores"}),
+]
 
 
 def host_us(fn, n=300):
@@ -53,16 +57,21 @@ def main():
         w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
         plan_us = (time.perf_counter() - t) * 1e6
         out = torch.empty_like(q)
-        line = [f"batch {batch:3d} kv {kv:5d}: plan {plan_us:.0f} us, run host {host_us(lambda: w.run(q, cache, out=out)):.1f} us"]
+
+        def run(w=w, q=q, cache=cache, out=out):
+            return w.run(q, cache, out=out)
+
+        host = host_us(run)
+        line = [f"batch {batch:3d} kv {kv:5d}: plan {plan_us:.0f} us, run host {host:.1f} us"]
         for name, env in SETTINGS:
             for k_, v_ in env.items():
                 os.environ[k_] = v_
-            us = 1e3 * graph_time_ms(lambda: w.run(q, cache, out=out))
+            us = 1e3 * graph_time_ms(run)
             for k_ in env:
                 del os.environ[k_]
             line.append(f"{name} {us:.1f} us ({nbytes / us / 1e6:.2f} TB/s)")
         print("; ".join(line), flush=True)
-        del cache
+        del cache, run
         torch.cuda.empty_cache()
 
 

@@ -22,7 +22,9 @@ CALLS = {
     "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50, **S),
     "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9, **S),
     "min_p": lambda p: aotinfer.min_p_sampling_from_probs(p, 0.1, **S),
-    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(p, 50, 0.9, filter_apply_order="joint", **S),
+    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
+        p, 50, 0.9, filter_apply_order="joint", **S
+    ),
     "plain": lambda p: aotinfer.sampling_from_probs(p, **S),
     "top_p_renorm": lambda p: aotinfer.top_p_renorm_probs(p, 0.9),
     "top_k_mask": lambda p: aotinfer.top_k_mask_logits(p, 50),
@@ -36,8 +38,8 @@ def main():
             line = [f"batch {batch:3d} {name:13s}"]
             for kernel in ("rowwise", "cluster"):
                 os.environ["AOTINFER_SAMPLING_KERNEL"] = kernel
-                g = 1e3 * graph_time_ms(lambda: fn(probs))
-                e = 1e3 * time_ms(lambda: fn(probs))
+                g = 1e3 * graph_time_ms(lambda fn=fn, probs=probs: fn(probs))
+                e = 1e3 * time_ms(lambda fn=fn, probs=probs: fn(probs))
                 line.append(f"{kernel} graph {g:7.1f} us eager {e:7.1f} us")
             del os.environ["AOTINFER_SAMPLING_KERNEL"]
             print("; ".join(line), flush=True)
