@@ -18,6 +18,7 @@ chain_speculative_sampling ``batch * (n + 1)``.
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Optional, Tuple, Union
 
@@ -29,21 +30,30 @@ CPU_SEED_BITS = 62
 _state_lock = threading.Lock()
 
 
+_STATE_WORDS = struct.Struct("=qq")  # [seed, offset] as int64 in native byte order
+
+
 def advance_state(state: torch.Tensor, increment: int) -> Tuple[torch.Tensor, int, int]:
     """The CUDA-generator state arithmetic, on a 16-byte uint8 state tensor.
 
     Returns ``(new_state, seed, offset)``: ``new_state`` holds the same seed and the offset
     advanced by ``ceil(increment / 4) * 4``; ``seed`` and ``offset`` are the int64 values
     of the new state (the seed as its signed int64 view, like FlashInfer).
+
+    The arithmetic runs on Python ints (struct), not tensor ops: it is on the host path of
+    every sampling call, and the tensor version cost ~24 us per call on a 2-core VM.
     """
-    words = state.detach().cpu().contiguous().view(torch.int64).clone()
-    if words.numel() != 2:
+    nbytes = state.numel() * state.element_size()
+    if nbytes != 16:
         raise ValueError(
             f"a CUDA generator state must be 16 bytes ([seed, offset] as int64), got "
-            f"{state.numel() * state.element_size()} bytes"
+            f"{nbytes} bytes"
         )
-    words[1] += (int(increment) + 3) // 4 * 4
-    return words.view(torch.uint8), int(words[0]), int(words[1])
+    raw = bytes(state.detach().cpu().reshape(-1).view(torch.uint8).tolist())
+    seed, offset = _STATE_WORDS.unpack(raw)
+    offset += (int(increment) + 3) // 4 * 4
+    new_state = torch.frombuffer(bytearray(_STATE_WORDS.pack(seed, offset)), dtype=torch.uint8)
+    return new_state, seed, offset
 
 
 def default_generator(device: Union[torch.device, str, None]) -> torch.Generator:
