@@ -81,6 +81,26 @@ __device__ __forceinline__ void cp_async_wait() {
 
 }  // namespace detail
 
+// What one CTA of the decode grid works on: request b, KV head, KV split, and its block of
+// query rows [row0, row0 + rows) among the request's q_len * group rows.
+struct CtaWork {
+  std::int64_t b, kv_head, split;
+  int row0, rows;
+};
+
+template <typename QT, typename KVT>
+__device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
+  CtaWork w;
+  w.b = blockIdx.x;
+  w.kv_head = blockIdx.y % p.num_kv_heads;
+  const std::int64_t row_block = blockIdx.y / p.num_kv_heads;
+  w.split = blockIdx.z;
+  const std::int64_t rows_total = p.q_len * p.group;
+  w.row0 = static_cast<int>(row_block * kRowBlock);
+  w.rows = static_cast<int>(rows_total - w.row0 < kRowBlock ? rows_total - w.row0 : kRowBlock);
+  return w;
+}
+
 // The keys one CTA attends to: request b's keys [k_begin, k_end) of its split, the window
 // applied for its first query row.
 struct KeyRange {

@@ -172,13 +172,9 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group
-  const std::int64_t b = blockIdx.x;
-  const std::int64_t kv_head = blockIdx.y % p.num_kv_heads;
-  const std::int64_t row_block = blockIdx.y / p.num_kv_heads;
-  const std::int64_t split = blockIdx.z;
-  const std::int64_t rows_total = p.q_len * p.group;
-  const int row0 = static_cast<int>(row_block * kRowBlock);
-  const int rows = static_cast<int>(rows_total - row0 < kRowBlock ? rows_total - row0 : kRowBlock);
+  const CtaWork work = cta_work(p);
+  const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
+  const int row0 = work.row0, rows = work.rows;
   const KeyRange rg = key_range(p, b, split, row0);
 
   // q rows into shared memory (zeros for absent rows: their scores are 0 and never written).

@@ -288,44 +288,36 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
   if (threadIdx.x == 0) detail::write_sample(p, b, best);
 }
 
-// out = kept ? p / mass(kept) : 0, for top-k or top-p renormalisation.
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads) renorm_kernel(const __grid_constant__ RowFilterParams<T> p) {
+// Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
+// Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
+// kept), -inf elsewhere and for NaN.
+template <typename T, bool kMask>
+__global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
-  const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
-  const float factor = detail::renorm_factor(kept);
-  const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
-  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-    float v[4];
-    load_group4(x, n, g, in_aligned, 0.f, v);
-    detail::renorm_group(v, kept, factor);
-    store_group4(y, n, g, out_aligned, v);
-  }
-  pdl_launch_dependents();
-}
-
-// out = logits where the logit is among the row's top k (ties kept), -inf elsewhere and
-// for NaN.
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads) top_k_mask_kernel(const __grid_constant__ RowFilterParams<T> p) {
-  __shared__ RadixShared sh;
-  pdl_wait_for_prior_grid();
-  const std::int64_t row = blockIdx.x;
-  const T* x = p.input + row * p.in_row_stride;
-  T* y = p.out + row * p.out_row_stride;
-  const std::int64_t n = p.vocab;
-  const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
-  const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
-  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-    float v[4];
-    load_group4(x, n, g, in_aligned, 0.f, v);
-    detail::mask_group(v, min_key);
-    store_group4(y, n, g, out_aligned, v);
+  if constexpr (kMask) {
+    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
+    const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, in_aligned, 0.f, v);
+      detail::mask_group(v, min_key);
+      store_group4(y, n, g, out_aligned, v);
+    }
+  } else {
+    const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, in_aligned, 0.f, v);
+      detail::renorm_group(v, kept, factor);
+      store_group4(y, n, g, out_aligned, v);
+    }
   }
   pdl_launch_dependents();
 }

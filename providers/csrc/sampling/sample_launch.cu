@@ -153,7 +153,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
            op, input.device);
     return;
   }
-  auto kernel = mask ? top_k_mask_kernel<T> : renorm_kernel<T>;
+  auto kernel = mask ? row_filter_kernel<T, true> : row_filter_kernel<T, false>;
   kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 #endif
 }
 
-// renorm_kernel (mask = false) or top_k_mask_kernel (mask = true), one cluster per row.
+// row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster per row.
 template <typename T, bool kMask>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
