@@ -1,6 +1,8 @@
 """Tuning sweep of the decode kernels (a lab tool, not a benchmark of record): CUDA-graph
 time of the batch decode for a few shapes under each AOTINFER_DECODE_STAGES value and with
-the CUDA-core kernel pinned, plus the host time of an eager run() and of plan().
+the CUDA-core kernel pinned, plus the host time of an eager run() and of plan(); then where
+the time of the latency-bound cases goes: batch 1 (kv 1024) by split count, the merge kernel
+alone, a one-kernel graph, and single decode by pipeline depth.
 
     python dev/sweep_decode.py            (on a GPU machine, provider installed)
 """
@@ -75,5 +77,43 @@ def main():
         torch.cuda.empty_cache()
 
 
+def breakdown():
+    tiny = torch.zeros(1, device="cuda")
+    print(f"graph of one tiny kernel: {1e3 * graph_time_ms(lambda: tiny.add_(1)):.1f} us")
+    g = torch.Generator().manual_seed(5)
+    cache, indptr, indices, last = paged_setup([1024], g)
+    q = torch.randn(1, HQ, D, dtype=DT, device="cuda")
+    out = torch.empty_like(q)
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    line = ["batch 1 kv 1024 by fixed_split_size (pages of 16)"]
+    for pages in (None, 4, 8, 16, 64):
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+        w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT,
+               fixed_split_size=pages)  # fmt: skip
+        us = 1e3 * graph_time_ms(lambda w=w: w.run(q, cache, out=out))
+        line.append(f"{pages}: {w._plan.split.max_splits} splits {us:.1f} us")
+    print("; ".join(line), flush=True)
+    for splits in (4, 16, 33):
+        v = torch.randn(1, splits, HQ, D, device="cuda")
+        s = torch.randn(1, splits, HQ, device="cuda")
+        us = 1e3 * graph_time_ms(lambda v=v, s=s: aotinfer.merge_states(v, s))
+        print(f"merge_states alone, 1 x {splits} splits x {HQ} heads: {us:.1f} us", flush=True)
+    for kv in (32768, 131072):
+        k = torch.randn(kv, HKV, D, dtype=DT, device="cuda")
+        v = torch.randn_like(k)
+        q1 = torch.randn(HQ, D, dtype=DT, device="cuda")
+        nbytes = 2 * k.numel() * 2
+        line = [f"single decode kv {kv}"]
+        for name, env in SETTINGS[:3]:
+            os.environ.update(env)
+            us = 1e3 * graph_time_ms(lambda: aotinfer.single_decode_with_kv_cache(q1, k, v))
+            for k_ in env:
+                del os.environ[k_]
+            line.append(f"{name} {us:.1f} us ({nbytes / us / 1e6:.2f} TB/s)")
+        print("; ".join(line), flush=True)
+        del k, v
+
+
 if __name__ == "__main__":
     main()
+    breakdown()

@@ -2,7 +2,9 @@
 
 CUDA generators follow FlashInfer (API.md section 1.4): the generator's state is read as
 ``[seed, offset]`` (two int64), the offset is advanced by ``ceil(increment / 4) * 4`` and
-written back, and the call uses the seed and the *advanced* offset. So the same generator
+written back, and the call uses the seed and the *advanced* offset. The state is read and
+written through ``initial_seed`` / ``get_offset`` / ``set_offset`` (the same two words as
+``get_state``, without building state tensors on every call). So the same generator
 state gives the same tokens, and consecutive calls use fresh counters.
 
 CPU generators (the reference path) cannot be advanced that way (their state is a
@@ -23,6 +25,8 @@ import threading
 from typing import Optional, Tuple, Union
 
 import torch
+
+from .reference.philox import to_int64
 
 CPU_SEED_BITS = 62
 # get_state / set_state is a read-modify-write: two threads sampling at once must not both
@@ -100,6 +104,15 @@ def get_seed_and_offset(
             "capture; pass seed and offset as int64 tensors (rewrite them between replays)"
         )
     with _state_lock:
+        offset = gen.get_offset()
+        if offset % 4 == 0:
+            # The fast path (two scalar calls, no state tensors): the offset word of the
+            # state is get_offset(), its seed word initial_seed(); set_offset accepts only
+            # multiples of 4, which every advance here keeps.
+            offset += (int(increment) + 3) // 4 * 4
+            gen.set_offset(offset)
+            return to_int64(gen.initial_seed()), offset
+        # An offset set through set_state need not be a multiple of 4: round trip the state.
         new_state, seed, offset = advance_state(gen.get_state(), increment)
         gen.set_state(new_state)
     return seed, offset

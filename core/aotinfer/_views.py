@@ -36,8 +36,15 @@ def view(t: Optional[torch.Tensor]) -> Optional[View]:
     return (t.data_ptr(), DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()), t.device.index)
 
 
+# torch's own raw-stream query (what its generated kernels call): one C call of a few
+# hundred ns, where torch.cuda.current_stream builds a Stream object (microseconds).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_handle(device: torch.device) -> int:
     """The raw handle of the current CUDA stream on ``device``."""
+    if _raw_stream is not None and device.index is not None:
+        return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
 
 

@@ -43,18 +43,33 @@ def test_advance_state_rejects_other_state_sizes():
 
 
 class StandInCudaGenerator:
-    """What get_seed_and_offset uses of a CUDA generator: device, get_state, set_state."""
+    """What get_seed_and_offset uses of a CUDA generator, with torch's rules: the state is
+    [seed, offset] as int64, initial_seed() is the seed as uint64, set_offset() refuses
+    offsets that are not multiples of 4."""
 
     device = torch.device("cuda", 0)
 
     def __init__(self, seed, offset):
         self.state = state_of(seed, offset)
+        self.state_round_trips = 0
 
     def get_state(self):
+        self.state_round_trips += 1
         return self.state.clone()
 
     def set_state(self, state):
         self.state = state.clone()
+
+    def initial_seed(self):
+        return self.state.view(torch.int64)[0].item() & (2**64 - 1)
+
+    def get_offset(self):
+        return self.state.view(torch.int64)[1].item()
+
+    def set_offset(self, offset):
+        if offset % 4:
+            raise RuntimeError("offset must be a multiple of 4")
+        self.state = state_of(self.state.view(torch.int64)[0].item(), offset)
 
 
 def test_get_seed_and_offset_advances_a_cuda_generator():
@@ -62,7 +77,20 @@ def test_get_seed_and_offset_advances_a_cuda_generator():
     assert _rng.get_seed_and_offset(10, g) == (77, 20)
     assert _rng.get_seed_and_offset(1, g) == (77, 24)
     assert g.state.view(torch.int64).tolist() == [77, 24]
+    assert g.state_round_trips == 0  # the offset calls, no state tensors
     assert aotinfer.sampling.get_seed_and_offset is _rng.get_seed_and_offset
+
+
+def test_get_seed_and_offset_returns_a_64_bit_seed_as_signed_int64():
+    g = StandInCudaGenerator(-(2**63) + 5, 0)
+    assert _rng.get_seed_and_offset(4, g) == (-(2**63) + 5, 4)
+
+
+def test_get_seed_and_offset_with_an_offset_not_a_multiple_of_4():
+    g = StandInCudaGenerator(77, 6)  # only set_state can put it there
+    assert _rng.get_seed_and_offset(1, g) == (77, 10)
+    assert g.state.view(torch.int64).tolist() == [77, 10]
+    assert g.state_round_trips == 1
 
 
 def test_get_seed_and_offset_on_a_cpu_generator_draws_a_62_bit_seed():

@@ -54,6 +54,30 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
   }
 }
 
+// f(g, v) for groups g = first + threadIdx.x, first + threadIdx.x + blockDim.x, ... below
+// first + count, in ascending g, with the elements of group g in v (tail elements = fill).
+// kInFlight groups are loaded before the first of them is used, so that many loads per
+// thread are in flight (latency hiding); the order of the f calls, and so any result
+// accumulated in them, is the same as loading one group at a time.
+template <int kInFlight, typename T, typename F>
+__device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std::int64_t first,
+                                                std::int64_t count, bool aligned, float fill, F&& f) {
+  const std::int64_t end = first + count, step = blockDim.x;
+  std::int64_t g = first + threadIdx.x;
+  for (; g + (kInFlight - 1) * step < end; g += kInFlight * step) {
+    float v[kInFlight][4];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) load_group4(x, n, g + u * step, aligned, fill, v[u]);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) f(g + u * step, v[u]);
+  }
+  for (; g < end; g += step) {
+    float v[4];
+    load_group4(x, n, g, aligned, fill, v);
+    f(g, v);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ bool group_aligned(const T* x) {
   return reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0;

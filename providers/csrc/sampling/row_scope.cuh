@@ -33,14 +33,12 @@ struct RowScope {
 
   __device__ RowScope(const T* row, std::int64_t length) : x(row), n(length), aligned(group_aligned(row)) {}
 
-  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns; tail elements = fill.
+  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending g;
+  // tail elements = fill. Four loads per thread are in flight (for_each_group4): batch 128
+  // is one CTA per SM, and one load in flight per thread left the SM waiting on DRAM.
   template <typename F>
   __device__ void for_each_group(float fill, F&& f) const {
-    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, aligned, fill, v);
-      f(g, v);
-    }
+    for_each_group4<4>(x, n, 0, (n + 3) / 4, aligned, fill, f);
   }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }

@@ -34,12 +34,11 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // makes it visible to the CTA.
 template <typename T>
 __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
-  const bool aligned = group_aligned(x);
-  for (std::int64_t g = threadIdx.x; g < r.count; g += blockDim.x) {
-    float v[4];
-    load_group4(x, n, r.first + g, aligned, NAN, v);
-    dst[g] = make_float4(v[0], v[1], v[2], v[3]);
-  }
+  // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
+  // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
+  for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
+    dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
+  });
   __syncthreads();
   return SliceScope{dst, r.count, r.first};
 }

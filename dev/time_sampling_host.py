@@ -1,0 +1,59 @@
+"""Kernel lab: host time of one eager batch-1 sampling call and of its parts (the Python
+checks, the generator advance, output allocation, the stream query, the provider call).
+
+The GPU is held busy by a long ``torch.cuda._sleep`` first, so every timed call only
+enqueues: the figure is CPU time per call, not kernel time.
+
+    python dev/time_sampling_host.py        (on a GPU machine, provider installed)
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+import aotinfer
+from aotinfer import _rng, _views
+
+
+def host_us(fn, n=200) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time: the timed calls only enqueue
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n
+    torch.cuda.synchronize()
+    return dt * 1e6
+
+
+def main() -> None:
+    dev = torch.device("cuda", 0)
+    probs = torch.softmax(torch.randn(1, 128256, device=dev), -1)
+    gen = torch.cuda.default_generators[0]
+    parts = {
+        "top_k_sampling_from_probs, default generator": lambda: aotinfer.top_k_sampling_from_probs(probs, 50),
+        "top_k_sampling_from_probs, seed=, offset=": lambda: aotinfer.top_k_sampling_from_probs(
+            probs, 50, seed=1, offset=0
+        ),
+        "top_p_sampling_from_probs, default generator": lambda: aotinfer.top_p_sampling_from_probs(probs, 0.9),
+        "sampling_from_probs, default generator": lambda: aotinfer.sampling_from_probs(probs),
+        "top_k_mask_logits": lambda: aotinfer.top_k_mask_logits(probs, 50),
+        "softmax": lambda: aotinfer.softmax(probs),
+        "_rng.get_seed_and_offset (offset calls)": lambda: _rng.get_seed_and_offset(32, gen),
+        "generator get_state + set_state": lambda: gen.set_state(gen.get_state()),
+        "torch.empty(1) on the GPU": lambda: torch.empty(1, dtype=torch.int32, device=dev),
+        "stream query (aotinfer)": lambda: _views.stream_handle(dev),
+        "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream(dev).cuda_stream,
+        "_views.view(tensor)": lambda: _views.view(probs),
+    }
+    print(f"host time per call, GPU busy (torch {torch.__version__})")
+    for name, fn in parts.items():
+        print(f"{host_us(fn):8.2f} us  {name}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
