@@ -42,14 +42,37 @@ def time_ms(fn, reps: int = 50, warmup: int = 5, args_list=None) -> float:
     return statistics.median(times)
 
 
-def graph_time_ms(fn, reps: int = 50) -> float:
-    """Median milliseconds of a CUDA-graph replay of fn()."""
-    fn()
+def graph_time_ms(fn, reps: int = 50, calls: int = 1, args_list=None) -> float:
+    """Median milliseconds per call of fn in CUDA-graph replay.
+
+    ``calls`` > 1 captures that many calls back to back in one graph (``fn(*args)`` with
+    args rotating over ``args_list``, so consecutive calls need not hit the L2 cache) and
+    divides a replay's time by ``calls``: the per-call time of a sequence of kernels, as a
+    serving loop runs them, without the host's graph-launch latency (on the H200 host a
+    replay of a one-kernel graph measures 12-18 us from the start event). ``calls`` = 1 is
+    one call per replay, launch latency included."""
+    args_list = args_list or [()]
+    fn(*args_list[0])
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return time_ms(graph.replay, reps=reps, warmup=3)
+        for i in range(calls):
+            fn(*args_list[i % len(args_list)])
+    return time_ms(graph.replay, reps=reps, warmup=3) / calls
+
+
+def graph_floor_us() -> dict:
+    """A one-kernel graph (a 4-byte add) timed both ways graph_time_ms can: what launch
+    latency adds to a single replay, and the per-call floor inside a 10-call graph."""
+    tiny = torch.zeros(1, device="cuda")
+    return {
+        "one-kernel graph, 1 call per replay (us)": round(
+            1e3 * graph_time_ms(lambda: tiny.add_(1)), 2
+        ),
+        "one-kernel graph, per call of 10 (us)": round(
+            1e3 * graph_time_ms(lambda: tiny.add_(1), calls=10), 2
+        ),
+    }
 
 
 def rotations(make, total_bytes_per_set: int, budget: int = 512 << 20):

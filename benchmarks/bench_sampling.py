@@ -17,6 +17,8 @@ import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
+    graph_floor_us,
+    graph_time_ms,
     rotations,
     time_ms,
     try_import_flashinfer,
@@ -47,8 +49,10 @@ def torch_min_p(probs):
     return torch.multinomial(probs.masked_fill(probs < thresh, 0.0), 1).squeeze(-1)
 
 
-def cases(fi):
-    """name -> (aotinfer fn, torch fn or None, flashinfer fn or None, bytes multiplier)."""
+def cases(fi, kw=None):
+    """name -> (aotinfer fn, torch fn or None, flashinfer fn or None, bytes multiplier).
+    ``kw`` goes to every sampler of both libraries (``seed``/``offset`` for CUDA graphs)."""
+    kw = kw or {}
     s = aotinfer.sampling
     fis = fi.sampling if fi is not None else None
 
@@ -57,37 +61,37 @@ def cases(fi):
 
     return {
         "sampling_from_probs": (
-            lambda p: s.sampling_from_probs(p),
+            lambda p: s.sampling_from_probs(p, **kw),
             lambda p: torch.multinomial(p, 1).squeeze(-1),
-            (lambda p: f("sampling_from_probs")(p)) if fis else None,
+            (lambda p: f("sampling_from_probs")(p, **kw)) if fis else None,
             1,
         ),
         "top_p_sampling": (
-            lambda p: s.top_p_sampling_from_probs(p, TOP_P),
+            lambda p: s.top_p_sampling_from_probs(p, TOP_P, **kw),
             torch_top_p,
-            (lambda p: f("top_p_sampling_from_probs")(p, TOP_P)) if fis else None,
+            (lambda p: f("top_p_sampling_from_probs")(p, TOP_P, **kw)) if fis else None,
             1,
         ),
         "top_k_sampling": (
-            lambda p: s.top_k_sampling_from_probs(p, TOP_K),
+            lambda p: s.top_k_sampling_from_probs(p, TOP_K, **kw),
             torch_top_k,
-            (lambda p: f("top_k_sampling_from_probs")(p, TOP_K)) if fis else None,
+            (lambda p: f("top_k_sampling_from_probs")(p, TOP_K, **kw)) if fis else None,
             1,
         ),
         "min_p_sampling": (
-            lambda p: s.min_p_sampling_from_probs(p, MIN_P),
+            lambda p: s.min_p_sampling_from_probs(p, MIN_P, **kw),
             torch_min_p,
-            (lambda p: f("min_p_sampling_from_probs")(p, MIN_P)) if fis else None,
+            (lambda p: f("min_p_sampling_from_probs")(p, MIN_P, **kw)) if fis else None,
             1,
         ),
         "top_k_top_p_joint": (
             lambda p: s.top_k_top_p_sampling_from_probs(
-                p, TOP_K, TOP_P, filter_apply_order="joint"
+                p, TOP_K, TOP_P, filter_apply_order="joint", **kw
             ),
             None,
             (
                 lambda p: f("top_k_top_p_sampling_from_probs")(
-                    p, TOP_K, TOP_P, filter_apply_order="joint"
+                    p, TOP_K, TOP_P, filter_apply_order="joint", **kw
                 )
             )
             if fis
@@ -132,6 +136,7 @@ def main() -> None:
     fi = try_import_flashinfer()
     batches = [1, 128] if args.quick else [1, 16, 128, 512]
     table = cases(fi)
+    seeded = cases(fi, {"seed": 1234, "offset": 0})  # capturable: no generator to advance
     rows = []
     for vocab in (32000, 128256):
         for batch in batches:
@@ -157,13 +162,28 @@ def main() -> None:
                             Exception
                         ) as exc:  # a FlashInfer JIT or API problem must not stop the run
                             row["flashinfer_us"] = f"error: {type(exc).__name__}"
+                    # Kernel time without host overhead: per call in a CUDA graph of >= 10
+                    # calls over the rotating inputs (explicit seed and offset).
+                    calls = -(-10 // len(sets)) * len(sets)
+                    ours_g, _, fib_g, _ = seeded[name]
+                    row["graph_us"] = 1e3 * graph_time_ms(ours_g, calls=calls, args_list=sets)
+                    if fib_g is not None:
+                        try:
+                            row["fi_graph_us"] = 1e3 * graph_time_ms(
+                                fib_g, calls=calls, args_list=sets
+                            )
+                            row["vs_fi_graph"] = row["fi_graph_us"] / row["graph_us"]
+                        except Exception as exc:  # a baseline failure must not stop the run
+                            row["fi_graph_us"] = f"error: {type(exc).__name__}"
                     rate = mult * nbytes / (row["aotinfer_us"] * 1e-6)
                     row["GB/s"] = rate / 1e9
                     row["% copy"] = 100 * rate / copy_bw
+                    row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
                     rows.append(row)
                     print(row, flush=True)
     env = environment()
     env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
+    env.update(graph_floor_us())
     cols = [
         "op",
         "batch",
@@ -176,13 +196,19 @@ def main() -> None:
         "vs_flashinfer",
         "GB/s",
         "% copy",
+        "graph_us",
+        "fi_graph_us",
+        "vs_fi_graph",
+        "% copy (graph)",
     ]
     write_results(
         "sampling",
         env,
         rows,
         cols,
-        notes="Eager calls (host time included), median of CUDA-event timings over rotating inputs. "
+        notes="*_us: eager calls (host time included, default generator), median of CUDA-event "
+        "timings over rotating inputs; graph_us / fi_graph_us: per-call time in a CUDA graph of "
+        ">= 10 calls over the rotating inputs (explicit seed and offset; no launch latency). "
         f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time.",
     )
 

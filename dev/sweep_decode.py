@@ -2,7 +2,8 @@
 time of the batch decode for a few shapes under each AOTINFER_DECODE_STAGES value and with
 the CUDA-core kernel pinned, plus the host time of an eager run() and of plan(); then where
 the time of the latency-bound cases goes: batch 1 (kv 1024) by split count, the merge kernel
-alone, a one-kernel graph, and single decode by pipeline depth.
+alone, a one-kernel graph, and single decode by pipeline depth. Graph times are per call in
+a graph of 10 calls (no launch latency; inputs not rotated, so small cases are L2-warm).
 
     python dev/sweep_decode.py            (on a GPU machine, provider installed)
 """
@@ -68,7 +69,7 @@ def main():
         for name, env in SETTINGS:
             for k_, v_ in env.items():
                 os.environ[k_] = v_
-            us = 1e3 * graph_time_ms(run)
+            us = 1e3 * graph_time_ms(run, calls=10)
             for k_ in env:
                 del os.environ[k_]
             line.append(f"{name} {us:.1f} us ({nbytes / us / 1e6:.2f} TB/s)")
@@ -79,7 +80,10 @@ def main():
 
 def breakdown():
     tiny = torch.zeros(1, device="cuda")
-    print(f"graph of one tiny kernel: {1e3 * graph_time_ms(lambda: tiny.add_(1)):.1f} us")
+    print(
+        f"graph of one tiny kernel: {1e3 * graph_time_ms(lambda: tiny.add_(1)):.1f} us, "
+        f"per call of 10: {1e3 * graph_time_ms(lambda: tiny.add_(1), calls=10):.1f} us"
+    )
     g = torch.Generator().manual_seed(5)
     cache, indptr, indices, last = paged_setup([1024], g)
     q = torch.randn(1, HQ, D, dtype=DT, device="cuda")
@@ -90,13 +94,13 @@ def breakdown():
         w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
         w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT,
                fixed_split_size=pages)  # fmt: skip
-        us = 1e3 * graph_time_ms(lambda w=w: w.run(q, cache, out=out))
+        us = 1e3 * graph_time_ms(lambda w=w: w.run(q, cache, out=out), calls=10)
         line.append(f"{pages}: {w._plan.split.max_splits} splits {us:.1f} us")
     print("; ".join(line), flush=True)
     for splits in (4, 16, 33):
         v = torch.randn(1, splits, HQ, D, device="cuda")
         s = torch.randn(1, splits, HQ, device="cuda")
-        us = 1e3 * graph_time_ms(lambda v=v, s=s: aotinfer.merge_states(v, s))
+        us = 1e3 * graph_time_ms(lambda v=v, s=s: aotinfer.merge_states(v, s), calls=10)
         print(f"merge_states alone, 1 x {splits} splits x {HQ} heads: {us:.1f} us", flush=True)
     for kv in (32768, 131072):
         k = torch.randn(kv, HKV, D, dtype=DT, device="cuda")
@@ -106,7 +110,9 @@ def breakdown():
         line = [f"single decode kv {kv}"]
         for name, env in SETTINGS[:3]:
             os.environ.update(env)
-            us = 1e3 * graph_time_ms(lambda: aotinfer.single_decode_with_kv_cache(q1, k, v))
+            us = 1e3 * graph_time_ms(
+                lambda q1=q1, k=k, v=v: aotinfer.single_decode_with_kv_cache(q1, k, v), calls=10
+            )
             for k_ in env:
                 del os.environ[k_]
             line.append(f"{name} {us:.1f} us ({nbytes / us / 1e6:.2f} TB/s)")

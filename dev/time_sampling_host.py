@@ -9,6 +9,8 @@ enqueues: the figure is CPU time per call, not kernel time.
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import time
 
 import torch
@@ -35,24 +37,46 @@ def main() -> None:
     probs = torch.softmax(torch.randn(1, 128256, device=dev), -1)
     gen = torch.cuda.default_generators[0]
     parts = {
-        "top_k_sampling_from_probs, default generator": lambda: aotinfer.top_k_sampling_from_probs(probs, 50),
+        "top_k_sampling_from_probs, default generator": lambda: aotinfer.top_k_sampling_from_probs(
+            probs, 50
+        ),
         "top_k_sampling_from_probs, seed=, offset=": lambda: aotinfer.top_k_sampling_from_probs(
             probs, 50, seed=1, offset=0
         ),
-        "top_p_sampling_from_probs, default generator": lambda: aotinfer.top_p_sampling_from_probs(probs, 0.9),
+        "top_p_sampling_from_probs, default generator": lambda: aotinfer.top_p_sampling_from_probs(
+            probs, 0.9
+        ),
         "sampling_from_probs, default generator": lambda: aotinfer.sampling_from_probs(probs),
         "top_k_mask_logits": lambda: aotinfer.top_k_mask_logits(probs, 50),
         "softmax": lambda: aotinfer.softmax(probs),
         "_rng.get_seed_and_offset (offset calls)": lambda: _rng.get_seed_and_offset(32, gen),
         "generator get_state + set_state": lambda: gen.set_state(gen.get_state()),
+        "generator get_offset + set_offset + initial_seed": lambda: (
+            gen.set_offset(gen.get_offset()),
+            gen.initial_seed(),
+        ),
+        "torch.cuda.is_current_stream_capturing()": torch.cuda.is_current_stream_capturing,
+        "torch.cuda.is_available()": torch.cuda.is_available,
         "torch.empty(1) on the GPU": lambda: torch.empty(1, dtype=torch.int32, device=dev),
         "stream query (aotinfer)": lambda: _views.stream_handle(dev),
-        "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream(dev).cuda_stream,
+        "torch.cuda.current_stream().cuda_stream": lambda: (
+            torch.cuda.current_stream(dev).cuda_stream
+        ),
         "_views.view(tensor)": lambda: _views.view(probs),
     }
     print(f"host time per call, GPU busy (torch {torch.__version__})")
     for name, fn in parts.items():
         print(f"{host_us(fn):8.2f} us  {name}", flush=True)
+    # Where the time of a seeded top-k call goes (cProfile adds its own overhead per call).
+    call = parts["top_k_sampling_from_probs, seed=, offset="]
+    torch.cuda._sleep(2_000_000_000)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(500):
+        call()
+    profile.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

@@ -214,10 +214,11 @@ def contiguous_as_pages(k: torch.Tensor, kv_layout: str) -> Tuple[torch.Tensor, 
 
 
 # Identity page tables of single decode, per (device, stream, pages, page size): built once
-# (two arange kernels) and reused (per stream, so a use is always ordered after the build), so a repeated call launches only the decode and merge kernels.
-# Tables made during CUDA-graph capture live in the graph's private pool, so they are
-# never cached (the pool may hand their memory to someone else once the graph is gone).
-_IDENTITY_TABLES: "OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]" = (
+# (two arange kernels) and reused, so a repeated call launches only the decode and merge
+# kernels; per stream, so a use is always ordered after the build. Tables made during
+# CUDA-graph capture live in the graph's private pool, so they are never cached (the pool
+# may hand their memory to someone else once the graph is gone).
+_IDENTITY_TABLES: OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = (
     OrderedDict()
 )
 _IDENTITY_TABLES_KEPT = 32

@@ -50,8 +50,7 @@ def advance_state(state: torch.Tensor, increment: int) -> Tuple[torch.Tensor, in
     nbytes = state.numel() * state.element_size()
     if nbytes != 16:
         raise ValueError(
-            f"a CUDA generator state must be 16 bytes ([seed, offset] as int64), got "
-            f"{nbytes} bytes"
+            f"a CUDA generator state must be 16 bytes ([seed, offset] as int64), got {nbytes} bytes"
         )
     raw = bytes(state.detach().cpu().reshape(-1).view(torch.uint8).tolist())
     seed, offset = _STATE_WORDS.unpack(raw)

@@ -120,14 +120,9 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   float* out = p.probs + row * p.out_row_stride;
   const std::int64_t n_vec = p.vocab / kVec;
 
-  // Both passes keep kInFlight vector loads per thread in flight before using them: with one
-  // CTA per row (one per SM at batch 128), one load at a time left the SM waiting on DRAM
-  // latency. The per-thread order of the folds is unchanged, so are the results.
-  constexpr int kInFlight = 4;
-  const std::int64_t step = blockDim.x;
-  const auto* vin = reinterpret_cast<const Vec<T, kVec>*>(in);
   OnlineMax acc;
-  auto fold = [&](const Vec<T, kVec>& x) {
+  for (std::int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    Vec<T, kVec> x = reinterpret_cast<const Vec<T, kVec>*>(in)[i];
     float f[kVec];
     float vmax = -INFINITY;
 #pragma unroll
@@ -138,16 +133,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     acc.rescale_to(vmax);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) acc.add(f[j]);
-  };
-  std::int64_t i = threadIdx.x;
-  for (; i + (kInFlight - 1) * step < n_vec; i += kInFlight * step) {
-    Vec<T, kVec> x[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) x[u] = vin[i + u * step];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) fold(x[u]);
   }
-  for (; i < n_vec; i += step) fold(vin[i]);
   for (std::int64_t i = n_vec * kVec + threadIdx.x; i < p.vocab; i += blockDim.x) {
     float f = to_float(in[i]) * inv_t;
     acc.rescale_to(f);
@@ -160,24 +146,16 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 
   // fp32 output: 4 floats per 16-byte store when the output row allows it.
   constexpr int kOutVec = kVec >= 4 ? 4 : 1;
-  auto write = [&](std::int64_t idx, const Vec<T, kVec>& x) {
+  for (std::int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
+    Vec<T, kVec> x = reinterpret_cast<const Vec<T, kVec>*>(in)[i];
 #pragma unroll
     for (int j = 0; j < kVec; j += kOutVec) {
       Vec<float, kOutVec> o;
 #pragma unroll
       for (int k = 0; k < kOutVec; ++k) o.v[k] = exp2f((to_float(x.v[j + k]) * inv_t - m) * kLog2e) * inv_s;
-      reinterpret_cast<Vec<float, kOutVec>*>(out + idx * kVec + j)[0] = o;
+      reinterpret_cast<Vec<float, kOutVec>*>(out + i * kVec + j)[0] = o;
     }
-  };
-  i = threadIdx.x;
-  for (; i + (kInFlight - 1) * step < n_vec; i += kInFlight * step) {
-    Vec<T, kVec> x[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) x[u] = vin[i + u * step];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) write(i + u * step, x[u]);
   }
-  for (; i < n_vec; i += step) write(i, vin[i]);
   for (std::int64_t i = n_vec * kVec + threadIdx.x; i < p.vocab; i += blockDim.x) {
     out[i] = exp2f((to_float(in[i]) * inv_t - m) * kLog2e) * inv_s;
   }
