@@ -54,7 +54,8 @@ def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Te
                 f"{name} must be a floating-point tensor (float32 expected), got "
                 f"{_dtype_name(value.dtype)}"
             )
-        value = value.to(torch.float32)
+        if value.dtype != torch.float32:
+            value = value.to(torch.float32)
     elif value.dtype not in _views.FLOAT_DTYPES:
         raise ValueError(
             f"{name}: Unsupported dtype {_dtype_name(value.dtype)}, expected float32, "
@@ -121,6 +122,8 @@ def per_row_param(
 def top_k_arg(value, rows: int, device: torch.device) -> Tuple[Optional[torch.Tensor], int]:
     """``top_k``: an int >= 1 (>= V means no filter) or a per-row integer tensor.
     Returns (int32 tensor or None, scalar clamped to int32)."""
+    if type(value) is int and value >= 1:  # the common case, without the ABC checks below
+        return None, min(value, INT32_MAX)
     if isinstance(value, torch.Tensor):
         return per_row_param("top_k", value, rows, device, integer=True), 0
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -136,6 +139,8 @@ def unit_interval_arg(
 ) -> Tuple[Optional[torch.Tensor], float]:
     """``top_p`` / ``min_p``: a number in (0, 1] or a per-row float tensor.
     Returns (float32 tensor or None, scalar)."""
+    if type(value) is float and 0.0 < value <= 1.0:  # the common case, without ABC checks
+        return None, value
     if isinstance(value, torch.Tensor):
         return per_row_param(name, value, rows, device, integer=False), 1.0
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -190,6 +195,9 @@ class RandomArgs:
     offset: int = 0
 
 
+_USE_GENERATOR = RandomArgs(use_generator=True)  # frozen: one instance serves every call
+
+
 def _seed_tensor(name: str, t: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
     if t.device != device:
         raise ValueError(f"{name} tensor must be on {device}")
@@ -209,7 +217,9 @@ def random_args(seed, offset, device: torch.device, batch: int) -> RandomArgs:
     value, taken mod 2^64), or both 1-D int64/uint64 tensors of length 1 or ``batch`` on
     the input's device. Explicit values are used as given and never advanced."""
     if seed is None and offset is None:
-        return RandomArgs(use_generator=True)
+        return _USE_GENERATOR
+    if type(seed) is int and type(offset) is int:  # the common explicit case, no ABC checks
+        return RandomArgs(use_generator=False, seed=to_int64(seed), offset=to_int64(offset))
     if seed is None or offset is None:
         given = "seed" if offset is None else "offset"
         raise ValueError(

@@ -29,14 +29,22 @@ struct MergeParams {
 };
 
 // One CTA per (n, h): weights from the S LSEs, then a weighted sum over D columns.
+// The loops over states are unrolled by kMergeUnroll with their loads made unconditional
+// (every state's slot is in bounds; an empty state's weight is selected away, never
+// multiplied), so a split-KV merge of 16-32 states waits on a few memory round trips
+// rather than one per state: it sits on the critical path of every split decode.
+constexpr int kMergeUnroll = 8;
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
+  const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   float m = -INFINITY;
-  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h]);
+#pragma unroll kMergeUnroll
+  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
   float denom = 0.f;
+#pragma unroll kMergeUnroll
   for (std::int64_t i = 0; i < p.num_states; ++i) {
-    const float si = p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h];
+    const float si = s[i * p.s_stride_s];
     denom += si == -INFINITY ? 0.f : exp2f(si - m);
   }
   float lse = denom > 0.f ? m + log2f(denom) : -INFINITY;
@@ -51,12 +59,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
     }
   }
   const float inv = total > 0.f ? p.v_scale / total : 0.f;
+  const TIn* v = p.v + n * p.v_stride_n + h * p.v_stride_h;
   for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
     float accum = 0.f;
+#pragma unroll kMergeUnroll
     for (std::int64_t i = 0; i < p.num_states; ++i) {
-      const float si = p.s[n * p.s_stride_n + i * p.s_stride_s + h * p.s_stride_h];
-      if (si == -INFINITY) continue;
-      accum += exp2f(si - m) * to_f32(p.v[n * p.v_stride_n + i * p.v_stride_s + h * p.v_stride_h + d]);
+      const float si = s[i * p.s_stride_s];
+      const float vi = to_f32(v[i * p.v_stride_s + d]);
+      accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;
     }
     p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * inv);
   }
