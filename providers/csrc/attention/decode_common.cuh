@@ -90,12 +90,19 @@ struct CtaWork {
 
 template <typename QT, typename KVT>
 __device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
+  // blockIdx.x = kv_head + num_kv_heads * (row_block + row_blocks * b): the KV heads of one
+  // request are launched together and stream the same pages at about the same time. In the
+  // NHD layout one token's row of a page holds every head (8 heads x 256 B at d128), so the
+  // heads read neighbouring bytes of DRAM together instead of one head of every request
+  // per wave.
   CtaWork w;
-  w.b = blockIdx.x;
-  w.kv_head = blockIdx.y % p.num_kv_heads;
-  const std::int64_t row_block = blockIdx.y / p.num_kv_heads;
-  w.split = blockIdx.z;
   const std::int64_t rows_total = p.q_len * p.group;
+  const std::int64_t heads_blocks = p.num_kv_heads * ((rows_total + kRowBlock - 1) / kRowBlock);
+  w.b = blockIdx.x / heads_blocks;
+  const std::int64_t hb = blockIdx.x % heads_blocks;
+  w.kv_head = hb % p.num_kv_heads;
+  const std::int64_t row_block = hb / p.num_kv_heads;
+  w.split = blockIdx.z;
   w.row0 = static_cast<int>(row_block * kRowBlock);
   w.rows = static_cast<int>(rows_total - w.row0 < kRowBlock ? rows_total - w.row0 : kRowBlock);
   return w;

@@ -236,7 +236,10 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.sinks = a.sinks ? a.sinks->ptr<const float>() : nullptr;
   if (batch == 0) return;
   const std::int64_t row_blocks = (a.q_len_per_req * group + kRowBlock - 1) / kRowBlock;
-  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(Hkv * row_blocks), static_cast<unsigned>(splits));
+  // Heads (and query-row blocks) vary fastest, then requests (cta_work); splits slowest.
+  const std::int64_t grid_x = batch * Hkv * row_blocks;
+  require(grid_x <= 0x7fffffff, "batch_decode: batch_size x num_kv_heads is too large for one grid");
+  const dim3 grid(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(splits));
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   DeviceGuard guard(q.device);
   throw_on_cuda_error(guard.status(), kOp, q.device);

@@ -1,13 +1,14 @@
 // Sorting-free threshold search over one row, by radix selection on 32-bit keys.
 //
 // Every element maps to a key whose unsigned order is the order of its value, and (for
-// probabilities) to a fixed-point mass q = p * 2^40 / row_total. Three passes over the row
+// probabilities) to a fixed-point mass q = p * 2^40 / row_total. Up to three passes over the row
 // build a histogram of the next 11/11/10 key bits among the elements that match the prefix
 // found so far (counts and masses, integer atomics, so the result does not depend on
 // timing), and a descending scan of the histogram picks the bin where the running count or
 // mass first reaches the target. After the last pass the prefix is the exact key B of the
 // element where the target is reached: "keep keys >= B" is then exactly the top-k set
-// (ties at the k-th value kept) or the smallest top-p set (ties kept).
+// (ties at the k-th value kept) or the smallest top-p set (ties kept). A search may stop
+// after one or two passes when the crossing bin is kept whole (see the loop's end).
 //
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
@@ -76,6 +77,7 @@ struct SearchTarget {
   float mass_fraction;      // top-p: p
   std::uint64_t mass_base;  // mass the fraction applies to; 0: the total of all participants
   bool track_mass;          // accumulate masses (always when by_mass) so mass_ge is known
+  bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
 };
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
@@ -178,6 +180,16 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
     above_mass = sh.above_mass;
     bin_count = sh.bin_count;
     bin_mass = sh.bin_mass;
+    // Early exit: when the crossing bin is kept whole (it holds only the crossing element,
+    // or by count it fills the target exactly), "keep keys >= the bin's lowest key" is
+    // already the exact kept set, and the remaining passes over the row are skipped (the
+    // usual case for top-k after level 1). The key is then the bin's lower bound, not an
+    // element's key; no element lies between the two, so every "key >= B" test is unchanged.
+    // The decision is uniform across the scope (every CTA holds the same crossing).
+    if (!target.exact_key && level < 2 &&
+        (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
+      break;
+    }
   }
   return Threshold{prefix, above_count + bin_count, above_mass + bin_mass};
 }
