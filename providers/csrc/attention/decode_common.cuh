@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/pdl.cuh"
 #include "kv_types.cuh"
 
 namespace aotinfer::attention {
@@ -80,6 +81,16 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 }  // namespace detail
+
+// Programmatic dependent launch (sm_90+, launched so by the host): wait for the previous
+// kernel in the stream before the first global read (it may have written q, the page table
+// or the cache), then let the next kernel (the split-KV merge) launch at once: its CTAs take
+// free slots as this grid's last CTAs run and wait in griddepcontrol.wait for our results,
+// so the merge's launch latency is hidden. Both are no-ops without the launch attribute.
+__device__ __forceinline__ void decode_pdl_prologue() {
+  pdl_wait_for_prior_grid();
+  pdl_launch_dependents();
+}
 
 // What one CTA of the decode grid works on: request b, KV head, KV split, and its block of
 // query rows [row0, row0 + rows) among the request's q_len * group rows.

@@ -42,6 +42,7 @@ struct RawDecode {
   const float* sinks;
   int stages;  // tensor-core kernel only
   int device;  // where the launch goes (current device)
+  bool pdl;    // launch with programmatic dependent launch (sm_90+)
 };
 
 template <typename QT, typename KVT>
@@ -95,8 +96,7 @@ cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stre
   constexpr int kSmem = sizeof(DecodeSmem<QT, KVT, D>);
   cudaError_t err = ensure_dynamic_smem<decode_kernel<QT, KVT, D>>(kSmem, r.device);
   if (err != cudaSuccess) return err;
-  decode_kernel<QT, KVT, D><<<grid, kDecodeThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_pdl(decode_kernel<QT, KVT, D>, grid, dim3(kDecodeThreads), kSmem, stream, r.pdl, p);
 }
 
 template <typename T, int D>
@@ -105,8 +105,8 @@ cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t s
   const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
   cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D>>(smem, r.device);
   if (err != cudaSuccess) return err;
-  decode_tc_kernel<T, D><<<grid, kTcThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_pdl(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
+                         p);
 }
 
 // The tensor-core kernel for one head dim: KV in q's dtype (fp16 or bf16).

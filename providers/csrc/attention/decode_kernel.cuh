@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   using Layout = detail::TileLayout<KVT, D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<DecodeSmem<QT, KVT, D>*>(smem_raw);
+  decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const CtaWork work = cta_work(p);

@@ -65,7 +65,7 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
 
 template <typename TIn, typename TOut>
 cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                      const float* sinks, float v_scale, cudaStream_t stream) {
+                      const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   MergeParams<TIn, TOut> p;
   p.v = v.ptr<const TIn>();
   p.v_stride_n = v.stride(0);
@@ -86,27 +86,30 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
   p.sinks = sinks;
   p.v_scale = v_scale;
   if (p.n == 0 || p.heads == 0) return cudaSuccess;
-  merge_states_kernel<TIn, TOut><<<dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), kMergeThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_pdl(merge_states_kernel<TIn, TOut>,
+                         dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), dim3(kMergeThreads), 0,
+                         stream, pdl, p);
 }
 
 template <typename TOut>
 cudaError_t run_merge_in(DType in, const TensorView& v, const TensorView& s, const TensorView& v_out,
-                         const TensorView* s_out, const float* sinks, float v_scale, cudaStream_t stream) {
+                         const TensorView* s_out, const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   switch (in) {
-    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
-    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
-    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
     default: fail_argument("merge_states: v must be float32, float16 or bfloat16");
   }
 }
 
+// pdl: the merge follows a split decode launched with PDL (sm_90+) and may launch early.
 cudaError_t merge_dispatch(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                           const float* sinks, float v_scale, cudaStream_t stream) {
+                           const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   switch (v_out.dtype) {
-    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
-    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
-    case DType::kBFloat16: return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, stream);
+    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kBFloat16:
+      return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
     default: fail_argument("merge_states: v_out must be float32, float16 or bfloat16");
   }
 }
@@ -248,6 +251,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
                       q.device);
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, q.device), kOp, q.device);
   r.device = q.device;
+  r.pdl = major >= 9;
   r.stages = tensor_core_stages(D, smem_limit);
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
   if (!tensor_cores) {
@@ -269,7 +273,8 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     const std::int64_t rows = q.size(0);
     TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};
     TensorView ps{a.partial_lse->data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, q.device};
-    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, stream), "batch_decode merge", q.device);
+    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, r.pdl, stream), "batch_decode merge",
+                        q.device);
   }
 }
 
@@ -293,7 +298,7 @@ void launch_merge_states(const TensorView& v, const TensorView& s, const TensorV
   }
   DeviceGuard guard(v.device);
   throw_on_cuda_error(guard.status(), op, v.device);
-  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, reinterpret_cast<cudaStream_t>(stream)), op,
+  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, false, reinterpret_cast<cudaStream_t>(stream)), op,
                       v.device);
 }
 

@@ -169,6 +169,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   int* spid = reinterpret_cast<int*>(smem_raw + tc_q_bytes(D) + tc_ml_bytes());
   unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes() + tc_pid_bytes();
   const int stages = p.stages;
+  decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group

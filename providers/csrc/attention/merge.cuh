@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/pdl.cuh"
 #include "kv_types.cuh"
 
 namespace aotinfer::attention {
@@ -36,6 +37,7 @@ struct MergeParams {
 constexpr int kMergeUnroll = 8;
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
+  pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   float m = -INFINITY;
