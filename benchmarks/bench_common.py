@@ -61,6 +61,22 @@ def graph_time_ms(fn, reps: int = 50, calls: int = 1, args_list=None) -> float:
     return time_ms(graph.replay, reps=reps, warmup=3) / calls
 
 
+def host_us(fn, n: int = 300, hold_gpu: bool = False) -> float:
+    """CPU microseconds per call of fn, the GPU keeping up (or, ``hold_gpu``, held busy by a
+    long sleep kernel first, so that every call only enqueues)."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    if hold_gpu:
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n
+    torch.cuda.synchronize()
+    return dt * 1e6
+
+
 def graph_floor_us() -> dict:
     """A one-kernel graph (a 4-byte add) timed both ways graph_time_ms can: what launch
     latency adds to a single replay, and the per-call floor inside a 10-call graph."""

@@ -17,7 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import copy_bandwidth_bytes_per_s, graph_time_ms  # noqa: E402
+from bench_common import copy_bandwidth_bytes_per_s, graph_time_ms, host_us  # noqa: E402
 from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 import aotinfer  # noqa: E402
@@ -29,19 +29,6 @@ SETTINGS = [
     ("stages=4", {"AOTINFER_DECODE_STAGES": "4"}),
     ("cuda_cores", {"AOTINFER_DECODE_KERNEL": "cuda_cores"}),
 ]
-
-
-def host_us(fn, n=300):
-    """CPU time per call of fn with nothing waiting on the GPU (the GPU keeps up)."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n
-    torch.cuda.synchronize()
-    return dt * 1e6
 
 
 def main():

@@ -10,26 +10,17 @@ enqueues: the figure is CPU time per call, not kernel time.
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
-import time
+import sys
 
 import torch
 
-import aotinfer
-from aotinfer import _rng, _views
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import host_us  # noqa: E402
 
-
-def host_us(fn, n=200) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time: the timed calls only enqueue
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n
-    torch.cuda.synchronize()
-    return dt * 1e6
+import aotinfer  # noqa: E402
+from aotinfer import _rng, _views  # noqa: E402
 
 
 def main() -> None:
@@ -66,7 +57,7 @@ def main() -> None:
     }
     print(f"host time per call, GPU busy (torch {torch.__version__})")
     for name, fn in parts.items():
-        print(f"{host_us(fn):8.2f} us  {name}", flush=True)
+        print(f"{host_us(fn, n=200, hold_gpu=True):8.2f} us  {name}", flush=True)
     # Where the time of a seeded top-k call goes (cProfile adds its own overhead per call).
     call = parts["top_k_sampling_from_probs, seed=, offset="]
     torch.cuda._sleep(2_000_000_000)
