@@ -214,10 +214,11 @@ def contiguous_as_pages(k: torch.Tensor, kv_layout: str) -> Tuple[torch.Tensor, 
 
 
 # Identity page tables of single decode, per (device, stream, pages, page size): built once
-# (two arange kernels) and reused, so a repeated call launches only the decode and merge
-# kernels; per stream, so a use is always ordered after the build. Tables made during
-# CUDA-graph capture live in the graph's private pool, so they are never cached (the pool
-# may hand their memory to someone else once the graph is gone).
+# (two arange kernels) and reused, so a repeated eager call launches only the decode and
+# merge kernels; per stream, so a use is always ordered after the build. During CUDA-graph
+# capture the cache is neither read nor written: a graph keeps no reference to the tensors
+# it reads, so a cached table evicted later would leave the graph reading freed memory;
+# tables built during capture live in the graph's private pool, as before.
 _IDENTITY_TABLES: OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = (
     OrderedDict()
 )
@@ -225,22 +226,28 @@ _IDENTITY_TABLES_KEPT = 32
 _identity_lock = threading.Lock()
 
 
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def identity_page_table(
     num_pages: int, page_size: int, device: torch.device
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(indptr [0, num_pages], indices 0..num_pages-1, last_page_len [page_size])``, int32
-    and contiguous on ``device`` (no host copy or sync). Read-only: the same tensors are
-    returned again for the same arguments (the last few kept)."""
+    and contiguous on ``device`` (no host copy or sync). Read-only: outside graph capture
+    the same tensors are returned again for the same arguments (the last few kept)."""
+    cached = not _capturing(device)
     key = (device.index, stream_handle(device), num_pages, page_size)
-    with _identity_lock:
-        tables = _IDENTITY_TABLES.get(key)
-        if tables is not None:
-            _IDENTITY_TABLES.move_to_end(key)
-            return tables
+    if cached:
+        with _identity_lock:
+            tables = _IDENTITY_TABLES.get(key)
+            if tables is not None:
+                _IDENTITY_TABLES.move_to_end(key)
+                return tables
     t = torch.arange(max(num_pages, page_size) + 1, dtype=torch.int32, device=device)
     indptr = torch.arange(0, 2 * num_pages, num_pages, dtype=torch.int32, device=device)
     tables = (indptr, t[:num_pages], t[page_size : page_size + 1])
-    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+    if cached:
         with _identity_lock:
             _IDENTITY_TABLES[key] = tables
             while len(_IDENTITY_TABLES) > _IDENTITY_TABLES_KEPT:

@@ -29,8 +29,8 @@ import torch
 from .reference.philox import to_int64
 
 CPU_SEED_BITS = 62
-# get_state / set_state is a read-modify-write: two threads sampling at once must not both
-# read the same offset (they would draw the same numbers).
+# Reading and advancing the offset is a read-modify-write: two threads sampling at once must
+# not both read the same offset (they would draw the same numbers).
 _state_lock = threading.Lock()
 
 

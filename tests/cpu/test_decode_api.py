@@ -717,3 +717,17 @@ def test_identity_page_tables_are_built_once_per_shape_and_stream(monkeypatch):
     for n in range(2, 2 + _decode_launch._IDENTITY_TABLES_KEPT):  # bounded
         _decode_launch.identity_page_table(n, 8, cpu)
     assert len(_decode_launch._IDENTITY_TABLES) == _decode_launch._IDENTITY_TABLES_KEPT
+
+
+def test_identity_page_tables_are_not_cached_during_graph_capture(monkeypatch):
+    """A captured graph keeps no reference to what it reads: it must own its tables."""
+    from aotinfer import _decode_launch
+
+    monkeypatch.setattr(_decode_launch, "_IDENTITY_TABLES", type(_decode_launch._IDENTITY_TABLES)())
+    monkeypatch.setattr(_decode_launch, "stream_handle", lambda device: 0)
+    cpu = torch.device("cpu")
+    eager = _decode_launch.identity_page_table(5, 64, cpu)
+    monkeypatch.setattr(_decode_launch, "_capturing", lambda device: True)
+    captured = _decode_launch.identity_page_table(5, 64, cpu)
+    assert captured[1] is not eager[1] and captured[1].tolist() == list(range(5))
+    assert list(_decode_launch._IDENTITY_TABLES.values()) == [eager]
