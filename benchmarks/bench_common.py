@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -77,6 +78,13 @@ def host_us(fn, n: int = 300, hold_gpu: bool = False) -> float:
     return dt * 1e6
 
 
+def rotation_graph_us(fn, sets, min_calls: int = 10) -> float:
+    """Per-call microseconds of fn(*set) in a CUDA graph of at least ``min_calls`` calls, a
+    whole number of rounds over ``sets`` (see graph_time_ms)."""
+    calls = -(-min_calls // len(sets)) * len(sets)
+    return 1e3 * graph_time_ms(fn, calls=calls, args_list=sets)
+
+
 def graph_floor_us() -> dict:
     """A one-kernel graph (a 4-byte add) timed both ways graph_time_ms can: what launch
     latency adds to a single replay, and the per-call floor inside a 10-call graph."""
@@ -97,7 +105,9 @@ def rotations(make, total_bytes_per_set: int, budget: int = 512 << 20):
     return [make(i) for i in range(n)]
 
 
-def environment() -> dict:
+def environment(copy_bw: Optional[float] = None) -> dict:
+    """The machine, software and commit of a run; with ``copy_bw`` (bytes/s, measured in the
+    run) also that bandwidth and the graph launch floors (graph_floor_us)."""
     props = torch.cuda.get_device_properties(0)
     try:
         driver = (
@@ -127,7 +137,7 @@ def environment() -> dict:
         commit = "unknown"
     # The device machine's copy of the tree has no .git: ci/device-run.sh passes the commit.
     commit = os.environ.get("AOTINFER_COMMIT") or commit
-    return {
+    env = {
         "card": props.name,
         "multiprocessors": props.multi_processor_count,
         "driver": driver,
@@ -136,6 +146,10 @@ def environment() -> dict:
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+    if copy_bw is not None:
+        env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
+        env.update(graph_floor_us())
+    return env
 
 
 def write_results(name: str, env: dict, rows: list, columns: list, notes: str = "") -> None:

@@ -19,8 +19,7 @@ import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
-    graph_floor_us,
-    graph_time_ms,
+    rotation_graph_us,
     time_ms,
     try_import_flashinfer,
     write_results,
@@ -52,18 +51,11 @@ def paged_setup(lens, g):
 
 
 ROTATION_BYTES = 128 << 20  # > 2x the H200's L2
-MIN_CALLS = 10
 
 
 def set_count(nbytes: int) -> int:
     """How many copies of an input of nbytes one rotation needs to overflow the L2."""
     return max(1, min(32, -(-ROTATION_BYTES // max(nbytes, 1))))
-
-
-def graph_us(fn, sets) -> float:
-    """Per-call microseconds of fn(*set) in a graph of >= MIN_CALLS calls over the sets."""
-    calls = -(-MIN_CALLS // len(sets)) * len(sets)
-    return 1e3 * graph_time_ms(fn, calls=calls, args_list=sets)
 
 
 def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
@@ -80,7 +72,7 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
     w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
     row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: w.run(q, cache))
-    row["aotinfer_graph_us"] = graph_us(lambda c: w.run(q, c), caches)
+    row["aotinfer_graph_us"] = rotation_graph_us(lambda c: w.run(q, c), caches)
     if fi is not None:
         for tc in (True, False):
             key = "fi_tc_graph_us" if tc else "fi_graph_us"
@@ -91,7 +83,7 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
                     use_tensor_cores=tc,
                 )
                 fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-                row[key] = graph_us(lambda c: fw.run(q, c), caches)
+                row[key] = rotation_graph_us(lambda c: fw.run(q, c), caches)
                 if tc:
                     row["fi_tc_eager_us"] = 1e3 * time_ms(lambda: fw.run(q, cache))
             except Exception as exc:
@@ -108,7 +100,7 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
         def sdpa(k, v):
             return torch.nn.functional.scaled_dot_product_attention(q4, k, v, enable_gqa=True)
 
-        row["sdpa_graph_us"] = graph_us(sdpa, kv_sets)
+        row["sdpa_graph_us"] = rotation_graph_us(sdpa, kv_sets)
         del kv_sets
     del caches
     row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
@@ -129,7 +121,7 @@ def bench_single(kv, fi, copy_bw, rows):
     row["aotinfer_eager_us"] = 1e3 * time_ms(
         lambda: aotinfer.single_decode_with_kv_cache(q, *sets[0])
     )
-    row["aotinfer_graph_us"] = graph_us(
+    row["aotinfer_graph_us"] = rotation_graph_us(
         lambda k, v: aotinfer.single_decode_with_kv_cache(q, k, v), sets
     )
     hnd_sets = [
@@ -137,7 +129,7 @@ def bench_single(kv, fi, copy_bw, rows):
         for k, v in sets
     ]
     q4 = q.view(1, HQ, 1, D)
-    row["sdpa_graph_us"] = graph_us(
+    row["sdpa_graph_us"] = rotation_graph_us(
         lambda kt, vt: torch.nn.functional.scaled_dot_product_attention(
             q4, kt, vt, enable_gqa=True
         ),
@@ -146,7 +138,7 @@ def bench_single(kv, fi, copy_bw, rows):
     del hnd_sets
     if fi is not None:
         try:
-            row["fi_tc_graph_us"] = graph_us(
+            row["fi_tc_graph_us"] = rotation_graph_us(
                 lambda k, v: fi.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True), sets
             )
             row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
@@ -176,9 +168,7 @@ def main() -> None:
                 torch.cuda.empty_cache()
     for kv in (32768, 131072):
         bench_single(kv, fi, copy_bw, rows)
-    env = environment()
-    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    env.update(graph_floor_us())
+    env = environment(copy_bw)
     cols = [
         "case",
         "batch",

@@ -17,8 +17,7 @@ import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
-    graph_floor_us,
-    graph_time_ms,
+    rotation_graph_us,
     rotations,
     time_ms,
     try_import_flashinfer,
@@ -164,14 +163,11 @@ def main() -> None:
                             row["flashinfer_us"] = f"error: {type(exc).__name__}"
                     # Kernel time without host overhead: per call in a CUDA graph of >= 10
                     # calls over the rotating inputs (explicit seed and offset).
-                    calls = -(-10 // len(sets)) * len(sets)
                     ours_g, _, fib_g, _ = seeded[name]
-                    row["graph_us"] = 1e3 * graph_time_ms(ours_g, calls=calls, args_list=sets)
+                    row["graph_us"] = rotation_graph_us(ours_g, sets)
                     if fib_g is not None:
                         try:
-                            row["fi_graph_us"] = 1e3 * graph_time_ms(
-                                fib_g, calls=calls, args_list=sets
-                            )
+                            row["fi_graph_us"] = rotation_graph_us(fib_g, sets)
                             row["vs_fi_graph"] = row["fi_graph_us"] / row["graph_us"]
                         except Exception as exc:  # a baseline failure must not stop the run
                             row["fi_graph_us"] = f"error: {type(exc).__name__}"
@@ -181,9 +177,7 @@ def main() -> None:
                     row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
                     rows.append(row)
                     print(row, flush=True)
-    env = environment()
-    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    env.update(graph_floor_us())
+    env = environment(copy_bw)
     cols = [
         "op",
         "batch",

@@ -13,8 +13,7 @@ import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
-    graph_floor_us,
-    graph_time_ms,
+    rotation_graph_us,
     rotations,
     time_ms,
     try_import_flashinfer,
@@ -57,27 +56,24 @@ def main() -> None:
             row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
             # Kernel time without host overhead: CUDA-graph replay of >= 10 calls over the
             # rotating inputs (per-call time), for each kernel variant.
-            calls = -(-10 // len(sets)) * len(sets)
-
-            def graph_us(fn):
-                return 1e3 * graph_time_ms(fn, calls=calls, args_list=sets)
-
             for variant in ("rowwise", "cluster"):
                 os.environ["AOTINFER_SOFTMAX_KERNEL"] = variant
-                row[f"graph_{variant}_us"] = graph_us(lambda lg, t: aotinfer.softmax(lg, t))
+                row[f"graph_{variant}_us"] = rotation_graph_us(
+                    lambda lg, t: aotinfer.softmax(lg, t), sets
+                )
             del os.environ["AOTINFER_SOFTMAX_KERNEL"]
-            row["graph_us"] = graph_us(lambda lg, t: aotinfer.softmax(lg, t))
-            row["torch_graph_us"] = graph_us(
-                lambda lg, t: torch.softmax(lg.float() / t[:, None], -1)
+            row["graph_us"] = rotation_graph_us(lambda lg, t: aotinfer.softmax(lg, t), sets)
+            row["torch_graph_us"] = rotation_graph_us(
+                lambda lg, t: torch.softmax(lg.float() / t[:, None], -1), sets
             )
             if fi is not None:
-                row["fi_graph_us"] = graph_us(lambda lg, t: fi.sampling.softmax(lg, t))
+                row["fi_graph_us"] = rotation_graph_us(
+                    lambda lg, t: fi.sampling.softmax(lg, t), sets
+                )
             row["GB/s"] = useful / (row["graph_us"] * 1e-6) / 1e9
             row["% copy bw"] = 100 * useful / (row["graph_us"] * 1e-6) / copy_bw
             rows.append(row)
-    env = environment()
-    env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
-    env.update(graph_floor_us())
+    env = environment(copy_bw)
     cols = [
         "batch",
         "vocab",

@@ -63,11 +63,6 @@ def num_sms(device: torch.device) -> int:
     return _sm_counts[index]
 
 
-def stream_handle(device: torch.device) -> int:
-    """The current CUDA stream's raw handle on ``device`` (the test fakes replace this)."""
-    return _views.stream_handle(device)
-
-
 def cache_half_views(cache: torch.Tensor) -> Tuple[tuple, tuple]:
     """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache, computed
     from its shape and strides (slicing costs microseconds per call)."""
@@ -168,7 +163,7 @@ def launch_batch_decode(
         scalars,
         view(alibi_slopes),
         view(sinks),
-        stream_handle(q.device),
+        _views.stream_handle(q.device),
     )
 
 
@@ -237,7 +232,7 @@ def identity_page_table(
     and contiguous on ``device`` (no host copy or sync). Read-only: outside graph capture
     the same tensors are returned again for the same arguments (the last few kept)."""
     cached = not _capturing(device)
-    key = (device.index, stream_handle(device), num_pages, page_size)
+    key = (device.index, _views.stream_handle(device), num_pages, page_size)
     if cached:
         with _identity_lock:
             tables = _IDENTITY_TABLES.get(key)

@@ -597,7 +597,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             scalars,
             p.alibi_view,
             None if sinks is None else view(sinks),
-            _launch.stream_handle(dev),
+            _views.stream_handle(dev),
         )
         return (out, lse) if return_lse else out
 

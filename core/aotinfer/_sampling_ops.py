@@ -48,10 +48,6 @@ def _kernels(device: torch.device):
     return provider_for_device(device.index if device.index is not None else 0).kernels
 
 
-def _stream(device: torch.device) -> int:
-    return _views.stream_handle(device)
-
-
 def _seed_offset(use_generator, generator, seed, offset, increment, device):
     if use_generator:
         return _rng.get_seed_and_offset(increment, generator, device)
@@ -101,7 +97,7 @@ def _softmax_impl(
         _views.view(temperature_arr),
         temperature,
         bool(enable_pdl),
-        _stream(logits.device),
+        _views.stream_handle(logits.device),
     )
     return probs
 
@@ -179,7 +175,7 @@ def _sample_impl(
         v(input), bool(is_logits), v(indices), v(samples), v(valid), int(filter_mode),
         v(top_k_arr), int(top_k), v(top_p_arr), float(top_p), v(min_p_arr), float(min_p),
         v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64,
-        _stream(input.device),
+        _views.stream_handle(input.device),
     )  # fmt: skip
     return samples, valid
 
@@ -226,7 +222,7 @@ def _renorm_impl(
     v = _views.view
     _kernels(input.device).renorm(
         v(input), v(out), int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
-        float(top_p), _stream(input.device),
+        float(top_p), _views.stream_handle(input.device),
     )  # fmt: skip
     return out
 
@@ -255,7 +251,7 @@ def _top_k_mask_impl(
         return out
     _kernels(logits.device).top_k_mask(
         _views.view(logits), _views.view(out), _views.view(top_k_arr), int(top_k),
-        _stream(logits.device),
+        _views.stream_handle(logits.device),
     )  # fmt: skip
     return out
 
@@ -283,7 +279,7 @@ def _top_k_select_impl(input: torch.Tensor, k: int, sorted: bool):
         return values, indices
     _kernels(input.device).top_k_select(
         _views.view(input), int(k), _views.view(values), _views.view(indices),
-        _stream(input.device),
+        _views.stream_handle(input.device),
     )  # fmt: skip
     if sorted:  # the kernel returns ascending index order, so a stable sort keeps ties so
         order = _ref_topk.descending_order(values)
@@ -341,7 +337,7 @@ def _chain_impl(
     v = _views.view
     _kernels(device).chain_speculative(
         v(draft_probs), v(draft_ids), v(target_probs), v(out), v(accepted), v(emitted),
-        v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64, _stream(device),
+        v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64, _views.stream_handle(device),
     )  # fmt: skip
     return out
 

@@ -217,7 +217,6 @@ def install(monkeypatch, num_sms: int = 132) -> FakeKernels:
     monkeypatch.setattr(_decode_launch, "provider_kernels", lambda device: fake)
     monkeypatch.setattr(_decode_launch, "num_sms", lambda device: num_sms)
     monkeypatch.setattr(_views, "view", lambda t: t)
-    monkeypatch.setattr(_decode_launch, "stream_handle", lambda device: 0)
     monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
     monkeypatch.setattr(_decode_launch, "cache_half_views", lambda c: (c[:, 0], c[:, 1]))
     return fake

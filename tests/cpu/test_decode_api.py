@@ -702,11 +702,11 @@ def test_cache_half_views_equal_the_sliced_views(dtype):
 
 
 def test_identity_page_tables_are_built_once_per_shape_and_stream(monkeypatch):
-    from aotinfer import _decode_launch
+    from aotinfer import _decode_launch, _views
 
     monkeypatch.setattr(_decode_launch, "_IDENTITY_TABLES", type(_decode_launch._IDENTITY_TABLES)())
     stream = [0]
-    monkeypatch.setattr(_decode_launch, "stream_handle", lambda device: stream[0])
+    monkeypatch.setattr(_views, "stream_handle", lambda device: stream[0])
     cpu = torch.device("cpu")
     indptr, indices, last = _decode_launch.identity_page_table(5, 64, cpu)
     assert (indptr.tolist(), indices.tolist(), last.tolist()) == ([0, 5], list(range(5)), [64])
@@ -721,10 +721,10 @@ def test_identity_page_tables_are_built_once_per_shape_and_stream(monkeypatch):
 
 def test_identity_page_tables_are_not_cached_during_graph_capture(monkeypatch):
     """A captured graph keeps no reference to what it reads: it must own its tables."""
-    from aotinfer import _decode_launch
+    from aotinfer import _decode_launch, _views
 
     monkeypatch.setattr(_decode_launch, "_IDENTITY_TABLES", type(_decode_launch._IDENTITY_TABLES)())
-    monkeypatch.setattr(_decode_launch, "stream_handle", lambda device: 0)
+    monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
     cpu = torch.device("cpu")
     eager = _decode_launch.identity_page_table(5, 64, cpu)
     monkeypatch.setattr(_decode_launch, "_capturing", lambda device: True)
