@@ -1,0 +1,83 @@
+"""Kernels for Nsight Compute to read counters of (a lab tool): every case is set up and
+warmed up first, then called once between torch.cuda.profiler.start() and stop(), so that
+`ncu --profile-from-start off` profiles exactly those launches and nothing of the setup.
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+        python3 dev/ncu_targets.py [decode] [softmax] [sampling]
+
+Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
+softmax 128 x 128256 bf16, top-p and plain sampling 128 x 128256.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import try_import_flashinfer  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
+
+import aotinfer  # noqa: E402
+
+
+def decode_cases(fi):
+    g = torch.Generator().manual_seed(64 * 7 + 4096)
+    lens = [4096] * 64
+    cache, indptr, indices, last = paged_setup(lens, g)
+    q = torch.randn(64, HQ, D, dtype=DT, device="cuda")
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD"
+    )
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    cases = [("aotinfer decode 64x4096", lambda: w.run(q, cache))]
+    if fi is not None:
+        fw = fi.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=True
+        )
+        fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        cases.append(("flashinfer tc decode 64x4096", lambda: fw.run(q, cache)))
+    return cases
+
+
+def softmax_cases():
+    logits = torch.randn(128, 128256, dtype=torch.bfloat16, device="cuda") * 4
+    return [("aotinfer softmax 128x128256 bf16", lambda: aotinfer.sampling.softmax(logits))]
+
+
+def sampling_cases():
+    probs = torch.softmax(torch.randn(128, 128256, device="cuda") * 3, dim=-1)
+    s = aotinfer.sampling
+    return [
+        ("aotinfer top-p 0.9", lambda: s.top_p_sampling_from_probs(probs, 0.9, seed=1, offset=0)),
+        ("aotinfer plain", lambda: s.sampling_from_probs(probs, seed=1, offset=0)),
+    ]
+
+
+def main():
+    want = set(sys.argv[1:]) or {"decode", "softmax", "sampling"}
+    cases = []
+    if "decode" in want:
+        cases += decode_cases(try_import_flashinfer())
+    if "softmax" in want:
+        cases += softmax_cases()
+    if "sampling" in want:
+        cases += sampling_cases()
+    for _, fn in cases:
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for name, fn in cases:
+        torch.cuda.nvtx.range_push(name)
+        fn()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print("profiled:", ", ".join(name for name, _ in cases))
+
+
+if __name__ == "__main__":
+    main()
