@@ -7,6 +7,8 @@ Bytes counted: q + K + V + out. "graph" = CUDA-graph replay: one graph holds at 
 calls back to back, rotating over enough KV caches (same page table, up to 32 copies) that one
 round overflows the 50 MB L2, and a replay's time is divided by its calls (host launch latency
 excluded; what a serving loop of layers sees). "eager" = one call, host time included.
+Skewed lengths hold the uniform case's total tokens (one request 4x, the rest smaller), so
+"skewed / uniform TB/s" is the load-balance goal's ratio; batch 1 has no skewed case.
 
     python benchmarks/bench_decode.py [--quick]
 """
@@ -32,12 +34,18 @@ DT = torch.bfloat16
 
 
 def lengths(batch, kv, skewed, g):
+    """Uniform: every request kv tokens. Skewed: the same total (batch x kv tokens), with one
+    request of 4 x kv and the others drawn from [kv/8, kv] and scaled to the remaining
+    total, so skewed and uniform move the same bytes and their bandwidths compare directly
+    (the goal: skewed >= 0.9 x uniform)."""
     if not skewed:
         return [kv] * batch
-    # One long request (4x) among shorter ones drawn from [kv/8, kv].
-    ls = torch.randint(max(1, kv // 8), kv + 1, (batch,), generator=g).tolist()
-    ls[0] = 4 * kv
-    return ls
+    assert batch >= 5, "a 4x request needs at least 4 others to keep the total"
+    w = torch.empty(batch - 1).uniform_(0.125, 1.0, generator=g)
+    rest = batch * kv - 4 * kv
+    ls = [max(1, int(x)) for x in (w / w.sum() * rest).tolist()]
+    ls[-1] += rest - sum(ls)  # exact total
+    return [4 * kv] + ls
 
 
 def paged_setup(lens, g):
@@ -163,9 +171,11 @@ def main() -> None:
         for kv in kvs:
             if batch * kv > 256 * 4096 * 4:
                 continue  # keep the cache under ~17 GB
-            for skewed in (False, True):
+            for skewed in (False, True) if batch >= 5 else (False,):
                 bench_batch(batch, kv, skewed, fi, copy_bw, rows)
                 torch.cuda.empty_cache()
+            if rows[-1]["lens"] == "skewed":
+                rows[-1]["skewed / uniform TB/s"] = rows[-1]["TB/s"] / rows[-2]["TB/s"]
     for kv in (32768, 131072):
         bench_single(kv, fi, copy_bw, rows)
     env = environment(copy_bw)
@@ -183,6 +193,7 @@ def main() -> None:
         "vs_fi_tc",
         "TB/s",
         "% copy",
+        "skewed / uniform TB/s",
     ]
     write_results("decode", env, rows, cols, notes=__doc__.split("\n\n")[1])
 

@@ -1,9 +1,6 @@
 """Tuning sweep of the sampling kernels (a lab tool, not a benchmark of record): CUDA-graph
 time of a few sampling calls with each kernel family pinned (AOTINFER_SAMPLING_KERNEL), and
-the eager time of a batch-1 call (host included); then, for the one-CTA-per-row kernels at
-batches whose rows overflow L2, the graph time under each AOTINFER_SAMPLING_ROWS_IN_FLIGHT
-(CTAs looping over rows so that the rows in flight stay in L2 between passes), over rotating
-inputs so that a call never finds its rows in L2 from the previous call.
+the eager time of a batch-1 call (host included).
 
     python dev/sweep_sampling.py            (on a GPU machine, provider installed)
 """
@@ -16,7 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import graph_time_ms, rotation_graph_us, time_ms  # noqa: E402
+from bench_common import graph_time_ms, time_ms  # noqa: E402
 
 import aotinfer  # noqa: E402
 
@@ -46,27 +43,6 @@ def main():
                 line.append(f"{kernel} graph {g:7.1f} us eager {e:7.1f} us")
             del os.environ["AOTINFER_SAMPLING_KERNEL"]
             print("; ".join(line), flush=True)
-    rows_in_flight_sweep()
-
-
-IN_FLIGHT = ["0", "32", "43", "48", "64", "86", "100000"]  # 0: automatic; 100000: one CTA per row
-
-
-def rows_in_flight_sweep():
-    os.environ["AOTINFER_SAMPLING_KERNEL"] = "rowwise"
-    for batch in (128, 512):
-        sets = [
-            (torch.softmax(torch.randn(batch, 128256, device="cuda"), -1),)
-            for _ in range(max(2, (160 << 20) // (batch * 128256 * 4)))
-        ]
-        for name, fn in CALLS.items():
-            line = [f"batch {batch:3d} {name:13s}"]
-            for n in IN_FLIGHT:
-                os.environ["AOTINFER_SAMPLING_ROWS_IN_FLIGHT"] = n
-                line.append(f"{n}: {rotation_graph_us(fn, sets):6.1f}")
-            del os.environ["AOTINFER_SAMPLING_ROWS_IN_FLIGHT"]
-            print("rows in flight (graph us) " + ", ".join(line), flush=True)
-    del os.environ["AOTINFER_SAMPLING_KERNEL"]
 
 
 if __name__ == "__main__":

@@ -28,11 +28,6 @@ def softmax_cluster_variants() -> list:
     return [f"softmax_cluster/{name}" for name in _DTYPE_NAMES.values()]
 
 
-def softmax_pipelined_variants() -> list:
-    """The rowwise softmax with a per-thread cp.async ring (sm_80+, 16-byte aligned rows)."""
-    return [f"softmax_pipelined/{name}" for name in _DTYPE_NAMES.values()]
-
-
 def decode_variants() -> list:
     """Decode attention (aotinfer.decode): head dim x query dtype x KV dtype (the query's,
     or fp8), the merge of attention states and the KV append (core/aotinfer/_decode_checks.py
@@ -55,7 +50,6 @@ def all_variants() -> list:
     return (
         [softmax_variant(d) for d in _DTYPE_NAMES]
         + softmax_cluster_variants()
-        + softmax_pipelined_variants()
         + sampling_variants()
         + decode_variants()
     )

@@ -42,10 +42,6 @@ def _single_decode_inputs(kv_len=300, seed=0):
             "AOTINFER_SAMPLING_KERNEL",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(), 0.9, seed=1, offset=0),
         ),
-        (
-            "AOTINFER_SAMPLING_ROWS_IN_FLIGHT",
-            lambda: aotinfer.top_p_sampling_from_probs(_probs(), 0.9, seed=1, offset=0),
-        ),
         ("AOTINFER_SOFTMAX_KERNEL", lambda: aotinfer.softmax(_probs())),
     ],
 )
@@ -63,34 +59,3 @@ def test_decode_stage_counts_agree(stages, monkeypatch):
     torch.testing.assert_close(
         aotinfer.single_decode_with_kv_cache(q, k, v), want, rtol=0, atol=8e-3
     )
-
-
-def _row_kernel_outputs(probs, logits):
-    s = dict(seed=7, offset=3)
-    idx = torch.arange(3 * probs.shape[0], device=DEV, dtype=torch.int32) % probs.shape[0]
-    return [
-        aotinfer.top_p_sampling_from_probs(probs, 0.8, **s),
-        aotinfer.top_k_sampling_from_probs(probs, 40, **s),
-        aotinfer.min_p_sampling_from_probs(probs, 0.05, **s),
-        aotinfer.top_k_top_p_sampling_from_probs(probs, 40, 0.8, filter_apply_order="joint", **s),
-        aotinfer.top_p_sampling_from_probs(probs, 0.8, indices=idx, **s),
-        aotinfer.sampling_from_probs(probs, **s),
-        aotinfer.top_p_renorm_probs(probs, 0.8),
-        aotinfer.top_k_renorm_probs(probs, 40),
-        aotinfer.top_k_mask_logits(logits, 40),
-        *aotinfer.top_k(logits, 40),
-    ]
-
-
-@pytest.mark.parametrize("in_flight", ["1", "7", "0"])
-def test_rows_in_flight_give_the_same_results(in_flight, monkeypatch):
-    # CTAs that loop over rows (fewer CTAs than rows, so the rows in flight stay in L2) do
-    # each row's work unchanged: tokens and outputs are the same bits as one CTA per row.
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
-    probs = _probs(batch=20, vocab=32000, seed=5)
-    logits = torch.randn(20, 32000, device=DEV)
-    want = _row_kernel_outputs(probs, logits)
-    monkeypatch.setenv("AOTINFER_SAMPLING_ROWS_IN_FLIGHT", in_flight)
-    got = _row_kernel_outputs(probs, logits)
-    for i, (a, b) in enumerate(zip(got, want)):
-        assert torch.equal(a, b), f"output {i} differs with {in_flight} rows in flight"

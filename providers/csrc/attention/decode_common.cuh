@@ -1,5 +1,5 @@
 // What both decode kernels (CUDA-core decode_kernel.cuh, tensor-core decode_tc_kernel.cuh)
-// share: the parameter block, the key range one CTA owns, and the
+// share: the parameter block, the 16-byte cp.async copy, the key range one CTA owns, and the
 // finishing of one output row (normalisation, sinks, LSE, or a split's partial state).
 #pragma once
 
@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../common/cp_async.cuh"
 #include "../common/pdl.cuh"
 #include "kv_types.cuh"
 
@@ -48,10 +47,39 @@ struct DecodeParams {
 };
 
 namespace detail {
-using aotinfer::cp_async16;
-using aotinfer::cp_async4;
-using aotinfer::cp_async_commit;
-using aotinfer::cp_async_wait;
+
+// 16-byte global -> shared copy; asynchronous (cp.async) on sm_80+, a plain load and store
+// on sm_75, where the next tile's loads then overlap less but the result is the same.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill with zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+#else
+  *static_cast<uint4*>(smem) = valid ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
+}
+// 4-byte global -> shared copy (a page id), asynchronous on sm_80+.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
+#else
+  *static_cast<int*>(smem) = *static_cast<const int*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 }  // namespace detail
 
 // Programmatic dependent launch (sm_90+, launched so by the host): wait for the previous

@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
       const int row = c * kRowsPerCopy + my_row;
       const T* ks = tc::shfl_ptr(krow, row) + my_chunk * 8;
       const T* vs = tc::shfl_ptr(vrow, row) + my_chunk * 8;
-      detail::cp_async16<true>(kd + c * kRowsPerCopy * tc_pitch(D), ks, row < left);
-      detail::cp_async16<true>(vd + c * kRowsPerCopy * tc_pitch(D), vs, row < left);
+      detail::cp_async16(kd + c * kRowsPerCopy * tc_pitch(D), ks, row < left);
+      detail::cp_async16(vd + c * kRowsPerCopy * tc_pitch(D), vs, row < left);
     }
     fetch_pages(i + stages - 1, si == 0 ? stages - 1 : si - 1);
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes

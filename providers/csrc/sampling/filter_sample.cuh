@@ -253,43 +253,39 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 
 }  // namespace detail
 
-// Output b (row indices[b], or b) for b = blockIdx.x, blockIdx.x + gridDim.x, ...: the host
-// may launch fewer CTAs than outputs so that the rows in flight fit in L2 (sample_launch.cu).
 __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
-  for (std::int64_t b = blockIdx.x; b < p.batch; b += gridDim.x) {
-    const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
-    ScoredIndex best{0.f, -1};
-    if (row >= 0 && row < p.rows) {
-      const float* x = p.input + row * p.row_stride;
-      const std::int64_t n = p.vocab;
-      const RowRandom rng = p.random.for_row(b, 0);
-      const bool aligned = group_aligned(x);
-      if (p.input_is_logits) {
-        // Gumbel-max as a race: minimise log(E_i) - x_i. NaN and -inf never win.
-        for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-          float v[4];
-          load_group4(x, n, g, aligned, -INFINITY, v);
-          const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
-          const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  const std::int64_t b = blockIdx.x;
+  const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
+  ScoredIndex best{0.f, -1};
+  if (row >= 0 && row < p.rows) {
+    const float* x = p.input + row * p.row_stride;
+    const std::int64_t n = p.vocab;
+    const RowRandom rng = p.random.for_row(b, 0);
+    const bool aligned = group_aligned(x);
+    if (p.input_is_logits) {
+      // Gumbel-max as a race: minimise log(E_i) - x_i. NaN and -inf never win.
+      for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+        float v[4];
+        load_group4(x, n, g, aligned, -INFINITY, v);
+        const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
+        const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (!(v[j] > -INFINITY)) continue;  // -inf, NaN, tail
-            const float e = RowRandom::exponential(words[j]);
-            const ScoredIndex c{logf(e) - v[j], 4 * g + j};
-            if (better_min(c, best)) best = c;
-          }
+        for (int j = 0; j < 4; ++j) {
+          if (!(v[j] > -INFINITY)) continue;  // -inf, NaN, tail
+          const float e = RowRandom::exponential(words[j]);
+          const ScoredIndex c{logf(e) - v[j], 4 * g + j};
+          if (better_min(c, best)) best = c;
         }
-      } else {
-        best = detail::filtered_race(RowScope<float>(x, n), n, p.filter, row, rng, sh);
       }
+    } else {
+      best = detail::filtered_race(RowScope<float>(x, n), n, p.filter, row, rng, sh);
     }
-    best = block_argmin(best);
-    if (threadIdx.x == 0) detail::write_sample(p, b, best);
-    __syncthreads();  // the next row's passes rewrite sh
   }
+  best = block_argmin(best);
   pdl_launch_dependents();
+  if (threadIdx.x == 0) detail::write_sample(p, b, best);
 }
 
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
@@ -299,32 +295,29 @@ template <typename T, bool kMask>
 __global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
-  // Rows blockIdx.x, blockIdx.x + gridDim.x, ... (fewer CTAs than rows keep the rows in
-  // flight within L2, sample_launch.cu).
-  for (std::int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const T* x = p.input + row * p.in_row_stride;
-    T* y = p.out + row * p.out_row_stride;
-    const std::int64_t n = p.vocab;
+  const std::int64_t row = blockIdx.x;
+  const T* x = p.input + row * p.in_row_stride;
+  T* y = p.out + row * p.out_row_stride;
+  const std::int64_t n = p.vocab;
+  if constexpr (kMask) {
+    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
-    if constexpr (kMask) {
-      const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
-      for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-        float v[4];
-        load_group4(x, n, g, in_aligned, 0.f, v);
-        detail::mask_group(v, min_key);
-        store_group4(y, n, g, out_aligned, v);
-      }
-    } else {
-      const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
-      const float factor = detail::renorm_factor(kept);
-      for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-        float v[4];
-        load_group4(x, n, g, in_aligned, 0.f, v);
-        detail::renorm_group(v, kept, factor);
-        store_group4(y, n, g, out_aligned, v);
-      }
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, in_aligned, 0.f, v);
+      detail::mask_group(v, min_key);
+      store_group4(y, n, g, out_aligned, v);
     }
-    __syncthreads();  // the next row's passes rewrite sh
+  } else {
+    const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, in_aligned, 0.f, v);
+      detail::renorm_group(v, kept, factor);
+      store_group4(y, n, g, out_aligned, v);
+    }
   }
   pdl_launch_dependents();
 }

@@ -89,8 +89,6 @@ void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(e
 // wherever both apply (tests and benchmarks cover both).
 constexpr std::int64_t kSliceMinVocab = 8192;
 constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
-// Share of L2 the rows in flight of a multi-pass row kernel may take (row_grid).
-constexpr std::int64_t kL2SharePercent = 60;
 
 std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
 
@@ -110,37 +108,6 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
   // batches whose clusters fit in about two waves.
   return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
-}
-
-// CTAs for a one-CTA-per-row kernel that reads each row `passes` times. With one CTA per row
-// and every row in flight at once, a batch whose rows overflow L2 (128 x 128256 float32 is
-// 66 MB on a 50 MB L2) streams every pass from DRAM; a smaller grid whose CTAs loop over
-// rows keeps the rows in flight within a share of L2, so passes after the first hit it.
-// `distinct_rows` bounds the working set when many outputs share rows (indices).
-// AOTINFER_SAMPLING_ROWS_IN_FLIGHT=N pins N rows in flight (sweeps); unset or 0: automatic.
-unsigned row_grid(std::int64_t outputs, std::int64_t distinct_rows, std::int64_t row_bytes, int passes, int device,
-                  const char* op) {
-  std::int64_t in_flight = 0;
-  if (const char* pin = std::getenv("AOTINFER_SAMPLING_ROWS_IN_FLIGHT")) {
-    char* end = nullptr;
-    const long long v = std::strtoll(pin, &end, 10);
-    if (end == pin || *end != '\0' || v < 0)
-      fail_argument(std::string("AOTINFER_SAMPLING_ROWS_IN_FLIGHT must be a non-negative integer, got '") + pin + "'");
-    in_flight = v;
-  }
-  if (in_flight == 0) {
-    if (passes < 2) return static_cast<unsigned>(outputs);
-    int l2 = 0;
-    finish(cached_device_attribute<cudaDevAttrL2CacheSize>(&l2, device), op, device);
-    const std::int64_t budget = static_cast<std::int64_t>(l2) * kL2SharePercent / 100;
-    const std::int64_t working = (outputs < distinct_rows ? outputs : distinct_rows) * row_bytes;
-    if (working <= budget) return static_cast<unsigned>(outputs);
-    in_flight = budget / (row_bytes > 0 ? row_bytes : 1);
-    if (in_flight < 1) in_flight = 1;
-  }
-  if (in_flight >= outputs) return static_cast<unsigned>(outputs);
-  const std::int64_t rounds = (outputs + in_flight - 1) / in_flight;  // rows per CTA
-  return static_cast<unsigned>((outputs + rounds - 1) / rounds);    // even rounds
 }
 
 // One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
@@ -187,8 +154,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     return;
   }
   auto kernel = mask ? row_filter_kernel<T, true> : row_filter_kernel<T, false>;
-  const unsigned grid = row_grid(p.rows, p.rows, p.vocab * static_cast<std::int64_t>(sizeof(T)), 2, input.device, op);
-  kernel<<<grid, kRowThreads, 0, stream>>>(p);
+  kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }
 
@@ -256,10 +222,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
-  // Plain sampling and Gumbel-max read a row once; every filter reads it at least twice.
-  const int passes = (input_is_logits || filter.mode == FilterMode::kNone) ? 1 : 2;
-  const unsigned grid = row_grid(batch, rows, p.vocab * 4, passes, input.device, op);
-  sample_kernel<<<grid, kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  sample_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }
 
@@ -320,8 +283,8 @@ void launch_top_k_select(const TensorView& input, std::int64_t k, const TensorVi
     using T = decltype(tag);
     TopKSelectParams<T> p{input.ptr<const T>(), input.size(0), input.size(1), input.stride(0), k,
                           values.ptr<T>(), indices.ptr<std::int64_t>()};
-    const unsigned grid = row_grid(p.rows, p.rows, p.vocab * static_cast<std::int64_t>(sizeof(T)), 2, input.device, op);
-    top_k_select_kernel<T><<<grid, kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+    top_k_select_kernel<T><<<static_cast<unsigned>(p.rows), kRowThreads, 0,
+                             reinterpret_cast<cudaStream_t>(stream)>>>(p);
   });
   finish(cudaGetLastError(), op, input.device);
 }

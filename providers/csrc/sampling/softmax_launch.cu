@@ -1,7 +1,6 @@
 // Host launcher for softmax: checks the views, picks the dtype and vector width, launches.
-// Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel, its
-// pipelined form (sm_80+, 4 or 8 copies in flight per thread) and (sm_90+) the cluster kernel
-// with 8/16/32/64 elements per thread (see kernel_list.h).
+// Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and
+// (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see kernel_list.h).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -13,7 +12,6 @@
 #include "sampling_launchers.h"
 #include "softmax.cuh"
 #include "softmax_cluster.cuh"
-#include "softmax_pipelined.cuh"
 
 namespace aotinfer::sampling {
 namespace {
@@ -41,34 +39,18 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  // AOTINFER_SOFTMAX_KERNEL=rowwise|pipelined|cluster pins one kernel (benchmarks compare them).
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster pins one kernel (benchmarks compare the two).
   const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
   // Measured on an H200 (benchmarks/results/softmax.md): the cluster kernel wins while the
   // rows alone cannot fill the GPU (batch 1-16: 12-18 us vs 37 us at vocab 128256) and loses
   // from batch 128 on (76 vs 51 us), so it serves small batches of long rows.
   const std::string pinned = pin ? pin : "";
-  if (!pinned.empty() && pinned != "rowwise" && pinned != "pipelined" && pinned != "cluster" && pinned != "auto")
-    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, pipelined, cluster or auto, got '" + pinned + "'");
-  const bool auto_pick = pinned.empty() || pinned == "auto";
-  const bool want_cluster = auto_pick ? (p.vocab >= 16384 && p.rows <= 64) : pinned == "cluster";
+  if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "auto")
+    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster or auto, got '" + pinned + "'");
+  const bool want_cluster =
+      (pinned == "rowwise" || pinned == "cluster") ? pinned == "cluster" : (p.vocab >= 16384 && p.rows <= 64);
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
-    return;
-  }
-  // The pipelined kernel: 8 copies in flight per thread (128 KB of shared memory, one CTA per
-  // SM) while the rows fit in one wave, 4 (64 KB, two CTAs per SM as the rowwise kernel gets
-  // by registers) beyond; where the device's shared memory allows either.
-  int sms = 0, smem_limit = 0;
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
-                      logits.device);
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, logits.device),
-                      "softmax", logits.device);
-  const bool deep = p.rows <= sms && detail::pipelined_smem_bytes(8) <= static_cast<std::size_t>(smem_limit);
-  const bool fits = detail::pipelined_smem_bytes(4) <= static_cast<std::size_t>(smem_limit);
-  if (vectorized && major >= 8 && fits && (auto_pick || pinned == "pipelined")) {
-    throw_on_cuda_error(deep ? softmax_pipelined<T, 8>(p, enable_pdl, logits.device, stream)
-                             : softmax_pipelined<T, 4>(p, enable_pdl, logits.device, stream),
-                        "softmax", logits.device);
     return;
   }
   throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);

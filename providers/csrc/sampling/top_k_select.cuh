@@ -27,52 +27,49 @@ struct TopKSelectParams {
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) top_k_select_kernel(const __grid_constant__ TopKSelectParams<T> p) {
   __shared__ RadixShared sh;
-  // Rows blockIdx.x, blockIdx.x + gridDim.x, ... (sample_launch.cu sizes the grid for L2).
-  for (std::int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const T* x = p.input + row * p.row_stride;
-    const std::int64_t n = p.vocab, k = p.k;
-    auto key_of = [](float v) { return ordered_key(v); };
-    auto no_mass = [](float) { return std::uint64_t{0}; };
-    // NaN (key 0) takes no part in the search; when fewer than k values remain, B = 0 takes all.
-    const Threshold t = radix_threshold(RowScope<T>(x, n), key_of, no_mass,
-                                        SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false, true}, sh);
-    const std::uint32_t bkey = t.key;  // exact: the tie logic below compares keys with it
-    // Elements strictly above B: the search counted keys >= B among participants.
-    std::uint64_t above = 0;
-    {
-      std::uint64_t local = 0;
-      for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) local += ordered_key(load_float(x + i)) > bkey;
-      above = block_reduce(local, SumOp{}, std::uint64_t{0});
+  const std::int64_t row = blockIdx.x;
+  const T* x = p.input + row * p.row_stride;
+  const std::int64_t n = p.vocab, k = p.k;
+  auto key_of = [](float v) { return ordered_key(v); };
+  auto no_mass = [](float) { return std::uint64_t{0}; };
+  // NaN (key 0) takes no part in the search; when fewer than k values remain, B = 0 takes all.
+  const Threshold t = radix_threshold(RowScope<T>(x, n), key_of, no_mass,
+                                      SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false, true}, sh);
+  const std::uint32_t bkey = t.key;  // exact: the tie logic below compares keys with it
+  // Elements strictly above B: the search counted keys >= B among participants.
+  std::uint64_t above = 0;
+  {
+    std::uint64_t local = 0;
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) local += ordered_key(load_float(x + i)) > bkey;
+    above = block_reduce(local, SumOp{}, std::uint64_t{0});
+  }
+  const std::uint64_t ties_needed = static_cast<std::uint64_t>(k) - above;
+  T* vals = p.values + row * k;
+  std::int64_t* idx = p.indices + row * k;
+  std::uint64_t gt_before = 0, eq_before = 0;  // running counts over earlier tiles
+  for (std::int64_t tile = 0; tile < n; tile += blockDim.x) {
+    const std::int64_t i = tile + threadIdx.x;
+    float v = 0.f;
+    std::uint32_t key = 0;
+    if (i < n) {
+      v = load_float(x + i);
+      key = ordered_key(v);
     }
-    const std::uint64_t ties_needed = static_cast<std::uint64_t>(k) - above;
-    T* vals = p.values + row * k;
-    std::int64_t* idx = p.indices + row * k;
-    std::uint64_t gt_before = 0, eq_before = 0;  // running counts over earlier tiles
-    for (std::int64_t tile = 0; tile < n; tile += blockDim.x) {
-      const std::int64_t i = tile + threadIdx.x;
-      float v = 0.f;
-      std::uint32_t key = 0;
-      if (i < n) {
-        v = load_float(x + i);
-        key = ordered_key(v);
+    const bool gt = i < n && key > bkey, eq = i < n && key == bkey;
+    // Pack both flags into one scan: high 32 bits count ties, low 32 bits count "above".
+    std::uint64_t tile_total;
+    const std::uint64_t prefix = block_exclusive_scan((static_cast<std::uint64_t>(eq) << 32) | gt, &tile_total);
+    const std::uint64_t my_gt = gt_before + (prefix & 0xffffffffu);
+    const std::uint64_t my_eq = eq_before + (prefix >> 32);
+    if (gt || (eq && my_eq < ties_needed)) {
+      const std::uint64_t pos = my_gt + (my_eq < ties_needed ? my_eq : ties_needed);
+      if (pos < static_cast<std::uint64_t>(k)) {
+        vals[pos] = x[i];
+        idx[pos] = i;
       }
-      const bool gt = i < n && key > bkey, eq = i < n && key == bkey;
-      // Pack both flags into one scan: high 32 bits count ties, low 32 bits count "above".
-      std::uint64_t tile_total;
-      const std::uint64_t prefix = block_exclusive_scan((static_cast<std::uint64_t>(eq) << 32) | gt, &tile_total);
-      const std::uint64_t my_gt = gt_before + (prefix & 0xffffffffu);
-      const std::uint64_t my_eq = eq_before + (prefix >> 32);
-      if (gt || (eq && my_eq < ties_needed)) {
-        const std::uint64_t pos = my_gt + (my_eq < ties_needed ? my_eq : ties_needed);
-        if (pos < static_cast<std::uint64_t>(k)) {
-          vals[pos] = x[i];
-          idx[pos] = i;
-        }
-      }
-      gt_before += tile_total & 0xffffffffu;
-      eq_before += tile_total >> 32;
     }
-    __syncthreads();  // the next row's search rewrites sh
+    gt_before += tile_total & 0xffffffffu;
+    eq_before += tile_total >> 32;
   }
 }
 
