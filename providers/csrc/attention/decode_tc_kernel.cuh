@@ -40,17 +40,22 @@ constexpr int kTcMaxStages = 4;
 // q (16 x D), the merge scratch of m and l, the page-id ring, then per warp `stages` x
 // (K tile, V tile).
 // The K/V region is reused as the float merge buffer (4 x 16 x D floats) at the end.
-// Tiles are row-major with a pitch of D + 8 elements (one spare 16-byte chunk per row): the
-// 8 row addresses of one ldmatrix then fall in 8 different bank groups, and, unlike an XOR
-// swizzle, every lane's offset within a tile is a compile-time constant plus one base
-// register (the address arithmetic was a large share of the loop's instructions).
-__host__ __device__ constexpr int tc_pitch(int d) { return d + 8; }
-__host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * tc_pitch(d) * 2; }
+// Tiles are row-major, D elements per row, with 16-byte chunk c of row r stored at chunk
+// c ^ (r & 7) (an XOR swizzle within each 128-byte bank line). Why: the 8 row addresses of
+// one ldmatrix then fall in 8 different bank groups, and each cp.async instruction (whole
+// rows) writes whole bank lines, so its shared-memory side needs no extra wavefronts. An
+// earlier padded pitch (D + 8) kept ldmatrix conflict-free but shifted rows by 16 bytes
+// against the bank lines; Nsight Compute then showed every copy split into ~7.5 wavefronts,
+// and the two lanes of a 32-byte global sector landing in different wavefronts each fetched
+// it: 1.5x the L2 sectors of the data, a 34% L2 "hit" rate and 90% L2 throughput at batch
+// 64 x 4096 (dev/NOTES.md). Each lane's offsets are precomputed once (the address
+// arithmetic was once a large share of the loop's instructions).
+__host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * d * 2; }
 __host__ __device__ constexpr std::size_t tc_ml_bytes() { return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4; }
 __host__ __device__ constexpr std::size_t tc_pid_bytes() {  // page ids, per warp and stage: [4][4][16] int
   return static_cast<std::size_t>(kTcWarps) * kTcMaxStages * kTcTileKeys * 4;
 }
-__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * tc_pitch(d) * 2; }
+__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * d * 2; }
 __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
   const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d);
   const std::size_t merge = static_cast<std::size_t>(kTcWarps) * kRowBlock * d * 4;
@@ -59,11 +64,25 @@ __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
 
 namespace tc {
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a tile (see tc_pitch).
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile (swizzled, see above).
 template <int D>
 __device__ __forceinline__ int at(int row, int chunk) {
-  return row * tc_pitch(D) + chunk * 8;
+  return row * D + ((chunk ^ (row & 7)) * 8);
 }
+
+// The offsets at(row, 2 * j + half) for j = 0..3, for one lane's fixed row and half (0 or
+// 1): at(row, 2 * s + half) = off[s & 3] + 64 * (s >> 2), because the swizzle only touches
+// a chunk index's low three bits. ldmatrix addresses are then a register plus a constant.
+template <int D>
+struct PairOffsets {
+  int off[4];
+  __device__ __forceinline__ PairOffsets(int row, int half) {
+    const int x = half ^ (row & 7);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) off[j] = row * D + ((2 * j) ^ x) * 8;
+  }
+  __device__ __forceinline__ int operator()(int s) const { return off[s & 3] + 64 * (s >> 2); }
+};
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -156,7 +175,7 @@ __device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t 
 }  // namespace tc
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
+__global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
@@ -211,7 +230,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   const std::int64_t num_tiles = (span + kTcTileKeys - 1) / kTcTileKeys;
   const int n_w = num_tiles > warp ? static_cast<int>((num_tiles - warp + kTcWarps - 1) / kTcWarps) : 0;
   auto tile_start = [&](int i) { return rg.k_begin + (static_cast<std::int64_t>(i) * kTcWarps + warp) * kTcTileKeys; };
-  constexpr int kTileElems = kTcTileKeys * tc_pitch(D);
+  constexpr int kTileElems = kTcTileKeys * D;
   T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTileElems;
 
   // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
@@ -235,7 +254,24 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   };
   const T* k_head = p.k + kv_head * p.k_stride_head;
   const T* v_head = p.v + kv_head * p.v_stride_head;
-  const int dst0 = tc::at<D>(my_row, my_chunk);  // this lane's first element in a tile
+  // This lane's element offset for copy c of a tile: row c * kRowsPerCopy + my_row, chunk
+  // my_chunk swizzled by the row. The swizzle repeats every 8 rows (kDstPeriod copies), so
+  // up to D = 128 the offsets of one period sit in registers and the rest add a constant;
+  // at D = 256 (one row per copy, registers scarce) one XOR with a constant per copy.
+  constexpr int kDstPeriod = 8 / kRowsPerCopy < kCopies ? 8 / kRowsPerCopy : kCopies;
+  constexpr bool kDstInRegs = kDstPeriod <= 4;
+  const int lane_x = my_chunk ^ my_row;  // (c * R + my_row) & 7 == ((c * R) & 7) ^ my_row
+  int dst_reg[kDstInRegs ? kDstPeriod : 1];
+#pragma unroll
+  for (int j = 0; j < (kDstInRegs ? kDstPeriod : 1); ++j)
+    dst_reg[j] = (j * kRowsPerCopy + my_row) * D + 8 * (lane_x ^ ((j * kRowsPerCopy) & 7));
+  auto dst_of = [&](int c) {
+    if constexpr (kDstInRegs) {
+      return dst_reg[c % kDstPeriod] + (c / kDstPeriod) * 8 * D;
+    } else {
+      return (c * kRowsPerCopy + my_row) * D + 8 * (lane_x ^ ((c * kRowsPerCopy) & 7));
+    }
+  };
   // K/V of tile i into stage si == i % stages (its page ids have landed there), and the
   // page ids of tile i + stages - 1 into the ring slot before it.
   auto issue = [&](int i, int si) {
@@ -259,15 +295,15 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
       }
     }
-    T* kd = my_kv + si * 2 * kTileElems + dst0;
+    T* kd = my_kv + si * 2 * kTileElems;
     T* vd = kd + kTileElems;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
       const T* ks = tc::shfl_ptr(krow, row) + my_chunk * 8;
       const T* vs = tc::shfl_ptr(vrow, row) + my_chunk * 8;
-      detail::cp_async16(kd + c * kRowsPerCopy * tc_pitch(D), ks, row < left);
-      detail::cp_async16(vd + c * kRowsPerCopy * tc_pitch(D), vs, row < left);
+      detail::cp_async16(kd + dst_of(c), ks, row < left);
+      detail::cp_async16(vd + dst_of(c), vs, row < left);
     }
     fetch_pages(i + stages - 1, si == 0 ? stages - 1 : si - 1);
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
@@ -288,6 +324,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   // (lanes 8-15 -> rows 8-15); non-transposed K wants keys 0-7 then 8-15 in lanes 16-31.
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
   const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
+  const tc::PairOffsets<D> a_off(a_row, a_chunk), k_off(k_row, k_chunk);
 
   // q's A fragments stay in registers up to D = 128 (32 registers); at D = 256 they would
   // push the kernel past 255, so it reloads them from shared memory per tile.
@@ -295,7 +332,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
   std::uint32_t qf[kQInRegs ? kKSteps : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + tc::at<D>(a_row, 2 * ks + a_chunk));
+    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + a_off(ks));
   }
 
   float o[kNTiles][4];
@@ -316,13 +353,13 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t bk[4];
-      tc::ldsm_x4(bk, kt + tc::at<D>(k_row, 2 * ks + k_chunk));
+      tc::ldsm_x4(bk, kt + k_off(ks));
       if constexpr (kQInRegs) {
         tc::mma<T>(s[0], qf[ks], bk[0], bk[1]);
         tc::mma<T>(s[1], qf[ks], bk[2], bk[3]);
       } else {
         std::uint32_t a[4];
-        tc::ldsm_x4(a, sq + tc::at<D>(a_row, 2 * ks + a_chunk));
+        tc::ldsm_x4(a, sq + a_off(ks));
         tc::mma<T>(s[0], a, bk[0], bk[1]);
         tc::mma<T>(s[1], a, bk[2], bk[3]);
       }
@@ -405,7 +442,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 128 ? 3 : 1)
 #pragma unroll
     for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
       std::uint32_t bv[4];
-      tc::ldsm_x4_trans(bv, vt + tc::at<D>(a_row, 2 * n2 + a_chunk));
+      tc::ldsm_x4_trans(bv, vt + a_off(n2));
       tc::mma<T>(o[2 * n2], ph, bv[0], bv[1]);
       tc::mma<T>(o[2 * n2 + 1], ph, bv[2], bv[3]);
       tc::mma<T>(o[2 * n2], pl, bv[0], bv[1]);
