@@ -31,7 +31,8 @@ set -e
   echo "# GPU test suite"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "- commit: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  # The device tree travels without .git (a stale HEAD may be found there): the caller names it.
+  echo "- commit: ${AOTINFER_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
   echo "- GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | head -1)"
   echo "- provider: aotinfer-$arch; torch $($PY -c 'import torch; print(torch.__version__)')"
   echo "- command: ci/gpu-test.sh $*"

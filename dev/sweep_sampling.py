@@ -1,8 +1,6 @@
 """Tuning sweep of the sampling kernels (a lab tool, not a benchmark of record): CUDA-graph
 time of a few sampling calls with each kernel family pinned (AOTINFER_SAMPLING_KERNEL), and
-the eager time of a batch-1 call (host included); then the one-CTA-per-row kernels at 1024
-and at 512 threads per CTA (AOTINFER_SAMPLING_THREADS) over rotating inputs (only that part
-with the argument `threads`).
+the eager time of a batch-1 call (host included).
 
     python dev/sweep_sampling.py            (on a GPU machine, provider installed)
 """
@@ -15,7 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import graph_time_ms, rotation_graph_us, time_ms  # noqa: E402
+from bench_common import graph_time_ms, time_ms  # noqa: E402
 
 import aotinfer  # noqa: E402
 
@@ -34,9 +32,6 @@ CALLS = {
 
 
 def main():
-    if sys.argv[1:] == ["threads"]:
-        threads_sweep()
-        return
     for batch in (1, 128):
         probs = torch.softmax(torch.randn(batch, 128256, device="cuda"), -1)
         for name, fn in CALLS.items():
@@ -48,26 +43,6 @@ def main():
                 line.append(f"{kernel} graph {g:7.1f} us eager {e:7.1f} us")
             del os.environ["AOTINFER_SAMPLING_KERNEL"]
             print("; ".join(line), flush=True)
-    threads_sweep()
-
-
-def threads_sweep():
-    os.environ["AOTINFER_SAMPLING_KERNEL"] = "rowwise"
-    for batch, vocab in ((1, 128256), (128, 32000), (128, 128256), (512, 128256)):
-        count = max(2, (160 << 20) // (batch * vocab * 4))
-        sets = [
-            (torch.softmax(torch.randn(batch, vocab, device="cuda") * (3 if i % 2 else 1), -1),)
-            for i in range(count)
-        ]
-        for name, fn in CALLS.items():
-            line = []
-            for threads in ("1024", "512"):
-                os.environ["AOTINFER_SAMPLING_THREADS"] = threads
-                line.append(f"{threads}: {rotation_graph_us(fn, sets):7.1f}")
-            del os.environ["AOTINFER_SAMPLING_THREADS"]
-            head = f"threads batch {batch:3d} vocab {vocab} {name:13s} "
-            print(head + ", ".join(line), flush=True)
-    del os.environ["AOTINFER_SAMPLING_KERNEL"]
 
 
 if __name__ == "__main__":

@@ -29,21 +29,6 @@ Measured on an H200 at batch 1, kv 1024 (dev/sweep_decode.py, per call in a 10-c
 4 splits 13.6 us, 8 splits 10.5 us, 16 splits (the earlier 64-token minimum) 12.3 us, no
 split 27.1 us.
 
-Skewed batches (the page counts are known and the longest request holds more than
-``SKEW_RATIO`` times the mean) use a second model instead, because their pieces are not
-equal: a split's CTAs finish at different times and the hardware starts the next waiting
-CTA on each freed slot, so there are no clean waves. The time is then about
-``(W + n * o) / slots + chunk / 2`` CTA-pages (list scheduling: the whole work spread over
-the slots, plus about half a piece of tail), with ``W`` = Hkv x total pages, ``n`` the
-exact number of non-empty CTAs for the chunk and ``o`` = ``MIN_CHUNK_TOKENS`` of per-CTA
-overhead; at least one piece (``chunk + o``); plus, when split, the merge: ``o`` and
-``MERGE_TOKENS_PER_STATE`` per split (merge_states alone measured 3.6 / 4.8 / 8.4 us for
-4 / 16 / 33 states). Every split count of the longest request within the caps is tried.
-Fitted to the H200 runs of the earlier planner on the benchmark's skewed batches (its
-measured times were 0.40-0.75 us per modelled CTA-page; benchmarks/results/history/), it
-predicted 10-20% less time at batch 16 and 64; the uniform model keeps every uniform plan
-as it was.
-
 In CUDA-graph mode the grid and ``chunk_pages`` are baked into the captured launch, so the
 plan must serve any page table that fits the buffers: it is computed once from the fixed
 batch size and ``max_num_pages`` (the indices buffer's length), taking ``total_pages =
@@ -54,15 +39,13 @@ same numbers, so a captured graph stays valid when new page tables are copied in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Tuple
 
 import torch
 
 WAVES = 2
 MIN_CHUNK_TOKENS = 128
 GRID_CTAS_PER_SM = 32
-SKEW_RATIO = 1.5  # longest / mean pages above which the skewed model plans
-MERGE_TOKENS_PER_STATE = 6  # the merge's serial cost per split, in tokens streamed by one CTA
 ALIGN = 256  # bytes between carved buffers
 
 
@@ -110,9 +93,8 @@ def plan_splits(
     num_kv_heads: int,
     num_sms: int,
     max_splits_allowed: int,
-    pages_per_request: Optional[Sequence[int]] = None,
 ) -> SplitPlan:
-    """The cost models of the module docstring.
+    """The cost model of the module docstring.
 
     Parameters
     ----------
@@ -123,15 +105,10 @@ def plan_splits(
         CUDA-graph mode).
     max_splits_allowed : int
         What the workspace holds (:func:`splits_that_fit`).
-    pages_per_request : sequence of int, optional
-        Every request's page count (not in CUDA-graph mode); a skewed batch is then planned
-        by :func:`_plan_skewed`.
     """
     max_pages = max(max_pages, 1)
     units = max(batch * num_kv_heads, 1)
     cap = min(max_splits_allowed, max(1, (GRID_CTAS_PER_SM * num_sms) // units))
-    if pages_per_request is not None and max_pages > SKEW_RATIO * total_pages / max(batch, 1):
-        return _plan_skewed(pages_per_request, max_pages, page_size, num_kv_heads, num_sms, cap)
     chunk = _ceil_div(max(total_pages, 1) * num_kv_heads, WAVES * num_sms)
     chunk = max(chunk, _ceil_div(MIN_CHUNK_TOKENS, page_size), _ceil_div(max_pages, cap), 1)
     splits = _ceil_div(max_pages, chunk)
@@ -148,35 +125,6 @@ def plan_splits(
     if splits <= 1:
         return SplitPlan(chunk_pages=max_pages, max_splits=1)
     return SplitPlan(chunk_pages=_ceil_div(max_pages, splits), max_splits=splits)
-
-
-def _plan_skewed(
-    pages: Sequence[int], max_pages: int, page_size: int, num_kv_heads: int, num_sms: int, cap: int
-) -> SplitPlan:
-    """The list-scheduling model of the module docstring, over every split count of the
-    longest request up to ``cap``, evaluated as one (candidates x requests) tensor
-    expression (cap x batch <= GRID_CTAS_PER_SM x num_sms elements)."""
-    overhead = _ceil_div(MIN_CHUNK_TOKENS, page_size)
-    n = torch.as_tensor(list(pages), dtype=torch.int64).clamp_(min=1)
-    splits = torch.arange(1, cap + 1, dtype=torch.int64)
-    chunk = (max_pages + splits - 1) // splits
-    # One candidate per distinct chunk (the smallest split count giving it), and no piece
-    # below the minimum chunk unless unsplit.
-    keep = ((max_pages + chunk - 1) // chunk == splits) & ((chunk >= overhead) | (splits == 1))
-    splits, chunk = splits[keep], chunk[keep]
-    ctas = num_kv_heads * ((n[None, :] + chunk[:, None] - 1) // chunk[:, None]).sum(1)
-    work = num_kv_heads * int(n.sum())
-    slots = WAVES * num_sms
-    spread = (work + ctas * overhead).double() / slots + chunk.double() / 2
-    # The merge: a launch (about `overhead`) plus a serial step per state (0.17 us per state
-    # measured for 16 -> 33 states, about 6 tokens of one CTA's streaming).
-    per_state = (splits * MERGE_TOKENS_PER_STATE + page_size - 1) // page_size
-    merge = (overhead + per_state) * (splits > 1)
-    cost = torch.maximum(spread, (chunk + overhead).double()) + merge
-    i = int(torch.argmin(cost))  # the first minimum: the fewest splits among equals
-    if int(splits[i]) <= 1:
-        return SplitPlan(chunk_pages=max_pages, max_splits=1)
-    return SplitPlan(chunk_pages=int(chunk[i]), max_splits=int(splits[i]))
 
 
 def plan_fixed(max_pages: int, chunk_pages: int, max_splits_allowed: int) -> SplitPlan:

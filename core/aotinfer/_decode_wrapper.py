@@ -245,7 +245,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
-            pages_per_request=None if self._use_cuda_graph else pages.tolist(),
         )
 
     def plan(

@@ -10,7 +10,7 @@ from aotinfer import _decode_plan as dp
 SMS = 132  # an H100 / H200
 
 
-def plan(lens, page_size=16, hkv=8, sms=SMS, allowed=10_000, known=False):
+def plan(lens, page_size=16, hkv=8, sms=SMS, allowed=10_000):
     pages = [-(-n // page_size) for n in lens]
     return dp.plan_splits(
         batch=len(lens),
@@ -20,7 +20,6 @@ def plan(lens, page_size=16, hkv=8, sms=SMS, allowed=10_000, known=False):
         num_kv_heads=hkv,
         num_sms=sms,
         max_splits_allowed=allowed,
-        pages_per_request=pages if known else None,
     )
 
 
@@ -63,41 +62,6 @@ def test_skewed_batch_cuts_the_long_request_into_fair_shares():
     fair = total_pages * 8 / (dp.WAVES * SMS)
     assert p.max_splits > 1 and p.chunk_pages <= 2 * fair
     assert plan([1024] * 64).max_splits == 1  # the same batch without the long one
-
-
-@pytest.mark.parametrize("batch", [1, 16, 64, 256])
-@pytest.mark.parametrize("kv", [17, 1024, 4096, 16384])
-def test_known_uniform_lengths_keep_the_wave_plan(batch, kv):
-    assert plan([kv] * batch, known=True) == plan([kv] * batch)
-    mild = [kv + (i % 3) * (kv // 10) for i in range(batch)]  # longest < 1.5 x mean
-    assert plan(mild, known=True) == plan(mild)
-
-
-def _skewed(batch, kv, seed=0):
-    """bench_decode's skewed lengths: one request of 4 x kv, the same total as uniform."""
-    g = torch.Generator().manual_seed(seed)
-    w = torch.empty(batch - 1).uniform_(0.125, 1.0, generator=g)
-    rest = (batch - 4) * kv
-    lens = [max(1, int(x)) for x in (w / w.sum() * rest).tolist()]
-    lens[-1] += rest - sum(lens)
-    return [4 * kv] + lens
-
-
-@pytest.mark.parametrize("batch, kv", [(16, 1024), (16, 16384), (64, 4096), (256, 4096)])
-def test_skewed_lengths_are_cut_finer_than_the_wave_plan(batch, kv):
-    lens = _skewed(batch, kv)
-    p, wave = plan(lens, known=True), plan(lens)
-    assert covers(p, lens) and p.max_splits > 1
-    assert p.chunk_pages < wave.chunk_pages
-    assert p.chunk_pages * 16 >= dp.MIN_CHUNK_TOKENS or p.chunk_pages * p.max_splits >= 4 * kv // 16
-    assert batch * 8 * p.max_splits <= dp.GRID_CTAS_PER_SM * SMS
-
-
-def test_skewed_plan_counts_the_merge():
-    # Two requests, one KV head: the caps allow 2112 splits of the long one; the merge's
-    # per-state cost keeps the count far lower.
-    p = plan([1_600_000, 300_000], hkv=1, known=True, allowed=1 << 20)
-    assert covers(p, [1_600_000, 300_000]) and 16 < p.max_splits < 1000
 
 
 def test_min_chunk_and_caps():

@@ -42,10 +42,6 @@ def _single_decode_inputs(kv_len=300, seed=0):
             "AOTINFER_SAMPLING_KERNEL",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(), 0.9, seed=1, offset=0),
         ),
-        (
-            "AOTINFER_SAMPLING_THREADS",
-            lambda: aotinfer.top_p_sampling_from_probs(_probs(), 0.9, seed=1, offset=0),
-        ),
         ("AOTINFER_SOFTMAX_KERNEL", lambda: aotinfer.softmax(_probs())),
     ],
 )
@@ -63,30 +59,3 @@ def test_decode_stage_counts_agree(stages, monkeypatch):
     torch.testing.assert_close(
         aotinfer.single_decode_with_kv_cache(q, k, v), want, rtol=0, atol=8e-3
     )
-
-
-def test_row_kernel_thread_counts_agree(monkeypatch):
-    # 512 or 1024 threads per row: the race, the integer histograms and the max do not depend
-    # on the thread layout, so top-k, min-p and plain tokens are the same bits; the row total
-    # (a float sum in thread order) may differ in its last bits, so the top-k renorm factor is
-    # compared closely (top-p is left out: its boundary rests on that total).
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
-    probs = _probs(batch=20, vocab=32000, seed=9)
-    logits = torch.randn(20, 32000, device=DEV)
-    s = dict(seed=3, offset=8)
-
-    def outputs():
-        return [
-            aotinfer.top_k_sampling_from_probs(probs, 40, **s),
-            aotinfer.min_p_sampling_from_probs(probs, 0.05, **s),
-            aotinfer.sampling_from_probs(probs, **s),
-            aotinfer.top_k_mask_logits(logits, 40),
-            aotinfer.top_k_renorm_probs(probs, 40),
-        ]
-
-    want = outputs()
-    monkeypatch.setenv("AOTINFER_SAMPLING_THREADS", "512")
-    got = outputs()
-    for a, b in zip(got[:4], want[:4]):
-        assert torch.equal(a, b)
-    torch.testing.assert_close(got[4], want[4], rtol=1e-5, atol=1e-7)

@@ -1,6 +1,5 @@
 // Row kernels of the sampling family: filtered sampling (exponential race / Gumbel-max),
-// top-k / top-p renormalisation and top-k logit masking. One CTA of kThreads (kRowThreads
-// or kRowThreadsLean, see sample_launch.cu) per output
+// top-k / top-p renormalisation and top-k logit masking. One CTA of kRowThreads per output
 // row; filters come from radix_threshold.cuh, randomness from philox.cuh.
 //
 // Sampling from probabilities is an exponential race: with E_i = -log(u_i) independent
@@ -254,8 +253,7 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 
 }  // namespace detail
 
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+__global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
@@ -293,8 +291,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
 // kept), -inf elsewhere and for NaN.
-template <typename T, bool kMask, int kThreads>
-__global__ void __launch_bounds__(kThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
+template <typename T, bool kMask>
+__global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;

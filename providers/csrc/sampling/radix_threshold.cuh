@@ -21,10 +21,6 @@
 namespace aotinfer::sampling {
 
 constexpr int kRowThreads = 1024;
-// The lean variant of the sampling and renorm/mask row kernels: at 1024 threads an SM's
-// registers allow 64 per thread, and those kernels spill (sample_kernel: 60 B stored, 196 B
-// loaded per thread); 512 threads allow 128. Still >= kRadixBins / kMaxBinsPerThread.
-constexpr int kRowThreadsLean = 512;
 constexpr int kRadixBins = 2048;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: fixed-point unit of a row's total mass
 

@@ -110,16 +110,6 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
 }
 
-// Threads per CTA of the one-CTA-per-row sampling and renorm/mask kernels.
-// AOTINFER_SAMPLING_THREADS=1024|512 pins one (sweeps and tests compare them); unset: 1024.
-bool lean_rows() {
-  const char* pin = std::getenv("AOTINFER_SAMPLING_THREADS");
-  const std::string want = pin ? pin : "";
-  if (!want.empty() && want != "1024" && want != "512")
-    fail_argument("AOTINFER_SAMPLING_THREADS must be 1024 or 512, got '" + want + "'");
-  return want == "512";
-}
-
 // One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
 template <auto Kernel, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
@@ -163,10 +153,8 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
            op, input.device);
     return;
   }
-  const bool lean = lean_rows();
-  auto kernel = lean ? (mask ? row_filter_kernel<T, true, kRowThreadsLean> : row_filter_kernel<T, false, kRowThreadsLean>)
-                     : (mask ? row_filter_kernel<T, true, kRowThreads> : row_filter_kernel<T, false, kRowThreads>);
-  kernel<<<static_cast<unsigned>(p.rows), lean ? kRowThreadsLean : kRowThreads, 0, stream>>>(p);
+  auto kernel = mask ? row_filter_kernel<T, true> : row_filter_kernel<T, false>;
+  kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }
 
@@ -234,10 +222,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
-  const bool lean = lean_rows();
-  (lean ? sample_kernel<kRowThreadsLean> : sample_kernel<kRowThreads>)<<<static_cast<unsigned>(batch),
-                                                                         lean ? kRowThreadsLean : kRowThreads, 0,
-                                                                         reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  sample_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }
 
