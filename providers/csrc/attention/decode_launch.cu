@@ -35,10 +35,15 @@ void check_int32_vector(const TensorView* v, const TensorView& ref, const char* 
 bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 // Pipeline depth of the tensor-core kernel: the preferred depth per head dim (tiles in flight
-// per warp; 3 at D = 128 keeps two CTAs on an H100/H200 SM), lowered until the block fits
-// `smem_limit`; 0 when even two stages do not fit.
-int tensor_core_stages(std::int64_t d, int smem_limit) {
-  int stages = d == 64 ? kTcMaxStages : 3;
+// per warp; two CTAs per H100/H200 SM at D = 128 either way), lowered until the block fits
+// `smem_limit`; 0 when even two stages do not fit. At D = 128, CTAs that stream at least
+// kLongStreamKeys keys take 2 stages, shorter ones 3: measured on an H200 in one process
+// (benchmarks/results/history/ab-decode-stages-fd9d398.txt), 2 vs 3 stages took 255-258 vs
+// 263 us at 16 x 16384 and 985-992 vs 1001-1035 at 64 x 16384, but 286 vs 277-283 at 256 x
+// 1024 (1024 keys per CTA) and 10.3 vs 10.1 at batch 1; equal at 64 x 4096 (4096 keys).
+constexpr std::int64_t kLongStreamKeys = 8192;
+int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta) {
+  int stages = d == 64 ? kTcMaxStages : (d == 128 && keys_per_cta >= kLongStreamKeys ? 2 : 3);
   // AOTINFER_DECODE_STAGES=2..4 overrides the preference (dev/sweep_decode.py tunes with it).
   if (const char* env = std::getenv("AOTINFER_DECODE_STAGES")) {
     const int want = std::atoi(env);
@@ -252,7 +257,11 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, q.device), kOp, q.device);
   r.device = q.device;
   r.pdl = major >= 9;
-  r.stages = tensor_core_stages(D, smem_limit);
+  // Keys one CTA streams at most: a split's chunk, or (unsplit) the planned longest request
+  // (chunk_pages is the longest request's page count then) or the single request's length.
+  const std::int64_t keys_per_cta =
+      (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
+  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta);
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
   if (!tensor_cores) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
