@@ -16,6 +16,9 @@ namespace aotinfer::attention {
 constexpr int kRowBlock = 16;  // query rows per CTA (GQA group x q_len_per_req, blocked); MMA M
 constexpr float kLog2e = 1.4426950408889634f;
 
+// QT / KVT: q's and the cache's element types. The launcher fills DecodeParams<void, void>
+// (the same members with untyped q, k, v and out), and decode_dispatch.cuh turns it into the
+// typed block of one kernel instantiation.
 template <typename QT, typename KVT>
 struct DecodeParams {
   const QT* q;

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "../common/launch_cache.h"
 #include "../common/tensor_view.h"
@@ -15,78 +17,24 @@
 
 namespace aotinfer::attention {
 
-// Every DecodeParams field, with untyped pointers.
-struct RawDecode {
-  const void* q;
-  std::int64_t q_stride_row, q_stride_head;
-  const void* k;
-  const void* v;
-  std::int64_t k_stride_page, k_stride_slot, k_stride_head;
-  std::int64_t v_stride_page, v_stride_slot, v_stride_head;
-  const std::int32_t* indptr;
-  const std::int32_t* indices;
-  const std::int32_t* last_page_len;
-  std::int64_t page_size, kv_len_scalar, num_pages;
-  void* out;
-  std::int64_t out_stride_row, out_stride_head;
-  float* lse;
-  float* partial_out;
-  float* partial_lse;
-  std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
-  float sm_scale, soft_cap;
-  std::int64_t window_left;
-  int pos_encoding;
-  float rope_log2_theta, rope_inv_scale;
-  const float* alibi_slopes;
-  float v_scale;
-  const float* sinks;
-  int stages;  // tensor-core kernel only
+// The launcher's parameter block: every DecodeParams member with untyped q, k, v and out,
+// plus where and how to launch.
+struct RawDecode : DecodeParams<void, void> {
   int device;  // where the launch goes (current device)
   bool pdl;    // launch with programmatic dependent launch (sm_90+)
 };
 
+// DecodeParams<void, void> and DecodeParams<QT, KVT> declare the same members in the same
+// order and differ only in the pointee types of four pointers, so they have one layout: the
+// typed block is the untyped one's bytes.
 template <typename QT, typename KVT>
 DecodeParams<QT, KVT> typed_params(const RawDecode& r) {
+  using Untyped = DecodeParams<void, void>;
+  static_assert(sizeof(DecodeParams<QT, KVT>) == sizeof(Untyped) &&
+                    std::is_trivially_copyable_v<DecodeParams<QT, KVT>> && std::is_trivially_copyable_v<Untyped>,
+                "typed and untyped decode parameters must share one layout");
   DecodeParams<QT, KVT> p;
-  p.q = static_cast<const QT*>(r.q);
-  p.q_stride_row = r.q_stride_row;
-  p.q_stride_head = r.q_stride_head;
-  p.k = static_cast<const KVT*>(r.k);
-  p.v = static_cast<const KVT*>(r.v);
-  p.k_stride_page = r.k_stride_page;
-  p.k_stride_slot = r.k_stride_slot;
-  p.k_stride_head = r.k_stride_head;
-  p.v_stride_page = r.v_stride_page;
-  p.v_stride_slot = r.v_stride_slot;
-  p.v_stride_head = r.v_stride_head;
-  p.indptr = r.indptr;
-  p.indices = r.indices;
-  p.last_page_len = r.last_page_len;
-  p.page_size = r.page_size;
-  p.kv_len_scalar = r.kv_len_scalar;
-  p.num_pages = r.num_pages;
-  p.out = static_cast<QT*>(r.out);
-  p.out_stride_row = r.out_stride_row;
-  p.out_stride_head = r.out_stride_head;
-  p.lse = r.lse;
-  p.partial_out = r.partial_out;
-  p.partial_lse = r.partial_lse;
-  p.chunk_pages = r.chunk_pages;
-  p.splits = r.splits;
-  p.q_len = r.q_len;
-  p.num_qo_heads = r.num_qo_heads;
-  p.num_kv_heads = r.num_kv_heads;
-  p.group = r.group;
-  p.sm_scale = r.sm_scale;
-  p.soft_cap = r.soft_cap;
-  p.window_left = r.window_left;
-  p.pos_encoding = r.pos_encoding;
-  p.rope_log2_theta = r.rope_log2_theta;
-  p.rope_inv_scale = r.rope_inv_scale;
-  p.alibi_slopes = r.alibi_slopes;
-  p.v_scale = r.v_scale;
-  p.sinks = r.sinks;
-  p.stages = r.stages;
+  std::memcpy(&p, static_cast<const Untyped*>(&r), sizeof(p));
   return p;
 }
 

@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "decode_common.cuh"
 
@@ -100,46 +101,34 @@ __device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void*
                : "r"(smem_addr(p)));
 }
 
-// d += a (16x16, row) * b (16x8, col), fp32 accumulators.
+// d += a (16x16, row) * b (16x8, col), fp32 accumulators; T picks the f16 or bf16 form (the
+// PTX type is part of the instruction text, so the macro only splices it in).
 template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                            std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                                   std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+#define AOTINFER_MMA_M16N8K16(ab)                                                                     \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ab "." ab ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+               "{%8,%9}, {%0,%1,%2,%3};\n"                                                            \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+  if constexpr (std::is_same_v<T, __half>) {
+    AOTINFER_MMA_M16N8K16("f16");
+  } else {
+    AOTINFER_MMA_M16N8K16("bf16");
+  }
+#undef AOTINFER_MMA_M16N8K16
 }
 
 // Two floats as one register of two 16-bit values (x in the low half: the lower column),
 // and what rounding them lost, as floats.
 template <typename T>
-__device__ __forceinline__ std::uint32_t pack2(float x, float y, float& rx, float& ry);
-
-template <>
-__device__ __forceinline__ std::uint32_t pack2<__half>(float x, float y, float& rx, float& ry) {
-  const __half2 h = __floats2half2_rn(x, y);
-  rx = x - __low2float(h);
-  ry = y - __high2float(h);
-  return *reinterpret_cast<const std::uint32_t*>(&h);
-}
-
-template <>
-__device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float x, float y, float& rx, float& ry) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+__device__ __forceinline__ std::uint32_t pack2(float x, float y, float& rx, float& ry) {
+  const auto h = [&] {
+    if constexpr (std::is_same_v<T, __half>) {
+      return __floats2half2_rn(x, y);
+    } else {
+      return __floats2bfloat162_rn(x, y);
+    }
+  }();
   rx = x - __low2float(h);
   ry = y - __high2float(h);
   return *reinterpret_cast<const std::uint32_t*>(&h);

@@ -117,19 +117,8 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
   const int smem = static_cast<int>(groups * 16);
   const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
   if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * kSliceCtas));
-  config.blockDim = dim3(kSliceThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kSliceCtas;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, Kernel, p, groups);
+  return launch_with_attributes(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
+                                static_cast<std::size_t>(smem), stream, false, kSliceCtas, p, groups);
 }
 
 template <typename T>

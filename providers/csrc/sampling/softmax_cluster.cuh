@@ -132,20 +132,8 @@ cudaError_t softmax_cluster(const SoftmaxParams<T>& params, int elems, bool enab
     case 64: kernel = detail::softmax_cluster_kernel<T, 64>; break;
     default: return cudaErrorInvalidValue;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(params.rows * kClusterCtas));
-  config.blockDim = dim3(kClusterThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = kClusterCtas;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = enable_pdl ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return launch_with_attributes(kernel, dim3(static_cast<unsigned>(params.rows * kClusterCtas)),
+                                dim3(kClusterThreads), 0, stream, enable_pdl, kClusterCtas, params);
 }
 
 }  // namespace aotinfer::sampling
