@@ -38,24 +38,36 @@ same numbers, so a captured graph stays valid when new page tables are copied in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 
 WAVES = 2
 MIN_CHUNK_TOKENS = 128
 GRID_CTAS_PER_SM = 32
+ROW_BLOCK = 16  # query rows per CTA (kRowBlock in decode_common.cuh)
+# Work-list cost model (plan_work): fixed cost of a wave and of the merge, in pages of
+# streaming, and the finer chunk tried besides the fair share.
+WAVE_OVERHEAD_PAGES = 2
+MERGE_PAGES = 2
+FINER_SPLIT = 2
 ALIGN = 256  # bytes between carved buffers
 
 
 @dataclass(frozen=True)
 class SplitPlan:
     """How the kernel cuts requests: ``chunk_pages`` pages per split, at most
-    ``max_splits`` splits per request (1: no split-KV)."""
+    ``max_splits`` splits per request (1: no split-KV).
+
+    With a work list (:func:`plan_work`), ``work`` is the ``(items, 4)`` int32 host table of
+    (request, partial slot or -1, first page, end page) in launch order, ``split_counts`` the
+    ``(batch,)`` int32 splits per request, and ``chunk_pages`` the largest item's pages."""
 
     chunk_pages: int
     max_splits: int
+    work: Optional[torch.Tensor] = field(default=None, compare=False)
+    split_counts: Optional[torch.Tensor] = field(default=None, compare=False)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -125,6 +137,80 @@ def plan_splits(
     if splits <= 1:
         return SplitPlan(chunk_pages=max_pages, max_splits=1)
     return SplitPlan(chunk_pages=_ceil_div(max_pages, splits), max_splits=splits)
+
+
+def _wave_time(sizes_desc: torch.Tensor, units: int, slots: int) -> int:
+    """Estimated time, in pages, of CTAs of ``units`` per item with item sizes ``sizes_desc``
+    (descending) on ``slots`` resident CTAs: wave k starts at CTA ``k * slots`` and lasts as
+    long as its first (largest) item, plus ``WAVE_OVERHEAD_PAGES`` per wave."""
+    waves = _ceil_div(sizes_desc.numel() * units, slots)
+    starts = torch.arange(waves, dtype=torch.int64) * slots // units
+    return int(sizes_desc[starts].sum()) + WAVE_OVERHEAD_PAGES * waves
+
+
+def plan_work(
+    pages: torch.Tensor,
+    *,
+    num_kv_heads: int,
+    row_blocks: int,
+    page_size: int,
+    num_sms: int,
+    max_splits_allowed: int,
+    force_chunk: Optional[int] = None,
+) -> SplitPlan:
+    """The work-list plan of the module docstring for requests of ``pages`` pages (host
+    int tensor). ``force_chunk`` skips the cost model (dev/sweep_decode_plan.py measures
+    each candidate with it)."""
+    pages = pages.to(torch.int64)
+    batch = pages.numel()
+    units = max(num_kv_heads * row_blocks, 1)
+    slots = WAVES * num_sms
+    max_pages = max(int(pages.max()), 1) if batch else 1
+    min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
+    fair = _ceil_div(int(pages.sum()) * units, slots)
+
+    def counts_for(c: int) -> torch.Tensor:
+        return ((pages + c - 1) // c).clamp(1, max(max_splits_allowed, 1))
+
+    if force_chunk is not None:
+        counts = counts_for(max(force_chunk, 1))
+    else:
+        candidates = {max_pages}
+        for c in (max(min_chunk, fair), max(min_chunk, _ceil_div(fair, FINER_SPLIT))):
+            candidates.add(c)
+            s = _ceil_div(max_pages, c)
+            if s > 1:
+                candidates.add(_ceil_div(max_pages, s - 1))
+        best = None
+        for c in sorted(candidates, reverse=True):  # ties keep the larger chunk
+            n = counts_for(c)
+            piece = (pages + n - 1) // n
+            sizes = torch.repeat_interleave(piece, n).sort(descending=True).values
+            t = _wave_time(sizes, units, slots) + (MERGE_PAGES if int(n.max()) > 1 else 0)
+            if best is None or t < best[0]:
+                best = (t, n)
+        counts = best[1]
+
+    # Request b's pieces: [s * p // n, (s + 1) * p // n) for s < n, never empty when p >= n.
+    n_items = int(counts.sum())
+    req = torch.repeat_interleave(torch.arange(batch, dtype=torch.int64), counts)
+    first = torch.cumsum(counts, 0) - counts
+    s = torch.arange(n_items, dtype=torch.int64) - first[req]
+    p, n = pages[req], counts[req]
+    lo, hi = s * p // n, (s + 1) * p // n
+    slot = torch.where(n > 1, s, torch.full_like(s, -1))
+    # Largest pieces first: the block scheduler starts CTAs in grid order, so the small ones
+    # fill the slots the large ones leave and the grid ends on short work.
+    order = torch.sort(hi - lo, descending=True, stable=True).indices
+    work = torch.stack([req, slot, lo, hi], 1)[order].to(torch.int32).contiguous()
+    max_splits = int(counts.max()) if batch else 1
+    chunk = max(int((hi - lo).max()), 1) if n_items else 1
+    return SplitPlan(
+        chunk_pages=chunk,
+        max_splits=max_splits,
+        work=work,
+        split_counts=counts.to(torch.int32),
+    )
 
 
 def plan_fixed(max_pages: int, chunk_pages: int, max_splits_allowed: int) -> SplitPlan:

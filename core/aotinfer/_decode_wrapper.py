@@ -68,6 +68,8 @@ class _Plan:
     kernels: object = None
     table_views: tuple = (None, None, None)
     partial_views: tuple = (None, None)
+    work: Optional[torch.Tensor] = None  # device copy of split.work then split.split_counts
+    work_views: tuple = (None, None)
     alibi_view: object = None
 
 
@@ -227,7 +229,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         opts,
         workspace_bytes,
     ):
-        """The split plan (see aotinfer._decode_plan for the cost model)."""
+        """The split plan (see aotinfer._decode_plan for the cost models): a work list from
+        the page table, or in CUDA-graph mode (and with ``fixed_split_size`` or
+        ``disable_split_kv``) the fixed requests x splits grid."""
         if self._use_cuda_graph:
             max_pages = total = self._paged_kv_indices_buf.numel()
         else:
@@ -237,6 +241,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
         allowed = _plan.splits_that_fit(workspace_bytes, rows, num_qo_heads, head_dim)
         if opts["fixed_split_size"] is not None:
             return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
+        if not self._use_cuda_graph:
+            group_rows = (rows // max(batch, 1)) * (num_qo_heads // num_kv_heads)
+            return _plan.plan_work(
+                pages,
+                num_kv_heads=num_kv_heads,
+                row_blocks=-(-group_rows // _plan.ROW_BLOCK),
+                page_size=page_size,
+                num_sms=self._num_sms(),
+                max_splits_allowed=allowed,
+            )
         return _plan.plan_splits(
             batch=batch,
             max_pages=max_pages,
@@ -381,6 +395,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             view = _views.view
             plan.kernels = _launch.provider_kernels(self.device)
             plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
+            if split.work is not None:
+                n = split.work.numel()
+                ints = torch.cat([split.work.view(-1), split.split_counts])
+                plan.work = ints.to(self.device, non_blocking=non_blocking)
+                plan.work_views = (
+                    view(plan.work[:n].view(-1, 4)),
+                    view(plan.work[n:]),
+                )
             plan.alibi_view = view(plan.alibi_slopes)
             self._carve_views(plan)
         self._plan = plan
@@ -592,6 +614,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             view(out),
             None if lse is None else view(lse),
             p.partial_views,
+            p.work_views,
             p.split,
             p.q_len,
             scalars,

@@ -4,10 +4,11 @@ core's CUDA path (argument order, workspace carving, split plans, page tables) r
 tensors: views become the tensors themselves and every precondition the header states is
 asserted before computing the result from the reference.
 
-Split-KV is simulated as the header describes it: split s of request b covers the pages
-``[s * chunk_pages, (s + 1) * chunk_pages)``, writes its partial state to
-``partial_out``/``partial_lse`` (lse -inf when empty), and a merge combines them; sinks
-join once, after the merge.
+Split-KV is simulated as the header describes it: without a work list, split s of request
+b covers the pages ``[s * chunk_pages, (s + 1) * chunk_pages)``; with one, request b's
+entries name its pages and partial slots (slot -1: written straight to the output). Each
+piece writes its partial state to ``partial_out``/``partial_lse`` (lse -inf when empty), and
+a merge combines them; sinks join once, after the merge.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class FakeKernels:
         lse,
         partial_out,
         partial_lse,
+        work,
+        split_counts,
         chunk_pages,
         max_splits,
         q_len_per_req,
@@ -121,8 +124,9 @@ class FakeKernels:
             for b in range(batch):
                 assert 1 <= lp[b] <= page_size
                 # The planner's promise: every request fits in max_splits chunks.
-                assert _ceil_div(len(pages[b]), chunk_pages) <= max_splits
+                assert work is not None or _ceil_div(len(pages[b]), chunk_pages) <= max_splits
         assert rows == batch * q_len_per_req
+        pieces = self._pieces(work, split_counts, batch, pages, chunk_pages, max_splits)
 
         params = dict(
             sm_scale=sm_scale,
@@ -140,16 +144,15 @@ class FakeKernels:
             k, v = ref_attn.gather_paged_kv(k_cache, v_cache, ids, kv_lens[b], layout)
             r0 = b * q_len_per_req
             qb = q[r0 : r0 + q_len_per_req]
-            chunk = chunk_pages * page_size if max_splits > 1 else max(kv_lens[b], 1)
             states = [
-                ref_attn.attention(qb, k, v, key_range=(s * chunk, (s + 1) * chunk), **params)
-                for s in range(max_splits)
+                ref_attn.attention(qb, k, v, key_range=(lo * page_size, hi * page_size), **params)
+                for lo, hi in pieces[b]
             ]
             vs = torch.stack([o for o, _ in states], dim=1)  # (q_len, S, Hq, D)
             ls = torch.stack([s for _, s in states], dim=1)  # (q_len, S, Hq)
-            if max_splits > 1:
-                partial_out[r0 : r0 + q_len_per_req] = vs
-                partial_lse[r0 : r0 + q_len_per_req] = ls
+            if len(pieces[b]) > 1:
+                partial_out[r0 : r0 + q_len_per_req, : len(pieces[b])] = vs
+                partial_lse[r0 : r0 + q_len_per_req, : len(pieces[b])] = ls
             o, s = ref_cascade.merge_states(vs, ls)
             if sinks is not None:  # the sink joins the denominator once
                 total = torch.logaddexp2(s, sinks.view(1, hq) / math.log(2.0))
@@ -158,6 +161,39 @@ class FakeKernels:
             out[r0 : r0 + q_len_per_req] = (o * v_scale).to(out.dtype)
             if lse is not None:
                 lse[r0 : r0 + q_len_per_req] = s
+
+    @staticmethod
+    def _pieces(work, split_counts, batch, pages, chunk_pages, max_splits):
+        """Each request's page ranges in partial-slot order, as the kernel would cut them."""
+        if work is None:
+            assert split_counts is None
+            if max_splits == 1:
+                return [[(0, max(len(p), 1))] for p in pages]
+            return [
+                [(s * chunk_pages, (s + 1) * chunk_pages) for s in range(max_splits)]
+                for _ in range(batch)
+            ]
+        assert work.dtype == split_counts.dtype == torch.int32
+        assert work.dim() == 2 and work.shape[1] == 4 and work.is_contiguous()
+        assert split_counts.shape == (batch,)
+        counts = split_counts.tolist()
+        assert max(counts) == max_splits
+        mine = [[] for _ in range(batch)]
+        for b, slot, lo, hi in work.tolist():
+            assert 0 <= b < batch and 0 <= lo <= hi <= len(pages[b]) and hi - lo <= chunk_pages
+            mine[b].append((slot, lo, hi))
+        out = []
+        for b in range(batch):
+            assert len(mine[b]) == counts[b]
+            if counts[b] == 1:
+                assert mine[b] == [(-1, 0, len(pages[b]))]
+            else:
+                assert sorted(slot for slot, _, _ in mine[b]) == list(range(counts[b]))
+            ranges = sorted((lo, hi) for _, lo, hi in mine[b])
+            assert ranges[0][0] == 0 and ranges[-1][1] == len(pages[b])
+            assert all(a[1] == c[0] for a, c in zip(ranges, ranges[1:]))
+            out.append([(lo, hi) for _, lo, hi in sorted(mine[b])])
+        return out
 
     def merge_states(self, v, s, v_out, s_out, stream):
         self.calls.append(("merge_states", dict(locals())))

@@ -112,3 +112,85 @@ def test_workspace_accounting_and_carving():
     po.fill_(1.0)
     pl.fill_(2.0)
     assert ws.view(torch.float32)[: po.numel()].eq(1.0).all()
+
+
+# ---------------------------------------------------------------- work-list plans
+
+
+def work_plan(lens, page_size=16, hkv=8, row_blocks=1, allowed=10_000, **kw):
+    pages = torch.tensor([-(-n // page_size) for n in lens])
+    return pages, dp.plan_work(
+        pages,
+        num_kv_heads=hkv,
+        row_blocks=row_blocks,
+        page_size=page_size,
+        num_sms=SMS,
+        max_splits_allowed=allowed,
+        **kw,
+    )
+
+
+def check_work(pages, p):
+    """Each request's pages are cut into split_counts[b] contiguous, non-empty pieces that
+    cover it exactly, slot -1 alone or slots 0..n-1, largest pieces first."""
+    work = p.work.tolist()
+    assert p.work.dtype == torch.int32 and p.work.shape[1] == 4 and p.work.is_contiguous()
+    sizes = [hi - lo for _, _, lo, hi in work]
+    assert sizes == sorted(sizes, reverse=True)
+    assert p.chunk_pages == max(max(sizes), 1)
+    counts = p.split_counts.tolist()
+    assert p.max_splits == max(counts)
+    for b, n in enumerate(pages.tolist()):
+        mine = sorted((lo, hi, slot) for rb, slot, lo, hi in work if rb == b)
+        assert len(mine) == counts[b] >= 1
+        if counts[b] == 1:
+            assert mine == [(0, n, -1)]
+            continue
+        assert sorted(slot for _, _, slot in mine) == list(range(counts[b]))
+        assert mine[0][0] == 0 and mine[-1][1] == n
+        assert all(a[1] == c[0] for a, c in zip(mine, mine[1:]))
+        assert all(hi > lo for lo, hi, _ in mine)
+
+
+@pytest.mark.parametrize(
+    "lens",
+    [
+        [1024],
+        [16384] * 16,
+        [4096] * 64,
+        [1024] * 256,
+        [4096] + [819] * 15,
+        [16384] + [3900] * 63,
+        [1, 17, 300, 5000, 2048],
+        [0, 16, 4096],
+    ],
+)
+def test_work_lists_cover_every_page_once(lens):
+    pages, p = work_plan(lens)
+    check_work(pages, p)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 64, 1 << 20])
+def test_forced_chunks_cover_every_page_once(chunk):
+    pages, p = work_plan([5000, 1, 16, 17, 300, 2048, 33, 700], force_chunk=chunk)
+    check_work(pages, p)
+    assert p.chunk_pages <= max(chunk, 1) or p.max_splits == 1
+
+
+def test_work_list_splits_no_more_than_the_workspace_holds():
+    pages, p = work_plan([16384, 16], allowed=3, force_chunk=8)
+    check_work(pages, p)
+    assert p.max_splits == 3
+
+
+def test_work_list_choices():
+    # batch 1, kv 1024: eight splits of 128 keys (the measured best, module docstring)
+    assert work_plan([1024])[1].max_splits == 8
+    # full grids stay unsplit and need no merge
+    for lens in ([4096] * 64, [1024] * 256):
+        assert work_plan(lens)[1].max_splits == 1
+    # 16 x 16384: two splits (256 CTAs in one round) rather than three (two rounds)
+    assert work_plan([16384] * 16)[1].max_splits == 2
+    # a long request among short ones is cut smaller than its fair share of one round
+    pages, p = work_plan([4096] + [819] * 15)
+    assert p.split_counts[0] > 1 and p.chunk_pages < 256

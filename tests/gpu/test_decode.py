@@ -363,6 +363,43 @@ def test_q_len_per_req(q_len, mode, decode_kernel):
     check(out, lse, want, torch.bfloat16)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 8, 40, 1 << 20])
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_work_list_pieces_agree(chunk, q_len, decode_kernel, monkeypatch):
+    """Any cut of the work list gives the reference: pieces of 1 page up to none, a skewed
+    batch whose requests split into different counts (merged rows next to rows the decode
+    wrote itself), with a window that empties the early pieces, sinks and the LSE."""
+    from aotinfer import _decode_plan
+
+    real = _decode_plan.plan_work
+    monkeypatch.setattr(
+        _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=chunk))
+    )
+    lens = [5000, 1, 16, 17, 300, 2048, 33, 700]
+    dtype = torch.bfloat16
+    q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, dtype=dtype, seed=chunk)
+    sinks = torch.randn(32, generator=_gen(chunk + 1), device=DEV)
+    out, lse = run_wrapper(
+        q,
+        cache,
+        indptr,
+        indices,
+        last,
+        layout="NHD",
+        hq=32,
+        hkv=8,
+        d=128,
+        page_size=16,
+        dtype=dtype,
+        kv_dtype=dtype,
+        q_len=q_len,
+        window_left=1500,
+        run_kwargs={"sinks": sinks},
+    )
+    want = oracle(q, cache, indptr, indices, last, q_len=q_len, window_left=1500, sinks=sinks)
+    check(out, lse, want, dtype)
+
+
 @pytest.mark.parametrize("kv_dtype", FP8)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fp8_kv_with_scales(kv_dtype, dtype):

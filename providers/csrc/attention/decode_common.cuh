@@ -37,6 +37,10 @@ struct DecodeParams {
   float* lse;  // (rows, Hq) contiguous or nullptr
   float* partial_out;  // (rows, splits, Hq, D) contiguous, when splits > 1
   float* partial_lse;  // (rows, splits, Hq)
+  // The planner's work list (cta_work reads it: one entry per heads x row-blocks CTAs, in
+  // launch order), or nullptr: then the grid is requests x heads x splits and split s covers
+  // pages [s * chunk_pages, (s + 1) * chunk_pages).
+  const std::int32_t* work;
   std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
   float sm_scale;  // includes q_scale and k_scale
   float soft_cap;  // 0: off
@@ -95,28 +99,42 @@ __device__ __forceinline__ void decode_pdl_prologue() {
   pdl_launch_dependents();
 }
 
-// What one CTA of the decode grid works on: request b, KV head, KV split, and its block of
-// query rows [row0, row0 + rows) among the request's q_len * group rows.
+// What one CTA of the decode grid works on: request b, KV head, its split's partial slot
+// (-1: the request is not split and the CTA writes the output itself), the request's pages
+// [page_lo, page_hi) (page_hi -1: to the end), and its block of query rows [row0, row0 + rows)
+// among the request's q_len * group rows.
 struct CtaWork {
-  std::int64_t b, kv_head, split;
+  std::int64_t b, kv_head, split, page_lo, page_hi;
   int row0, rows;
 };
 
 template <typename QT, typename KVT>
 __device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
-  // blockIdx.x = kv_head + num_kv_heads * (row_block + row_blocks * b): the KV heads of one
+  // blockIdx.x = kv_head + num_kv_heads * (row_block + row_blocks * item): the KV heads of one
   // request are launched together and stream the same pages at about the same time. In the
   // NHD layout one token's row of a page holds every head (8 heads x 256 B at d128), so the
   // heads read neighbouring bytes of DRAM together instead of one head of every request
-  // per wave.
+  // per wave. Without a work list the item is the request and blockIdx.z its split.
   CtaWork w;
   const std::int64_t rows_total = p.q_len * p.group;
   const std::int64_t heads_blocks = p.num_kv_heads * ((rows_total + kRowBlock - 1) / kRowBlock);
-  w.b = blockIdx.x / heads_blocks;
+  const std::int64_t item = blockIdx.x / heads_blocks;
   const std::int64_t hb = blockIdx.x % heads_blocks;
+  if (p.work) {
+    // A work-list entry is four int32: b, partial slot, page_lo, page_hi (one 16-byte load).
+    const int4 it = reinterpret_cast<const int4*>(p.work)[item];
+    w.b = it.x;
+    w.split = it.y;
+    w.page_lo = it.z;
+    w.page_hi = it.w;
+  } else {
+    w.b = item;
+    w.split = blockIdx.z;
+    w.page_lo = p.splits > 1 ? w.split * p.chunk_pages : 0;
+    w.page_hi = p.splits > 1 ? w.page_lo + p.chunk_pages : -1;  // -1: to the end
+  }
   w.kv_head = hb % p.num_kv_heads;
   const std::int64_t row_block = hb / p.num_kv_heads;
-  w.split = blockIdx.z;
   w.row0 = static_cast<int>(row_block * kRowBlock);
   w.rows = static_cast<int>(rows_total - w.row0 < kRowBlock ? rows_total - w.row0 : kRowBlock);
   return w;
@@ -129,22 +147,20 @@ struct KeyRange {
 };
 
 template <typename QT, typename KVT>
-__device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, std::int64_t b, std::int64_t split,
-                                              int row0) {
+__device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, const CtaWork& w) {
   KeyRange r{0, 0, 0, 0};
+  const int row0 = w.row0;
   if (p.indptr) {
-    r.page_begin = p.indptr[b];
-    const std::int64_t pages = p.indptr[b + 1] - r.page_begin;
-    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[b] : 0;
+    r.page_begin = p.indptr[w.b];
+    const std::int64_t pages = p.indptr[w.b + 1] - r.page_begin;
+    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[w.b] : 0;
     if (r.kv_len > pages * p.page_size) r.kv_len = pages * p.page_size;  // last_page_len too large
     if (r.kv_len < 0) r.kv_len = 0;
   } else {
     r.kv_len = p.kv_len_scalar;
   }
-  const std::int64_t chunk_keys = p.chunk_pages * p.page_size;
-  r.k_begin = p.splits > 1 ? split * chunk_keys : 0;
-  r.k_end = p.splits > 1 ? (split + 1) * chunk_keys : r.kv_len;
-  if (r.k_end > r.kv_len) r.k_end = r.kv_len;
+  r.k_begin = w.page_lo * p.page_size;
+  r.k_end = w.page_hi >= 0 && w.page_hi * p.page_size < r.kv_len ? w.page_hi * p.page_size : r.kv_len;
   // Query row r (local) is query qi = (row0 + r) / group of head kv_head*group + (row0+r) % group,
   // at position kv_len - q_len + qi. The window lets whole tiles before the earliest visible key go.
   const std::int64_t first_pos = r.kv_len - p.q_len + (row0 / p.group);
@@ -157,8 +173,8 @@ __device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, st
 }
 
 // Where and how one query row's result goes, given its running max m (base 2) and sum l:
-// `partial` set: this split's normalised partial row (float) and its LSE; otherwise the
-// final row in q's dtype, scaled by v_scale / (l + sink term), and the base-2 LSE.
+// `partial` set (a split request): this split's normalised partial row (float) and its LSE;
+// otherwise the final row in q's dtype, scaled by v_scale / (l + sink term), and the base-2 LSE.
 template <typename QT>
 struct RowOut {
   float scale, lse;
@@ -174,7 +190,7 @@ __device__ __forceinline__ RowOut<QT> row_out(const DecodeParams<QT, KVT>& p, st
   const std::int64_t qi = gr / p.group, head = kv_head * p.group + gr % p.group;
   const std::int64_t row = b * p.q_len + qi;
   RowOut<QT> o{};
-  if (p.splits > 1) {
+  if (p.splits > 1 && split >= 0) {
     const std::int64_t at = (row * p.splits + split) * p.num_qo_heads + head;
     o.scale = l > 0.f ? 1.f / l : 0.f;
     o.lse = l > 0.f ? m + log2f(l) : -INFINITY;

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
 
-  const KeyRange rg = key_range(p, b, split, row0);
+  const KeyRange rg = key_range(p, work);
   const std::int64_t kv_len = rg.kv_len, page_begin = rg.page_begin, k_begin = rg.k_begin, k_end = rg.k_end;
 
   // Load the CTA's query rows as float (RoPE applied at their positions).

@@ -68,9 +68,15 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
   return want != "cuda_cores";
 }
 
+// Per-row state counts of a split decode with a work list (MergeParams::split_counts).
+struct MergeCounts {
+  const std::int32_t* split_counts = nullptr;
+  std::int64_t rows_per_count = 1;
+};
+
 template <typename TIn, typename TOut>
 cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                      const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
+                      const float* sinks, float v_scale, const MergeCounts& counts, bool pdl, cudaStream_t stream) {
   MergeParams<TIn, TOut> p;
   p.v = v.ptr<const TIn>();
   p.v_stride_n = v.stride(0);
@@ -90,6 +96,8 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
   p.dim = v.size(3);
   p.sinks = sinks;
   p.v_scale = v_scale;
+  p.split_counts = counts.split_counts;
+  p.rows_per_count = counts.rows_per_count;
   if (p.n == 0 || p.heads == 0) return cudaSuccess;
   return launch_with_pdl(merge_states_kernel<TIn, TOut>,
                          dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), dim3(kMergeThreads), 0,
@@ -98,23 +106,25 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
 
 template <typename TOut>
 cudaError_t run_merge_in(DType in, const TensorView& v, const TensorView& s, const TensorView& v_out,
-                         const TensorView* s_out, const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
+                         const TensorView* s_out, const float* sinks, float v_scale, const MergeCounts& counts,
+                         bool pdl, cudaStream_t stream) {
   switch (in) {
-    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
-    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
-    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
     default: fail_argument("merge_states: v must be float32, float16 or bfloat16");
   }
 }
 
 // pdl: the merge follows a split decode launched with PDL (sm_90+) and may launch early.
 cudaError_t merge_dispatch(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                           const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
+                           const float* sinks, float v_scale, const MergeCounts& counts, bool pdl,
+                           cudaStream_t stream) {
   switch (v_out.dtype) {
-    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
-    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
     case DType::kBFloat16:
-      return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+      return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
     default: fail_argument("merge_states: v_out must be float32, float16 or bfloat16");
   }
 }
@@ -194,6 +204,21 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     for (auto x : a.partial_lse->shape) have_s *= x;
     require(have_o >= need_o && have_s >= need_s, "batch_decode: split-KV buffers too small");
   }
+  std::int64_t items = batch;  // grid items: requests, or work-list entries
+  if (a.work) {
+    require(a.indptr != nullptr, "batch_decode: a work list needs a page table");
+    require(a.split_counts != nullptr, "batch_decode: a work list needs split_counts");
+    check_rank(*a.work, 2, kOp, "work");
+    check_dtype(*a.work, DType::kInt32, kOp, "work");
+    check_same_device(*a.work, q, kOp, "work");
+    require(a.work->size(1) == 4 && a.work->stride(1) == 1 && (a.work->size(0) <= 1 || a.work->stride(0) == 4) &&
+                a.work->data % 16 == 0,
+            "batch_decode: work must be a contiguous, 16-byte aligned (items, 4) int32 tensor");
+    require(a.work->size(0) >= batch, "batch_decode: the work list must cover every request");
+    check_int32_vector(a.split_counts, q, "split_counts");
+    require(a.split_counts->size(0) == batch, "batch_decode: split_counts must have batch_size entries");
+    items = a.work->size(0);
+  }
   const std::int64_t group = Hq / Hkv;
   for (const TensorView* t : {a.alibi_slopes, a.sinks}) {
     if (!t) continue;
@@ -227,6 +252,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.lse = a.lse ? a.lse->ptr<float>() : nullptr;
   r.partial_out = splits > 1 ? a.partial_out->ptr<float>() : nullptr;
   r.partial_lse = splits > 1 ? a.partial_lse->ptr<float>() : nullptr;
+  r.work = a.work ? a.work->ptr<const std::int32_t>() : nullptr;
   r.chunk_pages = a.chunk_pages;
   r.splits = splits;
   r.q_len = a.q_len_per_req;
@@ -244,10 +270,11 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.sinks = a.sinks ? a.sinks->ptr<const float>() : nullptr;
   if (batch == 0) return;
   const std::int64_t row_blocks = (a.q_len_per_req * group + kRowBlock - 1) / kRowBlock;
-  // Heads (and query-row blocks) vary fastest, then requests (cta_work); splits slowest.
-  const std::int64_t grid_x = batch * Hkv * row_blocks;
+  // Heads (and query-row blocks) vary fastest, then requests or work items (cta_work); without
+  // a work list splits slowest.
+  const std::int64_t grid_x = items * Hkv * row_blocks;
   require(grid_x <= 0x7fffffff, "batch_decode: batch_size x num_kv_heads is too large for one grid");
-  const dim3 grid(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(splits));
+  const dim3 grid(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(a.work ? 1 : splits));
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   DeviceGuard guard(q.device);
   throw_on_cuda_error(guard.status(), kOp, q.device);
@@ -257,8 +284,9 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, q.device), kOp, q.device);
   r.device = q.device;
   r.pdl = major >= 9;
-  // Keys one CTA streams at most: a split's chunk, or (unsplit) the planned longest request
-  // (chunk_pages is the longest request's page count then) or the single request's length.
+  // Keys one CTA streams at most: a split's chunk (with a work list, the largest item's pages),
+  // or (unsplit) the planned longest request (chunk_pages is the longest request's page count
+  // then) or the single request's length.
   const std::int64_t keys_per_cta =
       (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
   r.stages = tensor_core_stages(D, smem_limit, keys_per_cta);
@@ -282,7 +310,9 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     const std::int64_t rows = q.size(0);
     TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};
     TensorView ps{a.partial_lse->data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, q.device};
-    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, r.pdl, stream), "batch_decode merge",
+    const MergeCounts counts{a.split_counts ? a.split_counts->ptr<const std::int32_t>() : nullptr, a.q_len_per_req};
+    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, counts, r.pdl, stream),
+                        "batch_decode merge",
                         q.device);
   }
 }
@@ -307,7 +337,7 @@ void launch_merge_states(const TensorView& v, const TensorView& s, const TensorV
   }
   DeviceGuard guard(v.device);
   throw_on_cuda_error(guard.status(), op, v.device);
-  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, false, reinterpret_cast<cudaStream_t>(stream)), op,
+  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, MergeCounts{}, false, reinterpret_cast<cudaStream_t>(stream)), op,
                       v.device);
 }
 

@@ -4,7 +4,7 @@
 //
 //   kernels.batch_decode(q, k_cache, v_cache, kv_layout, page_size, indptr|None, indices|None,
 //       last_page_len|None, kv_len_scalar, out, lse|None, partial_out|None, partial_lse|None,
-//       chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
+//       work|None, split_counts|None, chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
 //       pos_encoding_mode, rope_scale, rope_theta, alibi_slopes|None, k_scale, v_scale,
 //       sinks|None, stream)
 //
@@ -41,7 +41,15 @@
 //   max_splits, Hq) float32 (lse -inf for an empty chunk), and a merge kernel combines them.
 //   The core's planner picks chunk_pages and max_splits (from the workspace) so the grid
 //   fills the GPU; the grid depends on them only, so a captured graph can be replayed with
-//   new page tables of the same batch size.
+//   new page tables of the same batch size (CUDA-graph mode of the wrapper).
+// - Work list (the wrapper's other plans): work (items, 4) int32 holds, in launch order,
+//   (request b, partial slot s or -1, first page, end page) for the pages [first, end) of
+//   request b; the grid is items x Hkv x query-row blocks. Slot -1 (a request that is not
+//   split) writes out and lse directly; slot s >= 0 writes partial slot s, and the merge
+//   combines the first split_counts[b] slots of request b's rows (split_counts (B) int32;
+//   rows of a request with count 1 are left alone). The plan made both, so they are trusted:
+//   every request appears, slots are below max_splits, pages lie in the request's table.
+//   chunk_pages is then the largest item's page count (it sets the pipeline depth only).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +75,8 @@ struct DecodeArgs {
   const TensorView* lse;            // nullptr: not wanted
   const TensorView* partial_out;    // nullptr when max_splits == 1
   const TensorView* partial_lse;
+  const TensorView* work;           // (items, 4) int32 work list or nullptr (see above)
+  const TensorView* split_counts;   // (B) int32 with a work list
   std::int64_t chunk_pages;
   std::int64_t max_splits;
   std::int64_t q_len_per_req;

@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   const CtaWork work = cta_work(p);
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
-  const KeyRange rg = key_range(p, b, split, row0);
+  const KeyRange rg = key_range(p, work);
 
   // q rows into shared memory (zeros for absent rows: their scores are 0 and never written).
   for (int idx = tid; idx < kRowBlock * kChunks; idx += kTcThreads) {

@@ -27,6 +27,11 @@ struct MergeParams {
   std::int64_t n, num_states, heads, dim;
   const float* sinks;  // (H) natural-log sink logits or nullptr
   float v_scale;
+  // Split decode with a work list: row n has split_counts[n / rows_per_count] states (the
+  // first ones); a row of one state was written by the decode kernel and is left alone.
+  // nullptr: every row merges num_states.
+  const std::int32_t* split_counts;
+  std::int64_t rows_per_count;
 };
 
 // One CTA per (n, h): weights from the S LSEs, then a weighted sum over D columns.
@@ -39,13 +44,18 @@ template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
+  std::int64_t num_states = p.num_states;
+  if (p.split_counts) {
+    num_states = p.split_counts[n / p.rows_per_count];
+    if (num_states <= 1) return;
+  }
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   float m = -INFINITY;
 #pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
+  for (std::int64_t i = 0; i < num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
   float denom = 0.f;
 #pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < p.num_states; ++i) {
+  for (std::int64_t i = 0; i < num_states; ++i) {
     const float si = s[i * p.s_stride_s];
     denom += si == -INFINITY ? 0.f : exp2f(si - m);
   }
@@ -65,7 +75,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
   for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
     float accum = 0.f;
 #pragma unroll kMergeUnroll
-    for (std::int64_t i = 0; i < p.num_states; ++i) {
+    for (std::int64_t i = 0; i < num_states; ++i) {
       const float si = s[i * p.s_stride_s];
       const float vi = to_f32(v[i * p.v_stride_s + d]);
       accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;

@@ -1,0 +1,93 @@
+"""Lab sweep of the batch-decode work-list planner (aotinfer._decode_plan.plan_work): for the
+benchmark's uniform and skewed shapes (bench_decode.lengths), the CUDA-graph time per call of
+the planner's own choice, of the requests x splits grid of CUDA-graph mode (plan_splits), and
+of forced chunk sizes around the fair share of one round of resident CTAs, each with the cost
+model's estimate, so the model can be checked against the card (a lab tool, not a benchmark
+of record).
+
+    python dev/sweep_decode_plan.py         (GPU machine, provider installed)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import rotation_graph_us  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, lengths, paged_setup, set_count  # noqa: E402
+
+import aotinfer  # noqa: E402
+from aotinfer import _decode_plan as dp  # noqa: E402
+
+SHAPES = [(16, 1024), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (64, 16384), (256, 1024)]
+FACTORS = [0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
+
+
+def estimate(pages, chunk, units, slots):
+    n = ((pages + chunk - 1) // chunk).clamp(1)
+    piece = (pages + n - 1) // n
+    sizes = torch.repeat_interleave(piece, n).sort(descending=True).values
+    return dp._wave_time(sizes, units, slots) + (dp.MERGE_PAGES if int(n.max()) > 1 else 0)
+
+
+def sweep_shape(batch, kv, skewed, real, slots):
+    g = torch.Generator().manual_seed(batch * 7 + kv)
+    lens = lengths(batch, kv, skewed, g)
+    cache, indptr, indices, last = paged_setup(lens, g)
+    caches = [(cache,)] + [
+        (torch.randn_like(cache),) for _ in range(set_count(cache.numel() * 2) - 1)
+    ]
+    q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
+    pages = torch.tensor([-(-n // PAGE) for n in lens])
+    fair = -(-int(pages.sum()) * HKV // slots)
+    chunks = sorted({max(8, int(fair * f)) for f in FACTORS} | {int(pages.max())})
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+
+    def timed(plan_fn):
+        dp.plan_work = plan_fn
+        try:
+            w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        finally:
+            dp.plan_work = real
+        return rotation_graph_us(lambda c: w.run(q, c), caches), w._plan.split
+
+    def grid(pages_, **k):
+        return dp.plan_splits(
+            batch=pages_.numel(),
+            max_pages=int(pages_.max()),
+            total_pages=int(pages_.sum()),
+            page_size=k["page_size"],
+            num_kv_heads=k["num_kv_heads"],
+            num_sms=k["num_sms"],
+            max_splits_allowed=k["max_splits_allowed"],
+        )
+
+    name = f"{batch}x{kv} {'skewed' if skewed else 'uniform'}"
+    us, sp = timed(real)
+    print(f"{name}: planner {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
+    us, sp = timed(grid)
+    print(f"{name}: grid    {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
+    for c in chunks:
+        us, sp = timed(lambda p_, c=c, **k: real(p_, **dict(k, force_chunk=c)))
+        est = estimate(pages, c, HKV, slots)
+        print(
+            f"{name}: chunk {c:5d} {us:.1f} us (splits {sp.max_splits}, "
+            f"items {sp.work.shape[0]}, model {est})"
+        )
+
+
+def main():
+    real = dp.plan_work
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    slots = dp.WAVES * sms
+    for batch, kv in SHAPES:
+        for skewed in (False, True):
+            sweep_shape(batch, kv, skewed, real, slots)
+
+
+if __name__ == "__main__":
+    main()
