@@ -1,45 +1,70 @@
-"""The split-KV planner of batch decode, and the carving of its partial buffers out of the
+"""The split-KV planners of batch decode, and the carving of its partial buffers out of the
 user's float workspace. Pure host arithmetic: the only device fact it needs is the number
 of multiprocessors, which the caller supplies.
 
-Cost model (flash-decoding). The kernel runs one CTA per (request, KV head, split); split s
-of request b handles its pages ``[s * chunk_pages, (s + 1) * chunk_pages)`` and a merge
-combines the splits. We want the useful CTAs to cover about ``WAVES`` waves of the card
-(``WAVES * num_sms`` CTAs) with equal work each, so a long request among short ones is cut
-into pieces about as large as everybody's fair share:
+Two plans, both flash-decoding (pieces of a request's pages run as separate CTAs, one per
+KV head, and a merge combines their partial states):
 
-1. ``chunk = ceil(total_pages * Hkv / (WAVES * num_sms))``: the fair share of 2 waves.
-2. ``chunk >= ceil(MIN_CHUNK_TOKENS / page_size)``: a smaller chunk costs more in partial
-   writes and merging than the extra parallelism gives back.
-3. The grid is ``B * Hkv * max_splits`` whatever the page table (empty splits exit at
-   once), so ``max_splits`` is capped at ``GRID_CTAS_PER_SM * num_sms / (B * Hkv)`` to
-   bound the cost of those empty CTAs, and at what the workspace holds; ``chunk`` grows
-   until the longest request fits in the cap.
-4. ``max_splits = ceil(max_pages / chunk)``, or one less when that finishes sooner: a
-   count just past a wave boundary (128 units x 3 splits = 384 CTAs on 264 slots) costs a
-   second wave, so the estimated time ``ceil(CTAs / slots) * ceil(max_pages / splits)``
-   decides between the two. Then ``chunk = ceil(max_pages / max_splits)`` evens out the
-   pieces of the longest request. ``max_splits == 1`` means no split and no partial buffers.
+- **Work list** (:func:`plan_work`; every plan except CUDA-graph mode, ``fixed_split_size``
+  and ``disable_split_kv``). plan() sees the page table, so it cuts each request b of p_b
+  pages into ``n_b = ceil(p_b / chunk)`` balanced pieces and launches exactly one group of
+  CTAs per piece, largest pieces first: the block scheduler starts CTAs in grid order, so
+  the small pieces fill the slots the large ones free and the grid ends on short work. A
+  request of one piece writes its output directly; only split requests are merged, each over
+  its own pieces. ``chunk`` is the candidate (multiples ``CHUNK_FACTORS`` of the fair share
+  of one round, ``total_pages * Hkv / (WAVES * num_sms)``, at least ``MIN_CHUNK_TOKENS``, or
+  no split) with the least estimated time:
 
-``WAVES * num_sms`` is also the number of CTAs resident at once: the tensor-core kernel at
-head dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). ``MIN_CHUNK_TOKENS`` is 128,
-two 16-key tiles per warp: short requests still spread over the card (batch 1, kv 1024: 8
+  - the CTAs, largest first, run in rounds of ``WAVES * num_sms`` (the CTAs resident at
+    once); a round lasts its average work (the card is bandwidth-bound) or, if longer,
+    ``LONE_CTA_TIME`` times its largest CTA (a CTA alone on its multiprocessor streams
+    faster than one of two, but not twice as fast);
+  - each round costs ``ROUND_OVERHEAD_TOKENS`` more (CTA start, pipeline fill, partial
+    writes) and a merge ``MERGE_TOKENS``.
+
+  Fitted to dev/sweep_decode_plan.py on an H200 (32/8 heads, d128, page 16; every chunk
+  factor timed on the benchmark's uniform and skewed batches of 16-256 requests): the
+  model's choice was within 3.3% of the fastest measured chunk on every shape, where the
+  grid plan below was up to 1.35x slower on skewed batches. (Measured: 2 vs 1 CTA per
+  multiprocessor, 16 x 16384 in 256 vs 128 pieces, 248 vs 327 us, gives 0.66 for a lone
+  CTA's time; the fit over all shapes preferred 0.85.)
+
+- **Grid** (:func:`plan_splits`; CUDA-graph mode). The grid and ``chunk_pages`` are baked
+  into the captured launch, so the plan must serve any page table that fits the buffers:
+  the kernel runs ``B * Hkv * max_splits`` CTAs and split s of request b handles pages
+  ``[s * chunk_pages, (s + 1) * chunk_pages)`` (empty splits exit at once). It is computed
+  from the fixed batch size and ``max_num_pages`` (the indices buffer's length), taking
+  ``total_pages = max_pages = max_num_pages`` (one request may own every page), so every
+  later plan gives the same numbers and a captured graph stays valid when new page tables
+  are copied in:
+
+  1. ``chunk = ceil(total_pages * Hkv / (WAVES * num_sms))``: the fair share of 2 waves.
+  2. ``chunk >= ceil(MIN_CHUNK_TOKENS / page_size)``: a smaller chunk costs more in partial
+     writes and merging than the extra parallelism gives back.
+  3. ``max_splits`` is capped at ``GRID_CTAS_PER_SM * num_sms / (B * Hkv)`` to bound the
+     cost of the empty CTAs, and at what the workspace holds; ``chunk`` grows until the
+     longest request fits in the cap.
+  4. ``max_splits = ceil(max_pages / chunk)``, or one less when that finishes sooner: a
+     count just past a wave boundary (128 units x 3 splits = 384 CTAs on 264 slots) costs a
+     second wave, so the estimated time ``ceil(CTAs / slots) * ceil(max_pages / splits)``
+     decides between the two. Then ``chunk = ceil(max_pages / max_splits)`` evens out the
+     pieces of the longest request. ``max_splits == 1`` means no split and no partial
+     buffers.
+
+``WAVES * num_sms`` is the number of CTAs resident at once: the tensor-core kernel at head
+dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). ``MIN_CHUNK_TOKENS`` is 128, two
+16-key tiles per warp: short requests still spread over the card (batch 1, kv 1024: 8
 splits x 8 heads), and the merge of their partial rows costs less than the idle SMs would.
 Measured on an H200 at batch 1, kv 1024 (dev/sweep_decode.py, per call in a 10-call graph):
 4 splits 13.6 us, 8 splits 10.5 us, 16 splits (the earlier 64-token minimum) 12.3 us, no
 split 27.1 us.
-
-In CUDA-graph mode the grid and ``chunk_pages`` are baked into the captured launch, so the
-plan must serve any page table that fits the buffers: it is computed once from the fixed
-batch size and ``max_num_pages`` (the indices buffer's length), taking ``total_pages =
-max_pages = max_num_pages`` (one request may own every page). Every later plan gives the
-same numbers, so a captured graph stays valid when new page tables are copied in.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -47,11 +72,13 @@ WAVES = 2
 MIN_CHUNK_TOKENS = 128
 GRID_CTAS_PER_SM = 32
 ROW_BLOCK = 16  # query rows per CTA (kRowBlock in decode_common.cuh)
-# Work-list cost model (plan_work): fixed cost of a wave and of the merge, in pages of
-# streaming, and the finer chunk tried besides the fair share.
-WAVE_OVERHEAD_PAGES = 2
-MERGE_PAGES = 2
-FINER_SPLIT = 2
+# Work-list cost model (plan_work; module docstring): the chunks tried, as multiples of the
+# fair share of one round; a lone CTA's time per page relative to one of two sharing a
+# multiprocessor; fixed costs of a round of CTAs and of the merge, in keys streamed.
+CHUNK_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+LONE_CTA_TIME = 0.85
+ROUND_OVERHEAD_TOKENS = 128
+MERGE_TOKENS = 64
 ALIGN = 256  # bytes between carved buffers
 
 
@@ -139,13 +166,34 @@ def plan_splits(
     return SplitPlan(chunk_pages=_ceil_div(max_pages, splits), max_splits=splits)
 
 
-def _wave_time(sizes_desc: torch.Tensor, units: int, slots: int) -> int:
-    """Estimated time, in pages, of CTAs of ``units`` per item with item sizes ``sizes_desc``
-    (descending) on ``slots`` resident CTAs: wave k starts at CTA ``k * slots`` and lasts as
-    long as its first (largest) item, plus ``WAVE_OVERHEAD_PAGES`` per wave."""
-    waves = _ceil_div(sizes_desc.numel() * units, slots)
-    starts = torch.arange(waves, dtype=torch.int64) * slots // units
-    return int(sizes_desc[starts].sum()) + WAVE_OVERHEAD_PAGES * waves
+def _estimated_time(
+    pages: List[int], chunk: int, units: int, slots: int, page_size: int, allowed: int
+) -> float:
+    """The work-list cost model of the module docstring for requests of ``pages`` pages cut
+    at ``chunk``, in pages streamed by one of two CTAs sharing a multiprocessor, with
+    ``units`` CTAs per piece and ``slots`` CTAs resident at once. Pure Python over the
+    distinct piece sizes: plan() runs it for every candidate chunk."""
+    groups: dict = {}  # piece size -> pieces
+    split = False
+    for p in pages:
+        n = min(max(-(-p // chunk), 1), allowed)
+        split |= n > 1
+        size = -(-p // n)
+        groups[size] = groups.get(size, 0) + n
+    t, rounds, room, work, first = 0.0, 0, 0, 0, 0
+    for size, n in sorted(groups.items(), reverse=True):  # largest first, as launched
+        left = n * units
+        while left:
+            if room == 0:  # a new round starts with this size
+                if rounds:
+                    t += max(work / slots, LONE_CTA_TIME * first)
+                rounds, room, work, first = rounds + 1, slots, 0, size
+            take = min(left, room)
+            work, left, room = work + take * size, left - take, room - take
+    if rounds:
+        t += max(work / slots, LONE_CTA_TIME * first)
+    t += rounds * ROUND_OVERHEAD_TOKENS / page_size
+    return t + (MERGE_TOKENS / page_size if split else 0.0)
 
 
 def plan_work(
@@ -161,55 +209,42 @@ def plan_work(
     """The work-list plan of the module docstring for requests of ``pages`` pages (host
     int tensor). ``force_chunk`` skips the cost model (dev/sweep_decode_plan.py measures
     each candidate with it)."""
-    pages = pages.to(torch.int64)
-    batch = pages.numel()
+    host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
     slots = WAVES * num_sms
-    max_pages = max(int(pages.max()), 1) if batch else 1
-    min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
-    fair = _ceil_div(int(pages.sum()) * units, slots)
+    allowed = max(max_splits_allowed, 1)
+    max_pages = max(max(host, default=1), 1)
+    if force_chunk is None:
+        min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
+        fair = _ceil_div(sum(host) * units, slots)
+        candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
+        # ties keep the larger chunk (fewer CTAs, no merge)
+        force_chunk = min(
+            sorted(candidates | {max_pages}, reverse=True),
+            key=lambda c: _estimated_time(host, c, units, slots, page_size, allowed),
+        )
+    chunk = max(force_chunk, 1)
 
-    def counts_for(c: int) -> torch.Tensor:
-        return ((pages + c - 1) // c).clamp(1, max(max_splits_allowed, 1))
-
-    if force_chunk is not None:
-        counts = counts_for(max(force_chunk, 1))
-    else:
-        candidates = {max_pages}
-        for c in (max(min_chunk, fair), max(min_chunk, _ceil_div(fair, FINER_SPLIT))):
-            candidates.add(c)
-            s = _ceil_div(max_pages, c)
-            if s > 1:
-                candidates.add(_ceil_div(max_pages, s - 1))
-        best = None
-        for c in sorted(candidates, reverse=True):  # ties keep the larger chunk
-            n = counts_for(c)
-            piece = (pages + n - 1) // n
-            sizes = torch.repeat_interleave(piece, n).sort(descending=True).values
-            t = _wave_time(sizes, units, slots) + (MERGE_PAGES if int(n.max()) > 1 else 0)
-            if best is None or t < best[0]:
-                best = (t, n)
-        counts = best[1]
-
-    # Request b's pieces: [s * p // n, (s + 1) * p // n) for s < n, never empty when p >= n.
-    n_items = int(counts.sum())
-    req = torch.repeat_interleave(torch.arange(batch, dtype=torch.int64), counts)
-    first = torch.cumsum(counts, 0) - counts
-    s = torch.arange(n_items, dtype=torch.int64) - first[req]
-    p, n = pages[req], counts[req]
-    lo, hi = s * p // n, (s + 1) * p // n
-    slot = torch.where(n > 1, s, torch.full_like(s, -1))
+    # Request b in n pieces [s * p // n, (s + 1) * p // n), s < n: never empty when p >= n.
+    counts, items = [], []
+    for b, p in enumerate(host):
+        n = min(max(-(-p // chunk), 1), allowed)
+        counts.append(n)
+        if n == 1:
+            items.append((p, b, -1, 0, p))
+        else:
+            items.extend(
+                ((s + 1) * p // n - s * p // n, b, s, s * p // n, (s + 1) * p // n)
+                for s in range(n)
+            )
     # Largest pieces first: the block scheduler starts CTAs in grid order, so the small ones
     # fill the slots the large ones leave and the grid ends on short work.
-    order = torch.sort(hi - lo, descending=True, stable=True).indices
-    work = torch.stack([req, slot, lo, hi], 1)[order].to(torch.int32).contiguous()
-    max_splits = int(counts.max()) if batch else 1
-    chunk = max(int((hi - lo).max()), 1) if n_items else 1
+    items.sort(key=lambda it: -it[0])
     return SplitPlan(
-        chunk_pages=chunk,
-        max_splits=max_splits,
-        work=work,
-        split_counts=counts.to(torch.int32),
+        chunk_pages=max(items[0][0], 1) if items else 1,
+        max_splits=max(counts, default=1),
+        work=torch.tensor([it[1:] for it in items], dtype=torch.int32).view(-1, 4),
+        split_counts=torch.tensor(counts, dtype=torch.int32),
     )
 
 

@@ -375,7 +375,7 @@ def test_work_list_pieces_agree(chunk, q_len, decode_kernel, monkeypatch):
     monkeypatch.setattr(
         _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=chunk))
     )
-    lens = [5000, 1, 16, 17, 300, 2048, 33, 700]
+    lens = [5000, 2, 16, 17, 300, 2048, 33, 700]  # each >= q_len
     dtype = torch.bfloat16
     q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, dtype=dtype, seed=chunk)
     sinks = torch.randn(32, generator=_gen(chunk + 1), device=DEV)

@@ -69,10 +69,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
   using Layout = detail::TileLayout<KVT, D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<DecodeSmem<QT, KVT, D>*>(smem_raw);
+  // The work list is plan()'s copy, never a kernel's output: read it before waiting on the
+  // previous grid, so the dependent loads after the wait start one round trip sooner.
+  const CtaWork work = cta_work(p);
   decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const CtaWork work = cta_work(p);
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
 

@@ -177,11 +177,13 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   int* spid = reinterpret_cast<int*>(smem_raw + tc_q_bytes(D) + tc_ml_bytes());
   unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes() + tc_pid_bytes();
   const int stages = p.stages;
+  // The work list is plan()'s copy, never a kernel's output: read it before waiting on the
+  // previous grid, so the dependent loads after the wait start one round trip sooner.
+  const CtaWork work = cta_work(p);
   decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group
-  const CtaWork work = cta_work(p);
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
   const KeyRange rg = key_range(p, work);

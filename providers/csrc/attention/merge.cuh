@@ -42,13 +42,13 @@ struct MergeParams {
 constexpr int kMergeUnroll = 8;
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
-  pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
   std::int64_t num_states = p.num_states;
-  if (p.split_counts) {
+  if (p.split_counts) {  // plan()'s copy, never a kernel's output: safe before the wait
     num_states = p.split_counts[n / p.rows_per_count];
     if (num_states <= 1) return;
   }
+  pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   float m = -INFINITY;
 #pragma unroll kMergeUnroll
