@@ -6,10 +6,12 @@ model's estimate, so the model can be checked against the card (a lab tool, not 
 of record).
 
     python dev/sweep_decode_plan.py         (GPU machine, provider installed)
+    python dev/sweep_decode_plan.py --shapes 1x1024,1x4096 --chunks 8,16,32 --repeat 2
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -27,13 +29,10 @@ FACTORS = [0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
 
 
 def estimate(pages, chunk, units, slots):
-    n = ((pages + chunk - 1) // chunk).clamp(1)
-    piece = (pages + n - 1) // n
-    sizes = torch.repeat_interleave(piece, n).sort(descending=True).values
-    return dp._wave_time(sizes, units, slots) + (dp.MERGE_PAGES if int(n.max()) > 1 else 0)
+    return dp._estimated_time(pages.tolist(), chunk, units, slots, PAGE, 1 << 30)
 
 
-def sweep_shape(batch, kv, skewed, real, slots):
+def sweep_shape(batch, kv, skewed, real, slots, chunks=None, repeat=1):
     g = torch.Generator().manual_seed(batch * 7 + kv)
     lens = lengths(batch, kv, skewed, g)
     cache, indptr, indices, last = paged_setup(lens, g)
@@ -43,7 +42,8 @@ def sweep_shape(batch, kv, skewed, real, slots):
     q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
     pages = torch.tensor([-(-n // PAGE) for n in lens])
     fair = -(-int(pages.sum()) * HKV // slots)
-    chunks = sorted({max(8, int(fair * f)) for f in FACTORS} | {int(pages.max())})
+    if chunks is None:
+        chunks = sorted({max(8, int(fair * f)) for f in FACTORS} | {int(pages.max())})
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
 
@@ -67,26 +67,36 @@ def sweep_shape(batch, kv, skewed, real, slots):
         )
 
     name = f"{batch}x{kv} {'skewed' if skewed else 'uniform'}"
-    us, sp = timed(real)
-    print(f"{name}: planner {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
-    us, sp = timed(grid)
-    print(f"{name}: grid    {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
-    for c in chunks:
-        us, sp = timed(lambda p_, c=c, **k: real(p_, **dict(k, force_chunk=c)))
-        est = estimate(pages, c, HKV, slots)
-        print(
-            f"{name}: chunk {c:5d} {us:.1f} us (splits {sp.max_splits}, "
-            f"items {sp.work.shape[0]}, model {est})"
-        )
+    for _ in range(repeat):
+        us, sp = timed(real)
+        print(f"{name}: planner {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
+        us, sp = timed(grid)
+        print(f"{name}: grid    {us:.1f} us (chunk {sp.chunk_pages}, splits {sp.max_splits})")
+        for c in chunks:
+            us, sp = timed(lambda p_, c=c, **k: real(p_, **dict(k, force_chunk=c)))
+            est = estimate(pages, c, HKV, slots)
+            print(
+                f"{name}: chunk {c:5d} {us:.1f} us (splits {sp.max_splits}, "
+                f"items {sp.work.shape[0]}, model {est:.0f})"
+            )
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", help="BxKV[,BxKV...]; default: the benchmark's batches")
+    parser.add_argument("--chunks", help="pages[,pages...]; default: multiples of the fair share")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else None
     real = dp.plan_work
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     slots = dp.WAVES * sms
-    for batch, kv in SHAPES:
-        for skewed in (False, True):
-            sweep_shape(batch, kv, skewed, real, slots)
+    for batch, kv in shapes:
+        for skewed in (False, True) if batch >= 5 else (False,):
+            sweep_shape(batch, kv, skewed, real, slots, chunks, args.repeat)
 
 
 if __name__ == "__main__":
