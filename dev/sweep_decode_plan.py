@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 
 import torch
 
@@ -29,7 +30,7 @@ FACTORS = [0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
 
 
 def estimate(pages, chunk, units, slots):
-    return dp._estimated_time(pages.tolist(), chunk, units, slots, PAGE, 1 << 30)
+    return dp._estimated_time(Counter(pages.tolist()), chunk, units, slots, PAGE, 1 << 30)
 
 
 def sweep_shape(batch, kv, skewed, real, slots, chunks=None, repeat=1):

@@ -20,12 +20,15 @@ KV head, and a merge combines their partial states):
     ``LONE_CTA_TIME`` times its largest CTA (a CTA alone on its multiprocessor streams
     faster than one of two, but not twice as fast);
   - each round costs ``ROUND_OVERHEAD_TOKENS`` more (CTA start, pipeline fill, partial
-    writes) and a merge ``MERGE_TOKENS``.
+    writes) and a merge ``MERGE_TOKENS`` plus ``MERGE_TOKENS_PER_SPLIT`` per split of the
+    most-split request (its loop over the splits is a chain of dependent loads).
 
-  Fitted to dev/sweep_decode_plan.py on an H200 (32/8 heads, d128, page 16; every chunk
-  factor timed on the benchmark's uniform and skewed batches of 16-256 requests): the
-  model's choice was within 3.3% of the fastest measured chunk on every shape, where the
-  grid plan below was up to 1.35x slower on skewed batches. (Measured: 2 vs 1 CTA per
+  Fitted to dev/sweep_decode_plan.py on an H200 (32/8 heads, d128, page 16; chunk sizes
+  from a quarter to twice the fair share timed on the benchmark's uniform and skewed batches
+  of 16-256 requests, and 8-64 pages at batch 1): the model's choice was within 3.3% of the
+  fastest measured chunk on every one of the 17 shapes, where the grid plan below was up to
+  1.35x slower on skewed batches and a model without the per-split merge cost 1.35x slower
+  at batch 1 (kv 4096: 32 splits 23.0 us, 16 splits 17.0). (Measured: 2 vs 1 CTA per
   multiprocessor, 16 x 16384 in 256 vs 128 pieces, 248 vs 327 us, gives 0.66 for a lone
   CTA's time; the fit over all shapes preferred 0.85.)
 
@@ -63,8 +66,9 @@ split 27.1 us.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -74,11 +78,14 @@ GRID_CTAS_PER_SM = 32
 ROW_BLOCK = 16  # query rows per CTA (kRowBlock in decode_common.cuh)
 # Work-list cost model (plan_work; module docstring): the chunks tried, as multiples of the
 # fair share of one round; a lone CTA's time per page relative to one of two sharing a
-# multiprocessor; fixed costs of a round of CTAs and of the merge, in keys streamed.
+# multiprocessor; costs of a round of CTAs and of the merge (fixed, and per split of the
+# most-split request: the merge's loads over the splits are dependent round trips), in keys
+# streamed.
 CHUNK_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 LONE_CTA_TIME = 0.85
 ROUND_OVERHEAD_TOKENS = 128
 MERGE_TOKENS = 64
+MERGE_TOKENS_PER_SPLIT = 24
 ALIGN = 256  # bytes between carved buffers
 
 
@@ -167,22 +174,29 @@ def plan_splits(
 
 
 def _estimated_time(
-    pages: List[int], chunk: int, units: int, slots: int, page_size: int, allowed: int
+    pages: Dict[int, int], chunk: int, units: int, slots: int, page_size: int, allowed: int
 ) -> float:
-    """The work-list cost model of the module docstring for requests of ``pages`` pages cut
-    at ``chunk``, in pages streamed by one of two CTAs sharing a multiprocessor, with
-    ``units`` CTAs per piece and ``slots`` CTAs resident at once. Pure Python over the
-    distinct piece sizes: plan() runs it for every candidate chunk."""
-    groups: dict = {}  # piece size -> pieces
-    split = False
-    for p in pages:
-        n = min(max(-(-p // chunk), 1), allowed)
-        split |= n > 1
-        size = -(-p // n)
-        groups[size] = groups.get(size, 0) + n
+    """The work-list cost model of the module docstring for requests of ``pages`` pages
+    (page count -> requests) cut at ``chunk``, in pages streamed by one of two CTAs sharing a
+    multiprocessor, with ``units`` CTAs per piece and ``slots`` CTAs resident at once. Pure
+    Python over the distinct sizes: plan() runs it for every candidate chunk."""
+    groups: Dict[int, int] = {}  # piece size -> pieces
+    splits = 1
+    for p, requests in pages.items():  # (written for speed: this loop is plan()'s cost)
+        n = (p + chunk - 1) // chunk or 1
+        if n > allowed:
+            n = allowed
+        if n > splits:
+            splits = n
+        size = (p + n - 1) // n
+        groups[size] = groups.get(size, 0) + n * requests
     t, rounds, room, work, first = 0.0, 0, 0, 0, 0
     for size, n in sorted(groups.items(), reverse=True):  # largest first, as launched
         left = n * units
+        if left < room:  # the common case: the group fits in the current round
+            work += left * size
+            room -= left
+            continue
         while left:
             if room == 0:  # a new round starts with this size
                 if rounds:
@@ -193,7 +207,9 @@ def _estimated_time(
     if rounds:
         t += max(work / slots, LONE_CTA_TIME * first)
     t += rounds * ROUND_OVERHEAD_TOKENS / page_size
-    return t + (MERGE_TOKENS / page_size if split else 0.0)
+    if splits > 1:
+        t += (MERGE_TOKENS + MERGE_TOKENS_PER_SPLIT * splits) / page_size
+    return t
 
 
 def plan_work(
@@ -218,32 +234,39 @@ def plan_work(
         min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
         fair = _ceil_div(sum(host) * units, slots)
         candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
-        # ties keep the larger chunk (fewer CTAs, no merge)
-        force_chunk = min(
-            sorted(candidates | {max_pages}, reverse=True),
-            key=lambda c: _estimated_time(host, c, units, slots, page_size, allowed),
-        )
+        candidates = sorted(candidates | {max_pages}, reverse=True)
+        force_chunk = candidates[0]
+        if len(candidates) > 1:
+            hist = Counter(host)
+            # ties keep the larger chunk (fewer CTAs, no merge)
+            force_chunk = min(
+                candidates,
+                key=lambda c: _estimated_time(hist, c, units, slots, page_size, allowed),
+            )
     chunk = max(force_chunk, 1)
 
     # Request b in n pieces [s * p // n, (s + 1) * p // n), s < n: never empty when p >= n.
     counts, items = [], []
     for b, p in enumerate(host):
-        n = min(max(-(-p // chunk), 1), allowed)
+        n = (p + chunk - 1) // chunk or 1
+        if n > allowed:
+            n = allowed
         counts.append(n)
         if n == 1:
             items.append((p, b, -1, 0, p))
-        else:
-            items.extend(
-                ((s + 1) * p // n - s * p // n, b, s, s * p // n, (s + 1) * p // n)
-                for s in range(n)
-            )
+            continue
+        lo = 0
+        for s in range(n):
+            hi = (s + 1) * p // n
+            items.append((hi - lo, b, s, lo, hi))
+            lo = hi
     # Largest pieces first: the block scheduler starts CTAs in grid order, so the small ones
     # fill the slots the large ones leave and the grid ends on short work.
     items.sort(key=lambda it: -it[0])
     return SplitPlan(
         chunk_pages=max(items[0][0], 1) if items else 1,
         max_splits=max(counts, default=1),
-        work=torch.tensor([it[1:] for it in items], dtype=torch.int32).view(-1, 4),
+        work=torch.tensor([x for it in items for x in it[1:]], dtype=torch.int32).view(-1, 4),
         split_counts=torch.tensor(counts, dtype=torch.int32),
     )
 
