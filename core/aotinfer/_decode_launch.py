@@ -160,7 +160,7 @@ def launch_batch_decode(
         view(out),
         view(lse),
         split_views,
-        (None, None),
+        (None, None, None),
         split,
         q_len_per_req,
         scalars,

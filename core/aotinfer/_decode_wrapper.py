@@ -69,7 +69,7 @@ class _Plan:
     table_views: tuple = (None, None, None)
     partial_views: tuple = (None, None)
     work: Optional[torch.Tensor] = None  # device copy of split.work then split.split_counts
-    work_views: tuple = (None, None)
+    work_views: tuple = (None, None, None)  # work, split_counts, arrivals
     alibi_view: object = None
 
 
@@ -139,6 +139,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         _views.check_device_supported("float_workspace_buffer", float_workspace_buffer)
         self.device = float_workspace_buffer.device
         self._int_workspace_buffer: Optional[torch.Tensor] = None
+        self._arrivals: Optional[torch.Tensor] = None
         self._kv_layout = kv_layout
         self._layout_code = _u.KV_LAYOUTS[kv_layout]
         self._use_tensor_cores = bool(use_tensor_cores)
@@ -207,6 +208,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 float_workspace_buffer, p.rows, p.split.max_splits, p.num_qo_heads, p.head_dim
             )
             self._carve_views(p)
+
+    def _arrivals_for(self, n: int) -> torch.Tensor:
+        """The split-merge counters of the kernel (decode_launchers.h, ``arrivals``): at least
+        ``n`` int32 zeros on the device. Kept across plans, so a captured graph's pointer stays
+        valid: the kernel leaves every counter at 0 after each call."""
+        if self._arrivals is None or self._arrivals.numel() < n:
+            self._arrivals = torch.zeros(max(n, 256), dtype=torch.int32, device=self.device)
+        return self._arrivals
 
     def _workspace_bytes(self) -> int:
         buf = self._float_workspace_buffer
@@ -395,14 +404,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
             view = _views.view
             plan.kernels = _launch.provider_kernels(self.device)
             plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
+            arrivals = None
+            if split.max_splits > 1 or split.work is not None:
+                row_blocks = -(-(q_len * (num_qo_heads // num_kv_heads)) // _plan.ROW_BLOCK)
+                arrivals = view(self._arrivals_for(batch * row_blocks * num_kv_heads))
             if split.work is not None:
                 n = split.work.numel()
                 ints = torch.cat([split.work.view(-1), split.split_counts])
                 plan.work = ints.to(self.device, non_blocking=non_blocking)
-                plan.work_views = (
-                    view(plan.work[:n].view(-1, 4)),
-                    view(plan.work[n:]),
-                )
+                plan.work_views = (view(plan.work[:n].view(-1, 4)), view(plan.work[n:]), arrivals)
+            else:
+                plan.work_views = (None, None, arrivals)
             plan.alibi_view = view(plan.alibi_slopes)
             self._carve_views(plan)
         self._plan = plan

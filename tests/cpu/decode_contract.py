@@ -56,6 +56,7 @@ class FakeKernels:
         partial_lse,
         work,
         split_counts,
+        arrivals,
         chunk_pages,
         max_splits,
         q_len_per_req,
@@ -126,6 +127,10 @@ class FakeKernels:
                 # The planner's promise: every request fits in max_splits chunks.
                 assert work is not None or _ceil_div(len(pages[b]), chunk_pages) <= max_splits
         assert rows == batch * q_len_per_req
+        if work is not None or arrivals is not None:  # the split merge's counters, all 0
+            row_blocks = _ceil_div(q_len_per_req * (hq // hkv), 16)
+            assert arrivals.dtype == torch.int32 and arrivals.dim() == 1
+            assert arrivals.numel() >= batch * row_blocks * hkv and not arrivals.any()
         pieces = self._pieces(work, split_counts, batch, pages, chunk_pages, max_splits)
 
         params = dict(

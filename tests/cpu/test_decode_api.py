@@ -559,6 +559,8 @@ def test_single_decode_matches_reference(layout):
 @pytest.mark.parametrize("min_chunk", [1, 256])
 def test_provider_path_splits_and_matches_reference(monkeypatch, layout, min_chunk):
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", min_chunk)
+    for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):
+        monkeypatch.setattr(_decode_plan, cost, 0)  # free splits: the tiny batch splits
     fake = decode_contract.install(monkeypatch, num_sms=4)
     q, cache, indptr, indices, last = make_batch([1, 17, 200, 2], layout=layout)
     ws = workspace()
@@ -649,6 +651,8 @@ def test_provider_path_fixed_split_and_disabled_split(monkeypatch):
 
 def test_provider_path_workspace_bounds_splits(monkeypatch):
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):
+        monkeypatch.setattr(_decode_plan, cost, 0)  # free splits: as many as the workspace holds
     fake = decode_contract.install(monkeypatch, num_sms=64)
     q, cache, indptr, indices, last = make_batch([16 * 40])
     need = _decode_plan.partial_bytes(1, 3, HQ, D)

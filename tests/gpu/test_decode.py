@@ -400,6 +400,32 @@ def test_work_list_pieces_agree(chunk, q_len, decode_kernel, monkeypatch):
     check(out, lse, want, dtype)
 
 
+@pytest.mark.parametrize("use_cuda_graph", [False, True])
+def test_split_merge_counters_return_to_zero(use_cuda_graph, decode_kernel):
+    """The last split of each (request, head) to finish merges the others and resets its
+    counter: after every call all counters are 0 again, and repeated calls agree bit for bit
+    (with and without the work list)."""
+    lens = [5000, 40, 2048, 300]
+    q, cache, indptr, indices, last = make_batch(lens, dtype=torch.float16, seed=11)
+    kwargs = {}
+    if use_cuda_graph:
+        kwargs = dict(
+            use_cuda_graph=True,
+            paged_kv_indptr_buffer=indptr.clone(),
+            paged_kv_indices_buffer=indices.clone(),
+            paged_kv_last_page_len_buffer=last.clone(),
+        )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", **kwargs)
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.float16)
+    assert w._plan.split.max_splits > 1
+    first = w.run(q, cache)
+    for _ in range(3):
+        torch.testing.assert_close(w.run(q, cache), first, rtol=0, atol=0)
+        torch.cuda.synchronize()
+        assert not w._arrivals.any()
+    check(first, None, oracle(q, cache, indptr, indices, last), torch.float16)
+
+
 @pytest.mark.parametrize("kv_dtype", FP8)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fp8_kv_with_scales(kv_dtype, dtype):

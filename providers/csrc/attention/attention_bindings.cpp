@@ -20,8 +20,8 @@ void register_bindings(py::module_& m) {
       [](py::handle q, py::handle k_cache, py::handle v_cache, int kv_layout, std::int64_t page_size,
          py::handle indptr, py::handle indices, py::handle last_page_len, std::int64_t kv_len_scalar, py::handle out,
          py::handle lse, py::handle partial_out, py::handle partial_lse, py::handle work, py::handle split_counts,
-         std::int64_t chunk_pages,
-         std::int64_t max_splits, std::int64_t q_len_per_req, float sm_scale, float logits_soft_cap,
+         py::handle arrivals, std::int64_t chunk_pages, std::int64_t max_splits, std::int64_t q_len_per_req,
+         float sm_scale, float logits_soft_cap,
          std::int64_t window_left, int pos_encoding_mode, float rope_scale, float rope_theta, py::handle alibi_slopes,
          float k_scale, float v_scale, py::handle sinks, std::uintptr_t stream) {
         if (kv_layout != 0 && kv_layout != 1) throw py::value_error("kv_layout must be 0 (NHD) or 1 (HND)");
@@ -32,7 +32,8 @@ void register_bindings(py::module_& m) {
                    lp = optional_view_from_py(last_page_len), ls = optional_view_from_py(lse),
                    po = optional_view_from_py(partial_out), pl = optional_view_from_py(partial_lse),
                    al = optional_view_from_py(alibi_slopes), sk = optional_view_from_py(sinks),
-                   wk = optional_view_from_py(work), sc = optional_view_from_py(split_counts);
+                   wk = optional_view_from_py(work), sc = optional_view_from_py(split_counts),
+                   ar = optional_view_from_py(arrivals);
         DecodeArgs a;
         a.q = &qv;
         a.k_cache = &kv;
@@ -49,6 +50,7 @@ void register_bindings(py::module_& m) {
         a.partial_lse = opt(pl);
         a.work = opt(wk);
         a.split_counts = opt(sc);
+        a.arrivals = opt(ar);
         a.chunk_pages = chunk_pages;
         a.max_splits = max_splits;
         a.q_len_per_req = q_len_per_req;
@@ -68,7 +70,7 @@ void register_bindings(py::module_& m) {
       py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("kv_layout"), py::arg("page_size"),
       py::arg("indptr"), py::arg("indices"), py::arg("last_page_len"), py::arg("kv_len_scalar"), py::arg("out"),
       py::arg("lse"), py::arg("partial_out"), py::arg("partial_lse"), py::arg("work"), py::arg("split_counts"),
-      py::arg("chunk_pages"), py::arg("max_splits"),
+      py::arg("arrivals"), py::arg("chunk_pages"), py::arg("max_splits"),
       py::arg("q_len_per_req"), py::arg("sm_scale"), py::arg("logits_soft_cap"), py::arg("window_left"),
       py::arg("pos_encoding_mode"), py::arg("rope_scale"), py::arg("rope_theta"), py::arg("alibi_slopes"),
       py::arg("k_scale"), py::arg("v_scale"), py::arg("sinks"), py::arg("stream"));

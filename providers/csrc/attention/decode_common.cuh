@@ -41,6 +41,11 @@ struct DecodeParams {
   // launch order), or nullptr: then the grid is requests x heads x splits and split s covers
   // pages [s * chunk_pages, (s + 1) * chunk_pages).
   const std::int32_t* work;
+  const std::int32_t* split_counts;  // with a work list: pieces of each request
+  // Split-KV without a merge kernel: per (request, row block, KV head) the number of its
+  // splits that have finished; the last one merges them (merge_if_last_split) and resets it
+  // to 0. nullptr: a merge kernel follows.
+  std::int32_t* arrivals;
   std::int64_t chunk_pages, splits, q_len, num_qo_heads, num_kv_heads, group;
   float sm_scale;  // includes q_scale and k_scale
   float soft_cap;  // 0: off

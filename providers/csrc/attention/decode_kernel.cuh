@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "decode_common.cuh"
+#include "last_split_merge.cuh"
 
 namespace aotinfer::attention {
 
@@ -293,6 +294,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     if (o.lse_at && c0 == 0) *o.lse_at = o.lse;
   }
+  if (p.arrivals && p.splits > 1 && split >= 0) merge_if_last_split(p, work, D);
 }
 
 }  // namespace aotinfer::attention

@@ -68,15 +68,9 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
   return want != "cuda_cores";
 }
 
-// Per-row state counts of a split decode with a work list (MergeParams::split_counts).
-struct MergeCounts {
-  const std::int32_t* split_counts = nullptr;
-  std::int64_t rows_per_count = 1;
-};
-
 template <typename TIn, typename TOut>
 cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                      const float* sinks, float v_scale, const MergeCounts& counts, bool pdl, cudaStream_t stream) {
+                      const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   MergeParams<TIn, TOut> p;
   p.v = v.ptr<const TIn>();
   p.v_stride_n = v.stride(0);
@@ -96,8 +90,6 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
   p.dim = v.size(3);
   p.sinks = sinks;
   p.v_scale = v_scale;
-  p.split_counts = counts.split_counts;
-  p.rows_per_count = counts.rows_per_count;
   if (p.n == 0 || p.heads == 0) return cudaSuccess;
   return launch_with_pdl(merge_states_kernel<TIn, TOut>,
                          dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), dim3(kMergeThreads), 0,
@@ -106,25 +98,23 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
 
 template <typename TOut>
 cudaError_t run_merge_in(DType in, const TensorView& v, const TensorView& s, const TensorView& v_out,
-                         const TensorView* s_out, const float* sinks, float v_scale, const MergeCounts& counts,
-                         bool pdl, cudaStream_t stream) {
+                         const TensorView* s_out, const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   switch (in) {
-    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
-    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
-    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+    case DType::kFloat32: return run_merge<float, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat16: return run_merge<__half, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kBFloat16: return run_merge<__nv_bfloat16, TOut>(v, s, v_out, s_out, sinks, v_scale, pdl, stream);
     default: fail_argument("merge_states: v must be float32, float16 or bfloat16");
   }
 }
 
 // pdl: the merge follows a split decode launched with PDL (sm_90+) and may launch early.
 cudaError_t merge_dispatch(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
-                           const float* sinks, float v_scale, const MergeCounts& counts, bool pdl,
-                           cudaStream_t stream) {
+                           const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
   switch (v_out.dtype) {
-    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
-    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+    case DType::kFloat32: return run_merge_in<float>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
+    case DType::kFloat16: return run_merge_in<__half>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
     case DType::kBFloat16:
-      return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, counts, pdl, stream);
+      return run_merge_in<__nv_bfloat16>(v.dtype, v, s, v_out, s_out, sinks, v_scale, pdl, stream);
     default: fail_argument("merge_states: v_out must be float32, float16 or bfloat16");
   }
 }
@@ -204,10 +194,18 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     for (auto x : a.partial_lse->shape) have_s *= x;
     require(have_o >= need_o && have_s >= need_s, "batch_decode: split-KV buffers too small");
   }
+  const std::int64_t row_blocks = (a.q_len_per_req * (Hq / Hkv) + kRowBlock - 1) / kRowBlock;
+  if (a.arrivals) {
+    check_int32_vector(a.arrivals, q, "arrivals");
+    require(a.arrivals->size(0) >= batch * row_blocks * Hkv,
+            "batch_decode: arrivals needs batch_size x row blocks x num_kv_heads = " +
+                std::to_string(batch * row_blocks * Hkv) + " entries, got " + std::to_string(a.arrivals->size(0)));
+  }
   std::int64_t items = batch;  // grid items: requests, or work-list entries
   if (a.work) {
     require(a.indptr != nullptr, "batch_decode: a work list needs a page table");
-    require(a.split_counts != nullptr, "batch_decode: a work list needs split_counts");
+    require(a.split_counts != nullptr && a.arrivals != nullptr,
+            "batch_decode: a work list needs split_counts and arrivals");
     check_rank(*a.work, 2, kOp, "work");
     check_dtype(*a.work, DType::kInt32, kOp, "work");
     check_same_device(*a.work, q, kOp, "work");
@@ -253,6 +251,8 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.partial_out = splits > 1 ? a.partial_out->ptr<float>() : nullptr;
   r.partial_lse = splits > 1 ? a.partial_lse->ptr<float>() : nullptr;
   r.work = a.work ? a.work->ptr<const std::int32_t>() : nullptr;
+  r.split_counts = a.split_counts ? a.split_counts->ptr<const std::int32_t>() : nullptr;
+  r.arrivals = a.arrivals ? a.arrivals->ptr<std::int32_t>() : nullptr;
   r.chunk_pages = a.chunk_pages;
   r.splits = splits;
   r.q_len = a.q_len_per_req;
@@ -269,7 +269,6 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.v_scale = a.v_scale;
   r.sinks = a.sinks ? a.sinks->ptr<const float>() : nullptr;
   if (batch == 0) return;
-  const std::int64_t row_blocks = (a.q_len_per_req * group + kRowBlock - 1) / kRowBlock;
   // Heads (and query-row blocks) vary fastest, then requests or work items (cta_work); without
   // a work list splits slowest.
   const std::int64_t grid_x = items * Hkv * row_blocks;
@@ -305,14 +304,12 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   throw_on_cuda_error(err, kOp, q.device);
-  if (splits > 1) {
+  if (splits > 1 && !a.arrivals) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
     const std::int64_t rows = q.size(0);
     TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};
     TensorView ps{a.partial_lse->data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, q.device};
-    const MergeCounts counts{a.split_counts ? a.split_counts->ptr<const std::int32_t>() : nullptr, a.q_len_per_req};
-    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, counts, r.pdl, stream),
-                        "batch_decode merge",
+    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, r.pdl, stream), "batch_decode merge",
                         q.device);
   }
 }
@@ -337,7 +334,7 @@ void launch_merge_states(const TensorView& v, const TensorView& s, const TensorV
   }
   DeviceGuard guard(v.device);
   throw_on_cuda_error(guard.status(), op, v.device);
-  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, MergeCounts{}, false, reinterpret_cast<cudaStream_t>(stream)), op,
+  throw_on_cuda_error(merge_dispatch(v, s, v_out, s_out, nullptr, 1.f, false, reinterpret_cast<cudaStream_t>(stream)), op,
                       v.device);
 }
 

@@ -4,7 +4,7 @@
 //
 //   kernels.batch_decode(q, k_cache, v_cache, kv_layout, page_size, indptr|None, indices|None,
 //       last_page_len|None, kv_len_scalar, out, lse|None, partial_out|None, partial_lse|None,
-//       work|None, split_counts|None, chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
+//       work|None, split_counts|None, arrivals|None, chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
 //       pos_encoding_mode, rope_scale, rope_theta, alibi_slopes|None, k_scale, v_scale,
 //       sinks|None, stream)
 //
@@ -45,11 +45,15 @@
 // - Work list (the wrapper's other plans): work (items, 4) int32 holds, in launch order,
 //   (request b, partial slot s or -1, first page, end page) for the pages [first, end) of
 //   request b; the grid is items x Hkv x query-row blocks. Slot -1 (a request that is not
-//   split) writes out and lse directly; slot s >= 0 writes partial slot s, and the merge
-//   combines the first split_counts[b] slots of request b's rows (split_counts (B) int32;
-//   rows of a request with count 1 are left alone). The plan made both, so they are trusted:
+//   split) writes out and lse directly; slot s >= 0 writes partial slot s, and request b's
+//   split_counts[b] (B) int32 slots are merged. The plan made both, so they are trusted:
 //   every request appears, slots are below max_splits, pages lie in the request's table.
 //   chunk_pages is then the largest item's page count (it sets the pipeline depth only).
+//   A work list needs arrivals.
+// - arrivals: int32, at least B x ceil(q_len_per_req * Hq / Hkv / 16) x Hkv entries, all 0
+//   before the first call: the merge is done by the last split of each (request, row block,
+//   KV head) to finish, which leaves its counter at 0 again (last_split_merge.cuh); no merge
+//   kernel is launched. Without arrivals (and without a work list) a merge kernel follows.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +81,7 @@ struct DecodeArgs {
   const TensorView* partial_lse;
   const TensorView* work;           // (items, 4) int32 work list or nullptr (see above)
   const TensorView* split_counts;   // (B) int32 with a work list
+  const TensorView* arrivals;       // int32 counters (see above) or nullptr: a merge kernel
   std::int64_t chunk_pages;
   std::int64_t max_splits;
   std::int64_t q_len_per_req;

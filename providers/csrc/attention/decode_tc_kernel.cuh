@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "decode_common.cuh"
+#include "last_split_merge.cuh"
 
 namespace aotinfer::attention {
 
@@ -494,6 +495,7 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     }
     if (ro.lse_at && c == 0) *ro.lse_at = ro.lse;
   }
+  if (p.arrivals && p.splits > 1 && split >= 0) merge_if_last_split(p, work, D);
 #endif
 }
 

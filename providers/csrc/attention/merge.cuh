@@ -27,12 +27,30 @@ struct MergeParams {
   std::int64_t n, num_states, heads, dim;
   const float* sinks;  // (H) natural-log sink logits or nullptr
   float v_scale;
-  // Split decode with a work list: row n has split_counts[n / rows_per_count] states (the
-  // first ones); a row of one state was written by the decode kernel and is left alone.
-  // nullptr: every row merges num_states.
-  const std::int32_t* split_counts;
-  std::int64_t rows_per_count;
 };
+
+// The end of a merge: given the largest state LSE m (base 2) and denom = sum_i 2^(s_i - m),
+// the factor that turns sum_i 2^(s_i - m) v_i into the output (v_scale / denominator, a
+// head's sink logit joining the denominator) and the merged base-2 LSE.
+struct MergedRow {
+  float inv, lse;
+};
+__device__ __forceinline__ MergedRow merged_row(float m, float denom, const float* sinks, std::int64_t h,
+                                                float v_scale) {
+  MergedRow r{0.f, denom > 0.f ? m + log2f(denom) : -INFINITY};
+  float total = denom;  // in units of 2^m
+  if (sinks) {
+    const float sink2 = sinks[h] * 1.4426950408889634f;
+    if (denom > 0.f) {
+      total = denom + exp2f(sink2 - m);
+      r.lse = m + log2f(total);
+    } else {
+      r.lse = sink2;
+    }
+  }
+  r.inv = total > 0.f ? v_scale / total : 0.f;
+  return r;
+}
 
 // One CTA per (n, h): weights from the S LSEs, then a weighted sum over D columns.
 // The loops over states are unrolled by kMergeUnroll with their loads made unconditional
@@ -42,47 +60,31 @@ struct MergeParams {
 constexpr int kMergeUnroll = 8;
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
-  const std::int64_t n = blockIdx.x, h = blockIdx.y;
-  std::int64_t num_states = p.num_states;
-  if (p.split_counts) {  // plan()'s copy, never a kernel's output: safe before the wait
-    num_states = p.split_counts[n / p.rows_per_count];
-    if (num_states <= 1) return;
-  }
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
+  const std::int64_t n = blockIdx.x, h = blockIdx.y;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   float m = -INFINITY;
 #pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
+  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
   float denom = 0.f;
 #pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < num_states; ++i) {
+  for (std::int64_t i = 0; i < p.num_states; ++i) {
     const float si = s[i * p.s_stride_s];
     denom += si == -INFINITY ? 0.f : exp2f(si - m);
   }
-  float lse = denom > 0.f ? m + log2f(denom) : -INFINITY;
-  float total = denom;  // in units of 2^m
-  if (p.sinks) {
-    const float sink2 = p.sinks[h] * 1.4426950408889634f;
-    if (denom > 0.f) {
-      total = denom + exp2f(sink2 - m);
-      lse = m + log2f(total);
-    } else {
-      lse = sink2;
-    }
-  }
-  const float inv = total > 0.f ? p.v_scale / total : 0.f;
+  const MergedRow mr = merged_row(m, denom, p.sinks, h, p.v_scale);
   const TIn* v = p.v + n * p.v_stride_n + h * p.v_stride_h;
   for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
     float accum = 0.f;
 #pragma unroll kMergeUnroll
-    for (std::int64_t i = 0; i < num_states; ++i) {
+    for (std::int64_t i = 0; i < p.num_states; ++i) {
       const float si = s[i * p.s_stride_s];
       const float vi = to_f32(v[i * p.v_stride_s + d]);
       accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;
     }
-    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * inv);
+    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * mr.inv);
   }
-  if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = lse;
+  if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = mr.lse;
 }
 
 template <typename T>

@@ -1,0 +1,79 @@
+// The split-KV merge done by the decode grid itself: the last CTA of a (request, query-row
+// block, KV head) to finish its split merges every split's partial state into the output,
+// so no merge kernel follows the decode (on the critical path of every split decode, that
+// kernel's launch and its wait for the whole grid cost more than the merge itself).
+//
+// Ordering: each CTA writes its partial rows, fences them device-wide and only then counts
+// itself in (atomicAdd on the group's counter); the CTA that brings the count to the
+// group's split count fences again and reads the others' partials from L2 (ld.global.cg:
+// its own L1 never held them). It resets the counter to 0, so the buffer serves the next
+// launch, a CUDA-graph replay included, without a memset.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "decode_common.cuh"
+#include "merge.cuh"
+
+namespace aotinfer::attention {
+
+// Called by every thread of a CTA that wrote partial state (a split request, p.arrivals set)
+// after its last partial write. `head_dim` is D.
+template <typename QT, typename KVT>
+__device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>& p, const CtaWork& w, int head_dim) {
+  __shared__ int is_last;
+  const std::int64_t row_blocks = (p.q_len * p.group + kRowBlock - 1) / kRowBlock;
+  const std::int64_t splits = p.work ? p.split_counts[w.b] : p.splits;
+  int* counter = p.arrivals + (w.b * row_blocks + w.row0 / kRowBlock) * p.num_kv_heads + w.kv_head;
+  __threadfence();  // this CTA's partial rows are visible before it counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(counter, 1) == static_cast<int>(splits) - 1;
+    if (is_last) *counter = 0;  // every split has counted in: ready for the next launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // the other CTAs' partial rows are read after their counts
+
+  // Each thread merges 4 columns of one query row over the splits, in one pass (online
+  // maximum): the splits' loads are independent, so they overlap instead of chaining.
+  const int quads = head_dim / 4;
+  for (int idx = threadIdx.x; idx < w.rows * quads; idx += blockDim.x) {
+    const int r = idx / quads, c = (idx % quads) * 4;
+    const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
+    const std::int64_t row = w.b * p.q_len + qi;
+    const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
+    float m = -INFINITY, denom = 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+    for (std::int64_t s = 0; s < splits; ++s) {
+      const std::int64_t at = first + s * p.num_qo_heads;
+      const float x = __ldcg(p.partial_lse + at);
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
+      if (x == -INFINITY) continue;  // an empty split (window, or past the request's end)
+      if (x > m) {
+        const float rescale = exp2f(m - x);  // 0 for the first state (m = -inf)
+        denom *= rescale;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[i] *= rescale;
+        m = x;
+      }
+      const float wgt = exp2f(x - m);
+      denom += wgt;
+      acc[0] += wgt * v.x;
+      acc[1] += wgt * v.y;
+      acc[2] += wgt * v.z;
+      acc[3] += wgt * v.w;
+    }
+    const MergedRow mr = merged_row(m, denom, p.sinks, head, p.v_scale);
+    QT* out = p.out + row * p.out_stride_row + head * p.out_stride_head + c;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(acc[i] * mr.inv);
+    if (p.lse && c == 0) p.lse[row * p.num_qo_heads + head] = mr.lse;
+  }
+}
+
+}  // namespace aotinfer::attention
