@@ -50,7 +50,7 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>&
     const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
     float m = -INFINITY, denom = 0.f;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
+#pragma unroll 8
     for (std::int64_t s = 0; s < splits; ++s) {
       const std::int64_t at = first + s * p.num_qo_heads;
       const float x = __ldcg(p.partial_lse + at);
