@@ -66,7 +66,10 @@ def set_count(nbytes: int) -> int:
     return max(1, min(32, -(-ROTATION_BYTES // max(nbytes, 1))))
 
 
-def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
+def batch_inputs(batch, kv, skewed):
+    """The benchmark's inputs for one shape, seeded by it: (lens, cache, indptr, indices,
+    last, caches, q); ``caches`` holds the cache and enough random copies (1-tuples, the
+    rotation of rotation_graph_us) to overflow the L2."""
     g = torch.Generator().manual_seed(batch * 7 + kv)
     lens = lengths(batch, kv, skewed, g)
     cache, indptr, indices, last = paged_setup(lens, g)
@@ -74,6 +77,11 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
         (torch.randn_like(cache),) for _ in range(set_count(cache.numel() * 2) - 1)
     ]
     q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
+    return lens, cache, indptr, indices, last, caches, q
+
+
+def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
+    lens, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
     nbytes = sum(lens) * HKV * D * 2 * 2 + 2 * q.numel() * 2
     row = {"case": "batch", "batch": batch, "kv": kv, "lens": "skewed" if skewed else "uniform"}
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import rotation_graph_us, try_import_flashinfer  # noqa: E402
-from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup, set_count  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, batch_inputs  # noqa: E402
 
 import aotinfer  # noqa: E402
 
@@ -24,12 +24,7 @@ SHAPES = [(64, 4096), (16, 16384), (64, 16384), (256, 1024), (16, 1024), (1, 102
 def main():
     fi = try_import_flashinfer()
     for batch, kv in SHAPES:
-        g = torch.Generator().manual_seed(batch * 7 + kv)
-        cache, indptr, indices, last = paged_setup([kv] * batch, g)
-        caches = [(cache,)] + [
-            (torch.randn_like(cache),) for _ in range(set_count(cache.numel() * 2) - 1)
-        ]
-        q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
+        _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, False)
         ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
         w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
         w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)

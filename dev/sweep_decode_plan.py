@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import rotation_graph_us  # noqa: E402
-from bench_decode import DT, HKV, HQ, PAGE, D, lengths, paged_setup, set_count  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, batch_inputs  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _decode_plan as dp  # noqa: E402
@@ -34,13 +34,7 @@ def estimate(pages, chunk, units, slots):
 
 
 def sweep_shape(batch, kv, skewed, real, slots, chunks=None, repeat=1):
-    g = torch.Generator().manual_seed(batch * 7 + kv)
-    lens = lengths(batch, kv, skewed, g)
-    cache, indptr, indices, last = paged_setup(lens, g)
-    caches = [(cache,)] + [
-        (torch.randn_like(cache),) for _ in range(set_count(cache.numel() * 2) - 1)
-    ]
-    q = torch.randn(batch, HQ, D, dtype=DT, device="cuda")
+    lens, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
     pages = torch.tensor([-(-n // PAGE) for n in lens])
     fair = -(-int(pages.sum()) * HKV // slots)
     if chunks is None:

@@ -142,6 +142,8 @@ def run_wrapper(
 
 # ---------------------------------------------------------------- sampled batch decode
 
+GQA_32_8 = dict(layout="NHD", hq=32, hkv=8, d=128, page_size=16)  # the features' geometry
+
 BATCHES = [1, 7, 64, 128]
 KV_LENS = [1, 17, 512, 2048, 16384, "mixed"]
 PAGE_SIZES = [1, 16, 64]
@@ -259,11 +261,7 @@ def test_soft_cap(dtype, cap, decode_kernel):
         indptr,
         indices,
         last,
-        layout="NHD",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
+        **GQA_32_8,
         dtype=dtype,
         kv_dtype=dtype,
         logits_soft_cap=cap,
@@ -315,11 +313,7 @@ def test_sinks_and_lse(dtype, decode_kernel):
         indptr,
         indices,
         last,
-        layout="NHD",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
+        **GQA_32_8,
         dtype=dtype,
         kv_dtype=dtype,
         run_kwargs=dict(sinks=sinks),
@@ -338,11 +332,7 @@ def test_q_len_per_req(q_len, mode, decode_kernel):
         indptr,
         indices,
         last,
-        layout="NHD",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
+        **GQA_32_8,
         dtype=torch.bfloat16,
         kv_dtype=torch.bfloat16,
         q_len=q_len,
@@ -385,11 +375,7 @@ def test_work_list_pieces_agree(chunk, q_len, decode_kernel, monkeypatch):
         indptr,
         indices,
         last,
-        layout="NHD",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
+        **GQA_32_8,
         dtype=dtype,
         kv_dtype=dtype,
         q_len=q_len,
@@ -463,11 +449,7 @@ def test_extreme_logits_have_no_nan(dtype, decode_kernel):
         indptr,
         indices,
         last,
-        layout="NHD",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
+        **GQA_32_8,
         dtype=dtype,
         kv_dtype=dtype,
     )
