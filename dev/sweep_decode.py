@@ -43,15 +43,18 @@ def main():
         w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
             torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD"
         )
-        t = time.perf_counter()
-        w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-        plan_us = (time.perf_counter() - t) * 1e6
+        plan_us = []
+        for _ in range(10):  # the first plan pays one-time costs; report the best of 10
+            t = time.perf_counter()
+            w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+            plan_us.append((time.perf_counter() - t) * 1e6)
+        plan_us = min(plan_us)
         out = torch.empty_like(q)
 
         def run(w=w, q=q, cache=cache, out=out):
             return w.run(q, cache, out=out)
 
-        host = host_us(run)
+        host = host_us(run, hold_gpu=True)  # enqueue cost only: the GPU is kept busy
         line = [f"batch {batch:3d} kv {kv:5d}: plan {plan_us:.0f} us, run host {host:.1f} us"]
         for name, env in SETTINGS:
             for k_, v_ in env.items():
