@@ -155,9 +155,11 @@ def test_discover_skips_version_skew_by_default(site):
 def test_discover_allows_skew_from_env(site, monkeypatch, value):
     _install_fake(site, "sm75", version="0.0.7")
     monkeypatch.setenv(_providers.ENV_ALLOW_SKEW, value)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         discovery = _providers.discover()
+    # (a real provider installed on this machine may warn for itself; the fake must not)
+    assert not [w for w in caught if "sm75" in str(w.message)]
     [m] = [m for m in discovery.usable if m.module == "fake_aotinfer_sm75"]
     assert m.version == "0.0.7"
     assert "sm75" not in [s.arch for s in discovery.skipped]
