@@ -11,9 +11,11 @@ KV head, and a merge combines their partial states):
   CTAs per piece, largest pieces first: the block scheduler starts CTAs in grid order, so
   the small pieces fill the slots the large ones free and the grid ends on short work. A
   request of one piece writes its output directly; only split requests are merged, each over
-  its own pieces. ``chunk`` is the candidate (multiples ``CHUNK_FACTORS`` of the fair share
-  of one round, ``total_pages * Hkv / (WAVES * num_sms)``, at least ``MIN_CHUNK_TOKENS``, or
-  no split) with the least estimated time:
+  its own pieces (inside the decode grid by the last piece to finish, or for a single
+  request by a merge kernel: the wrapper's plan() says why). ``chunk`` is the candidate
+  (multiples ``CHUNK_FACTORS`` of the fair share of one round, ``total_pages * Hkv /
+  (WAVES * num_sms)``, at least ``MIN_CHUNK_TOKENS``, or no split) with the least estimated
+  time:
 
   - the CTAs, largest first, run in rounds of ``WAVES * num_sms`` (the CTAs resident at
     once); a round lasts its average work (the card is bandwidth-bound) or, if longer,

@@ -2,11 +2,15 @@
 batch composition on the host, run once per layer on the device.
 
 plan() checks everything it can on the host (it may sync), chooses the split-KV plan
-(aotinfer._decode_plan), copies the page table to the device (into the preallocated
-buffers in CUDA-graph mode) and carves the split-KV partial buffers out of the float
-workspace. run() checks its tensors against the plan without touching the device and makes
-one provider call; it allocates nothing but ``out``/``lse`` when they are not given, so it
-can be captured in a CUDA graph.
+(aotinfer._decode_plan: a work list cut from this page table, or in CUDA-graph mode a
+requests x splits grid that serves any page table fitting the buffers), copies the page
+table (and the work list) to the device (into the preallocated buffers in CUDA-graph mode)
+and carves the split-KV partial buffers out of the float workspace. run() checks its
+tensors against the plan without touching the device and makes one provider call; it
+allocates nothing but ``out``/``lse`` when they are not given, so it can be captured in a
+CUDA graph. A graph captured without ``use_cuda_graph`` holds the plan's device copies: it
+replays the batch it was planned for, and a later plan() needs a new capture (as in
+FlashInfer); CUDA-graph mode is the one whose graphs survive new page tables.
 """
 
 from __future__ import annotations
