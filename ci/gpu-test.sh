@@ -31,8 +31,11 @@ set -e
   echo "# GPU test suite"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  # The device tree travels without .git (a stale HEAD may be found there): the caller names it.
-  echo "- commit: ${AOTINFER_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
+  # The device tree travels without .git (a stale HEAD may be found there, so under the device
+  # tool, $OUT set, git is not asked): the caller names the commit.
+  commit=${AOTINFER_COMMIT:-}
+  if [ -z "$commit" ] && [ -z "${OUT:-}" ]; then commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true); fi
+  echo "- commit: ${commit:-unknown (the caller did not name it)}"
   echo "- GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | head -1)"
   echo "- provider: aotinfer-$arch; torch $($PY -c 'import torch; print(torch.__version__)')"
   echo "- command: ci/gpu-test.sh $*"
