@@ -1,7 +1,9 @@
 // The split-KV merge done by the decode grid itself: the last CTA of a (request, query-row
 // block, KV head) to finish its split merges every split's partial state into the output,
-// so no merge kernel follows the decode (on the critical path of every split decode, that
-// kernel's launch and its wait for the whole grid cost more than the merge itself).
+// so no merge kernel follows the decode. With several requests this merge overlaps other
+// CTAs' streaming and measured faster than the merge kernel; a single request's CTAs finish
+// together and the merge kernel, resident early under PDL, was faster there, so the core
+// passes `arrivals` only for batches of two or more (figures in _decode_wrapper.py plan()).
 //
 // Ordering: each CTA writes its partial rows, fences them device-wide and only then counts
 // itself in (atomicAdd on the group's counter); the CTA that brings the count to the
