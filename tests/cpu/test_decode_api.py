@@ -649,6 +649,28 @@ def test_provider_path_fixed_split_and_disabled_split(monkeypatch):
         small.plan(indptr, indices, last, HQ, HKV, D, PS, fixed_split_size=1)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 8, 40, 1 << 20])
+def test_provider_path_work_list_with_two_row_blocks(monkeypatch, chunk):
+    """Forced cuts of the work list with 4 query rows per request and 64/8 heads (two 16-row
+    blocks per KV head, each its own merge counter), a window and the LSE: the simulated
+    provider checks the work list and the counters, the result matches the reference."""
+    real = _decode_plan.plan_work
+    monkeypatch.setattr(
+        _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=chunk))
+    )
+    fake = decode_contract.install(monkeypatch, num_sms=8)
+    hq, hkv, q_len = 64, 8, 4
+    q, cache, indptr, indices, last = make_batch(
+        [500, 4, 16, 17, 300, 208], hq=hq, hkv=hkv, q_len=q_len, seed=chunk
+    )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, hq, hkv, D, PS, q_len_per_req=q_len, window_left=150)
+    out, lse = w.run(q, cache, return_lse=True)
+    assert fake.calls[-1][1]["arrivals"].numel() >= 6 * 2 * hkv
+    eo, el = expected(q, cache, indptr, indices, last, q_len=q_len, window_left=150)
+    close(out, lse, eo, el)
+
+
 def test_provider_path_workspace_bounds_splits(monkeypatch):
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
     for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):

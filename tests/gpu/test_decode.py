@@ -354,28 +354,30 @@ def test_q_len_per_req(q_len, mode, decode_kernel):
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 8, 40, 1 << 20])
-@pytest.mark.parametrize("q_len", [1, 2])
-def test_work_list_pieces_agree(chunk, q_len, decode_kernel, monkeypatch):
+@pytest.mark.parametrize("q_len, hq", [(1, 32), (2, 32), (4, 64)])
+def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
     """Any cut of the work list gives the reference: pieces of 1 page up to none, a skewed
     batch whose requests split into different counts (merged rows next to rows the decode
-    wrote itself), with a window that empties the early pieces, sinks and the LSE."""
+    wrote itself), with a window that empties the early pieces, sinks and the LSE; 64/8
+    heads with 4 query rows per request make two 16-row blocks per KV head, each with its
+    own merge counter."""
     from aotinfer import _decode_plan
 
     real = _decode_plan.plan_work
     monkeypatch.setattr(
         _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=chunk))
     )
-    lens = [5000, 2, 16, 17, 300, 2048, 33, 700]  # each >= q_len
+    lens = [5000, max(2, q_len), 16, 17, 300, 2048, 33, 700]  # each >= q_len
     dtype = torch.bfloat16
-    q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, dtype=dtype, seed=chunk)
-    sinks = torch.randn(32, generator=_gen(chunk + 1), device=DEV)
+    q, cache, indptr, indices, last = make_batch(lens, q_len=q_len, hq=hq, dtype=dtype, seed=chunk)
+    sinks = torch.randn(hq, generator=_gen(chunk + 1), device=DEV)
     out, lse = run_wrapper(
         q,
         cache,
         indptr,
         indices,
         last,
-        **GQA_32_8,
+        **dict(GQA_32_8, hq=hq),
         dtype=dtype,
         kv_dtype=dtype,
         q_len=q_len,
