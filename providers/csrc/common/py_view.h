@@ -13,9 +13,9 @@ namespace aotinfer {
 
 namespace detail {
 
-// Straight CPython calls rather than pybind11's generic casters: a decode call passes about
-// a dozen views, and each caster round (sequence protocol, per-item casts) cost about a
-// microsecond of the call's host time.
+// Straight CPython calls rather than pybind11's generic casters (the sequence protocol and
+// one cast per item): a decode call passes about a dozen views, all on the host time of
+// every call. (Not timed against the casters in one process: dev/NOTES.md item 24.)
 inline std::int64_t py_int64(PyObject* o) {
   const long long v = PyLong_AsLongLong(o);
   if (v == -1 && PyErr_Occurred()) throw pybind11::error_already_set();
