@@ -165,3 +165,62 @@ def test_wheel_size(wheelhouse):
     assert wheel.stat().st_size <= MAX_WHEEL_BYTES, f"{wheel.name}: {wheel.stat().st_size} bytes"
     with zipfile.ZipFile(wheel) as zf:  # the manifest the core reads must travel with it
         assert "aotinfer_sm90a/manifest.json" in zf.namelist()
+
+
+# The provider's host-side checks run before any CUDA call, so the installed extension can
+# be asked about bad plan data on a machine without a GPU: views are plain 5-tuples
+# (pointer, dtype code, shape, strides, device), the pointers never dereferenced.
+_DECODE_REFUSALS = r"""
+import aotinfer_sm90a._kernels as k
+
+F16, I32 = 1, 3
+
+
+def v(shape, dtype=F16):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return (1 << 20, dtype, tuple(shape), tuple(strides), 0)
+
+
+B, HKV, PAGES = 4, 8, 8
+table = (v((B + 1,), I32), v((PAGES,), I32), v((B,), I32))
+
+
+def call(work, counts, arrivals):
+    try:
+        k.batch_decode(v((B, 32, 128)), v((PAGES, 16, HKV, 128)), v((PAGES, 16, HKV, 128)), 0,
+                       16, *table, 0, v((B, 32, 128)), None, None, None, work, counts,
+                       arrivals, 1, 1, 1, 0.1, 0.0, -1, 0, 1.0, 1e4, None, 1.0, 1.0, None, 0)
+    except ValueError as exc:
+        print("ValueError:", exc)  # (ArgumentError, a ValueError)
+
+
+work, counts, room = v((B, 4), I32), v((B,), I32), v((B * HKV,), I32)
+call(work, counts, v((B * HKV - 1,), I32))
+call(v((B, 3), I32), counts, room)
+call(v((B - 1, 4), I32), counts, room)
+call(work, v((B - 1,), I32), room)
+call(work, counts, None)
+call(work, counts, (1, 2, 3))
+call(work, counts, (1 << 20, I32, [B * HKV], (1,), 0))
+"""
+
+
+def test_decode_refuses_bad_work_lists_before_any_launch(venv):
+    lines = _run(
+        [venv / "bin/python", "-c", _DECODE_REFUSALS], env=_clean_env(), cwd=venv
+    ).splitlines()
+    expected = [
+        "arrivals needs batch_size x row blocks x num_kv_heads = 32 entries, got 31",
+        "work must be a contiguous, 16-byte aligned (items, 4) int32 tensor",
+        "the work list must cover every request",
+        "split_counts must have batch_size entries",
+        "a work list needs split_counts and arrivals",
+        "a tensor view is a 5-tuple",
+        "a tensor view's shape and strides are tuples of ints",
+    ]
+    assert len(lines) == len(expected), lines
+    for line, text in zip(lines, expected):
+        assert line.startswith("ValueError") and text in line, (line, text)
