@@ -114,6 +114,18 @@ def _align(n: int) -> int:
     return _ceil_div(n, ALIGN) * ALIGN
 
 
+def row_blocks(q_len: int, group: int) -> int:
+    """16-row blocks of one KV head's query rows (``q_len`` per request x the GQA group)."""
+    return _ceil_div(q_len * group, ROW_BLOCK)
+
+
+def _piece_count(pages: int, chunk: int, allowed: int) -> int:
+    """Pieces of a request of ``pages`` pages cut at ``chunk``: at least 1, at most
+    ``allowed`` (what the workspace holds)."""
+    n = (pages + chunk - 1) // chunk or 1
+    return allowed if n > allowed else n
+
+
 def partial_bytes(rows: int, max_splits: int, num_qo_heads: int, head_dim: int) -> int:
     """Workspace bytes for partial_out ``(rows, S, Hq, D)`` and partial_lse ``(rows, S, Hq)``,
     float32, each starting on an ``ALIGN`` boundary. Zero when ``max_splits == 1``."""
@@ -185,9 +197,7 @@ def _estimated_time(
     groups: Dict[int, int] = {}  # piece size -> pieces
     splits = 1
     for p, requests in pages.items():  # (written for speed: this loop is plan()'s cost)
-        n = (p + chunk - 1) // chunk or 1
-        if n > allowed:
-            n = allowed
+        n = _piece_count(p, chunk, allowed)
         if n > splits:
             splits = n
         size = (p + n - 1) // n
@@ -250,9 +260,7 @@ def plan_work(
     # Request b in n pieces [s * p // n, (s + 1) * p // n), s < n: never empty when p >= n.
     counts, items = [], []
     for b, p in enumerate(host):
-        n = (p + chunk - 1) // chunk or 1
-        if n > allowed:
-            n = allowed
+        n = _piece_count(p, chunk, allowed)
         counts.append(n)
         if n == 1:
             items.append((p, b, -1, 0, p))

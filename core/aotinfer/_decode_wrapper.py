@@ -77,6 +77,16 @@ class _Plan:
     alibi_view: object = None
 
 
+def _merges_in_grid(batch: int) -> bool:
+    """Whether a split decode merges inside its grid (the provider's ``arrivals``; a work
+    list needs it) rather than in a merge kernel. Not for a single request, whose CTAs all
+    finish together: there the merge kernel, resident early under PDL, was 1.3 us sooner
+    (batch 1, kv 1024: 10.5 vs 11.8 us); with more requests the in-grid merge overlaps other
+    CTAs' streaming and won (batch 16, kv 1024: 25.6 vs 27.0 us uniform, 29.9 vs 32.7
+    skewed). Those figures come from two runs (dev/NOTES.md item 22)."""
+    return batch > 1
+
+
 class BatchDecodeWithPagedKVCacheWrapper:
     """Batch decode over a paged KV cache: ``plan()`` once per batch composition, then
     ``run()`` once per layer.
@@ -255,16 +265,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if opts["fixed_split_size"] is not None:
             return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
         if not self._use_cuda_graph:
-            group_rows = (rows // max(batch, 1)) * (num_qo_heads // num_kv_heads)
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
-                row_blocks=-(-group_rows // _plan.ROW_BLOCK),
+                row_blocks=_plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads),
                 page_size=page_size,
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
             )
-            if batch == 1:  # one request: its pieces are the grid's splits (see plan())
+            if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
             return work
         return _plan.plan_splits(
@@ -411,15 +420,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
             view = _views.view
             plan.kernels = _launch.provider_kernels(self.device)
             plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
-            # The split merge runs in the decode grid (arrivals), except for a single
-            # request, whose CTAs all finish together: there the merge kernel, launched early
-            # under PDL, was 1.3 us sooner (batch 1, kv 1024: 10.5 vs 11.8 us); with more
-            # requests the in-grid merge overlaps other CTAs' streaming and won (batch 16, kv
-            # 1024: 25.6 vs 27.0 us uniform, 29.9 vs 32.7 skewed).
             arrivals = None
-            if batch > 1 and (split.max_splits > 1 or split.work is not None):
-                row_blocks = -(-(q_len * (num_qo_heads // num_kv_heads)) // _plan.ROW_BLOCK)
-                arrivals = view(self._arrivals_for(batch * row_blocks * num_kv_heads))
+            if _merges_in_grid(batch) and (split.max_splits > 1 or split.work is not None):
+                blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
+                arrivals = view(self._arrivals_for(batch * blocks * num_kv_heads))
             if split.work is not None:
                 n = split.work.numel()
                 ints = torch.cat([split.work.view(-1), split.split_counts])

@@ -112,17 +112,19 @@ def run_wrapper(
     indices,
     last,
     *,
-    layout,
-    hq,
-    hkv,
-    d,
-    page_size,
     dtype,
-    kv_dtype,
+    kv_dtype=None,
+    layout="NHD",
+    hq=32,
+    hkv=8,
+    d=128,
+    page_size=16,
     q_len=1,
     run_kwargs=None,
     **plan_kwargs,
 ):
+    """Plan and run a wrapper; the geometry defaults to the feature tests' (32/8 heads, d128,
+    page 16, NHD) and the KV dtype to q's."""
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout, use_tensor_cores=q_len > 1)
     w.plan(
         indptr,
@@ -133,7 +135,7 @@ def run_wrapper(
         d,
         page_size,
         q_data_type=dtype,
-        kv_data_type=kv_dtype,
+        kv_data_type=kv_dtype or dtype,
         q_len_per_req=q_len,
         **plan_kwargs,
     )
@@ -141,8 +143,6 @@ def run_wrapper(
 
 
 # ---------------------------------------------------------------- sampled batch decode
-
-GQA_32_8 = dict(layout="NHD", hq=32, hkv=8, d=128, page_size=16)  # the features' geometry
 
 BATCHES = [1, 7, 64, 128]
 KV_LENS = [1, 17, 512, 2048, 16384, "mixed"]
@@ -261,9 +261,7 @@ def test_soft_cap(dtype, cap, decode_kernel):
         indptr,
         indices,
         last,
-        **GQA_32_8,
         dtype=dtype,
-        kv_dtype=dtype,
         logits_soft_cap=cap,
     )
     check(out, lse, oracle(q, cache, indptr, indices, last, logits_soft_cap=cap), dtype)
@@ -281,12 +279,7 @@ def test_window_equals_decoding_the_last_keys(layout, window, decode_kernel):
         indices,
         last,
         layout=layout,
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
         dtype=torch.float16,
-        kv_dtype=torch.float16,
         window_left=window,
     )
     k_cache, v_cache = unpack_paged_kv_cache(cache, layout)
@@ -313,9 +306,7 @@ def test_sinks_and_lse(dtype, decode_kernel):
         indptr,
         indices,
         last,
-        **GQA_32_8,
         dtype=dtype,
-        kv_dtype=dtype,
         run_kwargs=dict(sinks=sinks),
     )
     check(out, lse, oracle(q, cache, indptr, indices, last, sinks=sinks), dtype)
@@ -332,9 +323,7 @@ def test_q_len_per_req(q_len, mode, decode_kernel):
         indptr,
         indices,
         last,
-        **GQA_32_8,
         dtype=torch.bfloat16,
-        kv_dtype=torch.bfloat16,
         q_len=q_len,
         pos_encoding_mode=mode,
         window_left=200,
@@ -377,9 +366,8 @@ def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
         indptr,
         indices,
         last,
-        **dict(GQA_32_8, hq=hq),
+        hq=hq,
         dtype=dtype,
-        kv_dtype=dtype,
         q_len=q_len,
         window_left=1500,
         run_kwargs={"sinks": sinks},
@@ -428,10 +416,6 @@ def test_fp8_kv_with_scales(kv_dtype, dtype):
         indices,
         last,
         layout="HND",
-        hq=32,
-        hkv=8,
-        d=128,
-        page_size=16,
         dtype=dtype,
         kv_dtype=kv_dtype,
         run_kwargs=scales,
@@ -451,9 +435,7 @@ def test_extreme_logits_have_no_nan(dtype, decode_kernel):
         indptr,
         indices,
         last,
-        **GQA_32_8,
         dtype=dtype,
-        kv_dtype=dtype,
     )
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
     o64, l64 = oracle(q, cache, indptr, indices, last)
