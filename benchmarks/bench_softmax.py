@@ -56,7 +56,7 @@ def main() -> None:
             row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
             # Kernel time without host overhead: CUDA-graph replay of >= 10 calls over the
             # rotating inputs (per-call time), for each kernel variant.
-            for variant in ("rowwise", "cluster"):
+            for variant in ("rowwise", "cluster", "split"):
                 os.environ["AOTINFER_SOFTMAX_KERNEL"] = variant
                 row[f"graph_{variant}_us"] = rotation_graph_us(
                     lambda lg, t: aotinfer.softmax(lg, t), sets
@@ -85,6 +85,7 @@ def main() -> None:
         "graph_us",
         "graph_rowwise_us",
         "graph_cluster_us",
+        "graph_split_us",
         "torch_graph_us",
         "fi_graph_us",
         "GB/s",
@@ -97,7 +98,7 @@ def main() -> None:
         cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: per-call time in a CUDA graph of >= 10 calls over the rotating inputs "
-        "(kernel time without launch latency; rowwise/cluster pin one kernel). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "(kernel time without launch latency; rowwise/cluster/split pin one kernel). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
         "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 

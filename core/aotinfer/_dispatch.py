@@ -28,6 +28,11 @@ def softmax_cluster_variants() -> list:
     return [f"softmax_cluster/{name}" for name in _DTYPE_NAMES.values()]
 
 
+def softmax_split_variants() -> list:
+    """The two-launch split softmax (rows of at least 16K that the cluster kernel does not take)."""
+    return [f"softmax_split/{name}" for name in _DTYPE_NAMES.values()]
+
+
 def decode_variants() -> list:
     """Decode attention (aotinfer.decode): head dim x query dtype x KV dtype (the query's,
     or fp8), the merge of attention states and the KV append (core/aotinfer/_decode_checks.py
@@ -50,6 +55,7 @@ def all_variants() -> list:
     return (
         [softmax_variant(d) for d in _DTYPE_NAMES]
         + softmax_cluster_variants()
+        + softmax_split_variants()
         + sampling_variants()
         + decode_variants()
     )

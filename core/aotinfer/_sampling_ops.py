@@ -76,6 +76,23 @@ def _define(name: str, schema: str, impl, fake, seeded: bool = False):
 # softmax
 
 
+# The split softmax keeps one (max, sum) float pair per row chunk; chunks are at least this
+# many elements (kSplitMinChunk in providers/csrc/sampling/softmax_split.cuh).
+_SOFTMAX_MIN_CHUNK = 1024
+
+
+def _probs_and_softmax_workspace(shape, device):
+    """The probabilities and the softmax's workspace, carved from one allocation (one call to
+    the caching allocator instead of two: host time). The workspace follows the
+    probabilities, at a 16-byte boundary, so ``probs`` starts where the storage starts."""
+    rows, vocab = shape
+    n = rows * vocab
+    start = -(-n // 4) * 4
+    ws = 2 * rows * -(-vocab // _SOFTMAX_MIN_CHUNK)
+    buf = torch.empty(start + ws, dtype=torch.float32, device=device)
+    return buf[:n].view(rows, vocab), buf[start:]
+
+
 def _softmax_impl(
     logits: torch.Tensor,
     temperature_arr: Optional[torch.Tensor],
@@ -90,12 +107,13 @@ def _softmax_impl(
     provider = provider_for_device(logits.device.index if logits.device.index is not None else 0)
     if enable_pdl is None:
         enable_pdl = provider.capability[0] >= 9
-    probs = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    probs, workspace = _probs_and_softmax_workspace(logits.shape, logits.device)
     provider.kernels.softmax(
         _views.view(logits),
         _views.view(probs),
         _views.view(temperature_arr),
         temperature,
+        _views.view(workspace),
         bool(enable_pdl),
         _views.stream_handle(logits.device),
     )

@@ -36,4 +36,5 @@ def test_provider_rejects_mismatched_views_with_value_error(provider):
     from aotinfer._views import view
 
     with pytest.raises(ValueError, match="probs must have the shape of logits"):
-        provider.kernels.softmax(view(logits), view(probs), None, 1.0, False, stream)
+        workspace = view(torch.empty(64, device="cuda"))
+        provider.kernels.softmax(view(logits), view(probs), None, 1.0, workspace, False, stream)

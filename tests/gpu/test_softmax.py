@@ -106,3 +106,70 @@ def test_softmax_rejects_bad_input_before_launch():
         aotinfer.softmax(logits, torch.ones(4))
     with pytest.raises(ValueError, match="logits must be a 2-D tensor"):
         aotinfer.softmax(logits[0])
+
+
+# Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), on shapes where auto would pick another one:
+# the split pair at batch 1 and on odd vocabularies (its last chunk is short, and with an
+# unaligned row start it takes the scalar path with 1024-element chunks), the cluster kernel
+# at batch 128.
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster", "split"])
+@pytest.mark.parametrize(
+    "dtype, batch, vocab, offset",
+    [
+        (torch.bfloat16, 1, 128256, 0),
+        (torch.bfloat16, 130, 32001, 0),
+        (torch.float16, 5, 20000, 3),
+        (torch.float32, 3, 151936, 1),
+        (torch.float32, 128, 16384, 0),
+    ],
+)
+def test_softmax_pinned_kernels_match_reference(kernel, dtype, batch, vocab, offset, monkeypatch):
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
+    logits = _logits(batch, vocab + offset, dtype, seed=vocab + batch)[:, offset:]
+    temperature = torch.rand(batch, device="cuda") + 0.5
+    probs = aotinfer.softmax(logits, temperature)
+    expected = reference.softmax(logits, temperature, compute_dtype=torch.float64)
+    torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster", "split"])
+def test_softmax_pinned_kernels_infinities_and_nan_rows(kernel, monkeypatch):
+    # Long rows, so that the split pair cuts each into chunks: the NaN and the only finite
+    # entry sit in chunks of their own, and row 1's other chunks are all -inf.
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
+    vocab = 40000
+    logits = _logits(5, vocab, torch.bfloat16, seed=41)
+    logits[0, ::3] = float("-inf")
+    logits[1, :] = float("-inf")
+    logits[1, 30001] = 2.0
+    logits[2, :] = float("-inf")
+    logits[3, 25000] = float("nan")
+    logits[4] *= 1000.0  # extreme logits stay finite
+    probs = aotinfer.softmax(logits)
+    expected = reference.softmax(logits)
+    torch.testing.assert_close(probs[0], expected[0], rtol=1e-4, atol=1e-6)
+    assert (probs[0, ::3] == 0).all()
+    assert probs[1, 30001] == 1.0 and probs[1].sum() == 1.0
+    assert probs[2].isnan().all()
+    assert probs[3].isnan().all()
+    assert not probs[4].isnan().any()
+    torch.testing.assert_close(probs[4], expected[4], rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_split_in_a_cuda_graph_with_new_inputs(monkeypatch):
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
+    batch, vocab = 128, 128256
+    static_logits = _logits(batch, vocab, torch.bfloat16, seed=51)
+    aotinfer.softmax(static_logits, 0.8)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_probs = aotinfer.softmax(static_logits, 0.8)
+    for seed in (52, 53):
+        static_logits.copy_(_logits(batch, vocab, torch.bfloat16, seed=seed))
+        static_probs.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(
+            static_probs, reference.softmax(static_logits, 0.8), rtol=1e-4, atol=1e-6
+        )

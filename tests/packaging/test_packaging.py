@@ -224,3 +224,49 @@ def test_decode_refuses_bad_work_lists_before_any_launch(venv):
     assert len(lines) == len(expected), lines
     for line, text in zip(lines, expected):
         assert line.startswith("ValueError") and text in line, (line, text)
+
+
+_SOFTMAX_REFUSALS = r"""
+import aotinfer_sm90a._kernels as k
+
+F32, BF16 = 0, 2
+
+
+def v(shape, dtype=F32, ptr=1 << 20):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return (ptr, dtype, tuple(shape), tuple(strides), 0)
+
+
+ROWS, VOCAB = 128, 128256  # 126 chunks of the smallest chunk length per row
+
+
+def call(workspace):
+    try:
+        k.softmax(v((ROWS, VOCAB), BF16), v((ROWS, VOCAB)), None, 1.0, workspace, True, 0)
+    except ValueError as exc:
+        print("ValueError:", exc)
+
+
+call(v((2 * ROWS * 126 - 1,)))
+call(v((2 * ROWS * 126,), ptr=(1 << 20) + 4))
+call(v((2 * ROWS * 126,), BF16))
+call(None)
+"""
+
+
+def test_softmax_refuses_a_short_workspace_before_any_launch(venv):
+    lines = _run(
+        [venv / "bin/python", "-c", _SOFTMAX_REFUSALS], env=_clean_env(), cwd=venv
+    ).splitlines()
+    expected = [
+        "workspace must hold at least 32256 floats, got 32255",
+        "workspace must be 8-byte aligned",
+        "workspace must be float32",
+        "a tensor view is a 5-tuple",
+    ]
+    assert len(lines) == len(expected), lines
+    for line, text in zip(lines, expected):
+        assert line.startswith("ValueError") and text in line, (line, text)

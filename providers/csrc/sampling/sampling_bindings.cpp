@@ -47,14 +47,14 @@ void register_bindings(py::module_& m) {
   m.def(
       "softmax",
       [](py::handle logits, py::handle probs, py::handle temperature, float temperature_scalar,
-         bool enable_pdl, std::uintptr_t stream) {
-        const TensorView l = view_from_py(logits), p = view_from_py(probs);
+         py::handle workspace, bool enable_pdl, std::uintptr_t stream) {
+        const TensorView l = view_from_py(logits), p = view_from_py(probs), w = view_from_py(workspace);
         const auto t = optional_view_from_py(temperature);
         py::gil_scoped_release release;
-        launch_softmax(l, p, t ? &*t : nullptr, temperature_scalar, enable_pdl, stream);
+        launch_softmax(l, p, t ? &*t : nullptr, temperature_scalar, w, enable_pdl, stream);
       },
       py::arg("logits"), py::arg("probs"), py::arg("temperature"), py::arg("temperature_scalar"),
-      py::arg("enable_pdl"), py::arg("stream"));
+      py::arg("workspace"), py::arg("enable_pdl"), py::arg("stream"));
 
   m.def(
       "sample",

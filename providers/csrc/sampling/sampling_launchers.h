@@ -19,10 +19,12 @@
 namespace aotinfer::sampling {
 
 // logits (B, V) float32/float16/bfloat16; probs (B, V) float32; temperature (B,) float32 or
-// nullptr, in which case temperature_scalar applies to every row.
+// nullptr, in which case temperature_scalar applies to every row. workspace: float32, at least
+// 2 * B * ceil(V / 1024) elements (split_softmax_workspace_floats), 8-byte aligned; the split
+// kernels keep one (max, sum) pair per row chunk there.
 void launch_softmax(const TensorView& logits, const TensorView& probs,
-                    const TensorView* temperature, float temperature_scalar, bool enable_pdl,
-                    std::uintptr_t stream);
+                    const TensorView* temperature, float temperature_scalar,
+                    const TensorView& workspace, bool enable_pdl, std::uintptr_t stream);
 
 // Which tokens survive before sampling or renormalisation.
 enum class FilterMode : int {

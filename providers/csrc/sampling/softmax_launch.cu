@@ -1,6 +1,7 @@
-// Host launcher for softmax: checks the views, picks the dtype and vector width, launches.
-// Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and
-// (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see kernel_list.h).
+// Host launcher for softmax: checks the views, picks the dtype, vector width and kernel, launches.
+// Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel, the
+// split kernel pair and (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see
+// kernel_list.h).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,13 +13,18 @@
 #include "sampling_launchers.h"
 #include "softmax.cuh"
 #include "softmax_cluster.cuh"
+#include "softmax_split.cuh"
 
 namespace aotinfer::sampling {
 namespace {
 
+// Rows shorter than this take the one-CTA-per-row kernel: a CTA per row already has little
+// to do, so cutting the row buys nothing.
+constexpr std::int64_t kSplitMinVocab = 16384;
+
 template <typename T>
 void run(const TensorView& logits, const TensorView& probs, const TensorView* temperature,
-         float temperature_scalar, bool enable_pdl, cudaStream_t stream) {
+         float temperature_scalar, const TensorView& workspace, bool enable_pdl, cudaStream_t stream) {
   SoftmaxParams<T> p;
   p.logits = logits.ptr<const T>();
   p.probs = probs.ptr<float>();
@@ -33,24 +39,29 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
                           p.in_row_stride % kVec == 0 && p.out_row_stride % 4 == 0;
   DeviceGuard guard(logits.device);
   throw_on_cuda_error(guard.status(), "softmax", logits.device);
-  // Rows long enough to be worth a cluster, short enough for its registers, on sm_90+: the
-  // one-read cluster kernel. Otherwise one CTA per row.
   int major = 0;
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster pins one kernel (benchmarks compare the two).
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split pins one kernel (benchmarks compare them).
   const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
-  // Measured on an H200 (benchmarks/results/softmax.md): the cluster kernel wins while the
-  // rows alone cannot fill the GPU (batch 1-16: 12-18 us vs 37 us at vocab 128256) and loses
-  // from batch 128 on (76 vs 51 us), so it serves small batches of long rows.
   const std::string pinned = pin ? pin : "";
-  if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "auto")
-    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster or auto, got '" + pinned + "'");
-  const bool want_cluster =
-      (pinned == "rowwise" || pinned == "cluster") ? pinned == "cluster" : (p.vocab >= 16384 && p.rows <= 64);
+  if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "split" && pinned != "auto")
+    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster, split or auto, got '" + pinned + "'");
+  const bool pinned_one = pinned == "rowwise" || pinned == "cluster" || pinned == "split";
+  // Measured on an H200 (benchmarks/results/softmax.md): the one-read cluster kernel wins while
+  // the rows alone cannot fill the GPU (batch 1-16 at vocab 128256) and loses from batch 128
+  // on, where the split pair serves long rows.
+  const bool want_cluster = pinned_one ? pinned == "cluster" : (p.vocab >= kSplitMinVocab && p.rows <= 64);
+  const bool want_split = pinned_one ? pinned == "split" : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
+    return;
+  }
+  if (want_split) {
+    auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
+    throw_on_cuda_error(softmax_split(p, stats, vectorized, enable_pdl, major >= 9, stream), "softmax",
+                        logits.device);
     return;
   }
   throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);
@@ -59,8 +70,8 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
 }  // namespace
 
 void launch_softmax(const TensorView& logits, const TensorView& probs,
-                    const TensorView* temperature, float temperature_scalar, bool enable_pdl,
-                    std::uintptr_t stream) {
+                    const TensorView* temperature, float temperature_scalar,
+                    const TensorView& workspace, bool enable_pdl, std::uintptr_t stream) {
   check_rank(logits, 2, "softmax", "logits");
   check_rows_dense(logits, "softmax", "logits");
   check_same_shape(probs, logits, "softmax", "probs", "logits");
@@ -76,12 +87,23 @@ void launch_softmax(const TensorView& logits, const TensorView& probs,
       fail_argument("softmax: temperature must be contiguous");
     }
   }
+  check_rank(workspace, 1, "softmax", "workspace");
+  check_dtype(workspace, DType::kFloat32, "softmax", "workspace");
+  check_same_device(workspace, logits, "softmax", "workspace");
+  if (workspace.stride(0) != 1 && workspace.size(0) > 1) fail_argument("softmax: workspace must be contiguous");
+  // Checked whichever kernel runs, so that a short workspace fails the same way on every shape.
+  const std::int64_t need = split_softmax_workspace_floats(logits.size(0), logits.size(1));
+  if (workspace.size(0) < need) {
+    fail_argument("softmax: workspace must hold at least " + std::to_string(need) + " floats, got " +
+                  std::to_string(workspace.size(0)));
+  }
+  if (workspace.data % 8 != 0) fail_argument("softmax: workspace must be 8-byte aligned");
   auto s = reinterpret_cast<cudaStream_t>(stream);
   switch (logits.dtype) {
-    case DType::kFloat32: return run<float>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
-    case DType::kFloat16: return run<__half>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
+    case DType::kFloat32: return run<float>(logits, probs, temperature, temperature_scalar, workspace, enable_pdl, s);
+    case DType::kFloat16: return run<__half>(logits, probs, temperature, temperature_scalar, workspace, enable_pdl, s);
     case DType::kBFloat16:
-      return run<__nv_bfloat16>(logits, probs, temperature, temperature_scalar, enable_pdl, s);
+      return run<__nv_bfloat16>(logits, probs, temperature, temperature_scalar, workspace, enable_pdl, s);
     default:
       fail_argument(std::string("softmax: logits must be float32, float16 or bfloat16, got ") +
                     dtype_name(logits.dtype));
