@@ -22,6 +22,26 @@ namespace {
 // to do, so cutting the row buys nothing.
 constexpr std::int64_t kSplitMinVocab = 16384;
 
+// Vector loads per thread of the split kernels: the most (longest CTAs, most bytes in flight
+// per burst) that still give every SM kSplitCtasPerSm CTAs; the fewest when nothing does.
+// AOTINFER_SOFTMAX_SPLIT_LOADS=2|4|8 pins it (benchmarks compare them).
+constexpr int kSplitCtasPerSm = 2;
+
+int split_loads(std::int64_t rows, std::int64_t vocab, int vec, int sms) {
+  const char* pin = std::getenv("AOTINFER_SOFTMAX_SPLIT_LOADS");
+  if (pin != nullptr && *pin != '\0') {
+    const std::string v = pin;
+    if (v != "2" && v != "4" && v != "8")
+      fail_argument("AOTINFER_SOFTMAX_SPLIT_LOADS must be 2, 4 or 8, got '" + v + "'");
+    return v[0] - '0';
+  }
+  for (int loads : {8, 4}) {
+    if (rows * split_softmax_chunks(vocab, vec, loads) >= static_cast<std::int64_t>(kSplitCtasPerSm) * sms)
+      return loads;
+  }
+  return kSplitMinLoads;
+}
+
 template <typename T>
 void run(const TensorView& logits, const TensorView& probs, const TensorView* temperature,
          float temperature_scalar, const TensorView& workspace, bool enable_pdl, cudaStream_t stream) {
@@ -59,8 +79,12 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     return;
   }
   if (want_split) {
+    int sms = 0;
+    throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
+                        logits.device);
+    const int loads = split_loads(p.rows, p.vocab, vectorized ? kVec : 1, sms);
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
-    throw_on_cuda_error(softmax_split(p, stats, vectorized, enable_pdl, major >= 9, stream), "softmax",
+    throw_on_cuda_error(softmax_split(p, stats, loads, vectorized, enable_pdl, major >= 9, stream), "softmax",
                         logits.device);
     return;
   }

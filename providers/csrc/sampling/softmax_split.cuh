@@ -28,12 +28,14 @@
 namespace aotinfer::sampling {
 
 constexpr int kSplitThreads = 512;
-// Vector loads per thread per chunk, all issued before the first is used.
-constexpr int kSplitLoads = 2;
-// Chunk length for the scalar path; vector paths use a multiple of it, so
-// ceil(vocab / kSplitMinChunk) bounds the chunks per row for every dtype (the workspace rule
-// that core/aotinfer/_sampling_ops.py follows).
-constexpr std::int64_t kSplitMinChunk = static_cast<std::int64_t>(kSplitThreads) * kSplitLoads;
+// Vector loads per thread per chunk (kLoads), all issued before the first is used: 2, 4 or 8.
+// More loads make longer CTAs with more bytes in flight (a CTA's loads come in one burst, so
+// short CTAs leave an SM idle between bursts); fewer make more CTAs for small batches.
+constexpr int kSplitMinLoads = 2;
+// Chunk length for the scalar path at the fewest loads; every variant's chunk is a multiple
+// of it, so ceil(vocab / kSplitMinChunk) bounds the chunks per row (the workspace rule that
+// core/aotinfer/_sampling_ops.py follows).
+constexpr std::int64_t kSplitMinChunk = static_cast<std::int64_t>(kSplitThreads) * kSplitMinLoads;
 
 // Workspace floats the split softmax needs for `rows` rows of `vocab`: one (max, sum) pair per
 // chunk at the smallest chunk length.
@@ -44,9 +46,9 @@ inline std::int64_t split_softmax_workspace_floats(std::int64_t rows, std::int64
 namespace detail {
 
 // The chunk [lo, hi) of one row and the vectors this thread owns in it.
-template <int kVec>
+template <int kVec, int kLoads>
 struct SplitChunk {
-  static constexpr std::int64_t kElems = kSplitMinChunk * kVec;
+  static constexpr std::int64_t kElems = static_cast<std::int64_t>(kSplitThreads) * kLoads * kVec;
   std::int64_t row, lo, hi;
   __device__ SplitChunk(std::int64_t flat_cta, int chunks, std::int64_t vocab)
       : row(flat_cta / chunks), lo((flat_cta % chunks) * kElems), hi(min(lo + kElems, vocab)) {}
@@ -60,11 +62,11 @@ struct SplitChunk {
 
 // Loads this thread's vectors of the chunk (16 bytes each when kVec > 1); `evict_first` marks
 // a last read of them.
-template <typename T, int kVec, bool kEvictFirst>
-__device__ __forceinline__ void load_chunk(const T* in, const SplitChunk<kVec>& c,
-                                           Vec<T, kVec> (&x)[kSplitLoads], bool (&ok)[kSplitLoads]) {
+template <typename T, int kVec, int kLoads, bool kEvictFirst>
+__device__ __forceinline__ void load_chunk(const T* in, const SplitChunk<kVec, kLoads>& c,
+                                           Vec<T, kVec> (&x)[kLoads], bool (&ok)[kLoads]) {
 #pragma unroll
-  for (int u = 0; u < kSplitLoads; ++u) {
+  for (int u = 0; u < kLoads; ++u) {
     const std::int64_t i = c.vec_start(u);
     ok[u] = i + kVec <= c.hi;
     if (!ok[u]) continue;
@@ -78,24 +80,24 @@ __device__ __forceinline__ void load_chunk(const T* in, const SplitChunk<kVec>& 
   }
 }
 
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kSplitThreads)
+template <typename T, int kVec, int kLoads>
+__global__ void __launch_bounds__(kSplitThreads, 2)
     softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunks, float2* stats) {
   pdl_wait_for_prior_grid();
   // The write kernel waits for this grid's completion before it reads `stats`; letting it
   // start now overlaps its launch and its logit loads with this grid's tail.
   pdl_launch_dependents();
-  const SplitChunk<kVec> c(blockIdx.x, chunks, p.vocab);
+  const SplitChunk<kVec, kLoads> c(blockIdx.x, chunks, p.vocab);
   const float inv_t =
       1.f / (p.temperature_array != nullptr ? p.temperature_array[c.row] : p.temperature);
   const T* in = p.logits + c.row * p.in_row_stride;
 
-  Vec<T, kVec> x[kSplitLoads];
-  bool ok[kSplitLoads];
-  load_chunk<T, kVec, false>(in, c, x, ok);
+  Vec<T, kVec> x[kLoads];
+  bool ok[kLoads];
+  load_chunk<T, kVec, kLoads, false>(in, c, x, ok);
   OnlineMax acc;
 #pragma unroll
-  for (int u = 0; u < kSplitLoads; ++u) {
+  for (int u = 0; u < kLoads; ++u) {
     if (!ok[u]) continue;
     float f[kVec];
     float vmax = -INFINITY;
@@ -117,18 +119,18 @@ __global__ void __launch_bounds__(kSplitThreads)
   if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(chunk_acc.m, chunk_acc.has_nan ? NAN : chunk_acc.s);
 }
 
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kSplitThreads)
+template <typename T, int kVec, int kLoads>
+__global__ void __launch_bounds__(kSplitThreads, 2)
     softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunks, const float2* stats) {
   const std::int64_t flat = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;  // reverse order
-  const SplitChunk<kVec> c(flat, chunks, p.vocab);
+  const SplitChunk<kVec, kLoads> c(flat, chunks, p.vocab);
   const T* in = p.logits + c.row * p.in_row_stride;
   float* out = p.probs + c.row * p.out_row_stride;
   // The logits were complete before the stats kernel passed its own wait (it lets this grid
   // start only after that), so they are loaded before this grid's wait; only `stats` needs it.
-  Vec<T, kVec> x[kSplitLoads];
-  bool ok[kSplitLoads];
-  load_chunk<T, kVec, true>(in, c, x, ok);
+  Vec<T, kVec> x[kLoads];
+  bool ok[kLoads];
+  load_chunk<T, kVec, kLoads, true>(in, c, x, ok);
   const float inv_t =
       1.f / (p.temperature_array != nullptr ? p.temperature_array[c.row] : p.temperature);
   pdl_wait_for_prior_grid();
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   constexpr int kOutVec = kVec >= 4 ? 4 : 1;
 #pragma unroll
-  for (int u = 0; u < kSplitLoads; ++u) {
+  for (int u = 0; u < kLoads; ++u) {
     if (!ok[u]) continue;
     float* dst = out + c.vec_start(u);
 #pragma unroll
@@ -172,25 +174,50 @@ __global__ void __launch_bounds__(kSplitThreads)
 
 }  // namespace detail
 
-// Launches both kernels on `stream`. `stats` holds at least split_softmax_workspace_floats()
-// floats, 8-byte aligned. vectorized: as for softmax(). The write kernel follows the stats
-// kernel under PDL where the device has it (has_pdl); enable_pdl governs the stats kernel's
-// relation to the previous kernel in the stream, as for every other launch.
-template <typename T>
-cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, bool vectorized, bool enable_pdl,
-                          bool has_pdl, cudaStream_t stream) {
-  if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
-  constexpr int kVec = 16 / sizeof(T);
-  const std::int64_t chunk = kSplitMinChunk * (vectorized ? kVec : 1);
-  const int chunks = static_cast<int>((params.vocab + chunk - 1) / chunk);
+namespace detail {
+
+template <typename T, int kVec, int kLoads>
+cudaError_t launch_split(const SoftmaxParams<T>& params, float2* stats, bool enable_pdl, bool has_pdl,
+                         cudaStream_t stream) {
+  constexpr std::int64_t kChunk = SplitChunk<kVec, kLoads>::kElems;
+  const int chunks = static_cast<int>((params.vocab + kChunk - 1) / kChunk);
   const dim3 grid(static_cast<unsigned>(params.rows * chunks));
   const dim3 block(kSplitThreads);
-  auto stats_kernel = vectorized ? detail::softmax_chunk_stats_kernel<T, kVec> : detail::softmax_chunk_stats_kernel<T, 1>;
-  auto write_kernel = vectorized ? detail::softmax_chunk_write_kernel<T, kVec> : detail::softmax_chunk_write_kernel<T, 1>;
-  AOTINFER_CUDA_TRY(launch_with_pdl(stats_kernel, grid, block, 0, stream, enable_pdl, params, chunks, stats));
-  AOTINFER_CUDA_TRY(launch_with_pdl(write_kernel, grid, block, 0, stream, has_pdl, params, chunks,
-                                    static_cast<const float2*>(stats)));
+  AOTINFER_CUDA_TRY(launch_with_pdl(softmax_chunk_stats_kernel<T, kVec, kLoads>, grid, block, 0, stream,
+                                    enable_pdl, params, chunks, stats));
+  AOTINFER_CUDA_TRY(launch_with_pdl(softmax_chunk_write_kernel<T, kVec, kLoads>, grid, block, 0, stream, has_pdl,
+                                    params, chunks, static_cast<const float2*>(stats)));
   return cudaSuccess;
+}
+
+template <typename T, int kVec>
+cudaError_t launch_split_loads(const SoftmaxParams<T>& params, float2* stats, int loads, bool enable_pdl,
+                               bool has_pdl, cudaStream_t stream) {
+  if (loads == 8) return launch_split<T, kVec, 8>(params, stats, enable_pdl, has_pdl, stream);
+  if (loads == 4) return launch_split<T, kVec, 4>(params, stats, enable_pdl, has_pdl, stream);
+  return launch_split<T, kVec, 2>(params, stats, enable_pdl, has_pdl, stream);
+}
+
+}  // namespace detail
+
+// Chunks per row of the split softmax with `loads` vector loads per thread.
+inline std::int64_t split_softmax_chunks(std::int64_t vocab, int vec, int loads) {
+  const std::int64_t chunk = static_cast<std::int64_t>(kSplitThreads) * loads * vec;
+  return (vocab + chunk - 1) / chunk;
+}
+
+// Launches both kernels on `stream`. `stats` holds at least split_softmax_workspace_floats()
+// floats, 8-byte aligned. `loads`: 2, 4 or 8 vector loads per thread. vectorized: as for
+// softmax(). The write kernel follows the stats kernel under PDL where the device has it
+// (has_pdl); enable_pdl governs the stats kernel's relation to the previous kernel in the
+// stream, as for every other launch.
+template <typename T>
+cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, int loads, bool vectorized,
+                          bool enable_pdl, bool has_pdl, cudaStream_t stream) {
+  if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
+  constexpr int kVec = 16 / sizeof(T);
+  if (vectorized) return detail::launch_split_loads<T, kVec>(params, stats, loads, enable_pdl, has_pdl, stream);
+  return detail::launch_split_loads<T, 1>(params, stats, loads, enable_pdl, has_pdl, stream);
 }
 
 }  // namespace aotinfer::sampling
