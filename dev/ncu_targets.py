@@ -7,7 +7,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
         python3 dev/ncu_targets.py [decode] [softmax] [sampling]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
-softmax 128 x 128256 bf16, top-p and plain sampling 128 x 128256.
+softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and plain sampling 128 x 128256.
 """
 
 from __future__ import annotations
@@ -43,9 +43,33 @@ def decode_cases(fi):
     return cases
 
 
+def _pinned(fn, **env):
+    """fn() with the provider's switches set (they are read at each call)."""
+
+    def call():
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for key in env:
+                del os.environ[key]
+
+    return call
+
+
 def softmax_cases():
     logits = torch.randn(128, 128256, dtype=torch.bfloat16, device="cuda") * 4
-    return [("aotinfer softmax 128x128256 bf16", lambda: aotinfer.sampling.softmax(logits))]
+    run = lambda: aotinfer.sampling.softmax(logits)  # noqa: E731
+    cases = [
+        (
+            "aotinfer softmax 128x128256 bf16 rowwise",
+            _pinned(run, AOTINFER_SOFTMAX_KERNEL="rowwise"),
+        )
+    ]
+    for loads in ("2", "8"):
+        pin = _pinned(run, AOTINFER_SOFTMAX_KERNEL="split", AOTINFER_SOFTMAX_SPLIT_LOADS=loads)
+        cases.append((f"aotinfer softmax 128x128256 bf16 split{loads}", pin))
+    return cases
 
 
 def sampling_cases():
