@@ -22,9 +22,16 @@ from bench_common import (
 
 import aotinfer
 
-# Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), the split pair at each load count
-# (AOTINFER_SOFTMAX_SPLIT_LOADS; "" lets the launcher choose).
-VARIANTS = [("rowwise", ""), ("cluster", ""), ("split", "2"), ("split", "4"), ("split", "8")]
+# Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), the split pair also at three chunk sizes in KB
+# (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB; "" lets the launcher choose).
+VARIANTS = [
+    ("rowwise", ""),
+    ("cluster", ""),
+    ("split", ""),
+    ("split", "4"),
+    ("split", "16"),
+    ("split", "32"),
+]
 
 
 def main() -> None:
@@ -60,14 +67,14 @@ def main() -> None:
             row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
             # Kernel time without host overhead: CUDA-graph replay of >= 10 calls over the
             # rotating inputs (per-call time), for each kernel variant.
-            for variant, loads in VARIANTS:
+            for variant, chunk_kb in VARIANTS:
                 os.environ["AOTINFER_SOFTMAX_KERNEL"] = variant
-                os.environ["AOTINFER_SOFTMAX_SPLIT_LOADS"] = loads
-                row[f"graph_{variant}{loads}_us"] = rotation_graph_us(
+                os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"] = chunk_kb
+                row[f"graph_{variant}{chunk_kb}_us"] = rotation_graph_us(
                     lambda lg, t: aotinfer.softmax(lg, t), sets
                 )
             del os.environ["AOTINFER_SOFTMAX_KERNEL"]
-            del os.environ["AOTINFER_SOFTMAX_SPLIT_LOADS"]
+            del os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"]
             row["graph_us"] = rotation_graph_us(lambda lg, t: aotinfer.softmax(lg, t), sets)
             row["torch_graph_us"] = rotation_graph_us(
                 lambda lg, t: torch.softmax(lg.float() / t[:, None], -1), sets
@@ -89,7 +96,7 @@ def main() -> None:
         "vs_torch",
         "vs_flashinfer",
         "graph_us",
-        *(f"graph_{variant}{loads}_us" for variant, loads in VARIANTS),
+        *(f"graph_{variant}{chunk_kb}_us" for variant, chunk_kb in VARIANTS),
         "torch_graph_us",
         "fi_graph_us",
         "GB/s",
@@ -102,7 +109,7 @@ def main() -> None:
         cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: per-call time in a CUDA graph of >= 10 calls over the rotating inputs "
-        "(kernel time without launch latency; graph_rowwise/cluster/splitN pin one kernel, N = vector loads per thread of the split pair). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
         "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 

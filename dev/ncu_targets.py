@@ -66,9 +66,9 @@ def softmax_cases():
             _pinned(run, AOTINFER_SOFTMAX_KERNEL="rowwise"),
         )
     ]
-    for loads in ("2", "8"):
-        pin = _pinned(run, AOTINFER_SOFTMAX_KERNEL="split", AOTINFER_SOFTMAX_SPLIT_LOADS=loads)
-        cases.append((f"aotinfer softmax 128x128256 bf16 split{loads}", pin))
+    for kb in ("16", "32"):
+        pin = _pinned(run, AOTINFER_SOFTMAX_KERNEL="split", AOTINFER_SOFTMAX_SPLIT_CHUNK_KB=kb)
+        cases.append((f"aotinfer softmax 128x128256 bf16 split {kb} KB chunks", pin))
     return cases
 
 

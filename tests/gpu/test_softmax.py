@@ -173,3 +173,25 @@ def test_softmax_split_in_a_cuda_graph_with_new_inputs(monkeypatch):
         torch.testing.assert_close(
             static_probs, reference.softmax(static_logits, 0.8), rtol=1e-4, atol=1e-6
         )
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
+    reason="the split pair needs sm_90",
+)
+@pytest.mark.parametrize("chunk_kb", ["4", "8", "16", "32"])
+@pytest.mark.parametrize(
+    "dtype, batch, vocab, offset",
+    [(torch.bfloat16, 70, 50257, 0), (torch.float16, 3, 40000, 5), (torch.float32, 9, 33333, 2)],
+)
+def test_softmax_split_chunk_sizes_match_reference(
+    chunk_kb, dtype, batch, vocab, offset, monkeypatch
+):
+    # Every chunk size (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB), on rows whose chunks start off the
+    # 16-byte grid (odd vocabularies, sliced rows): the bulk copy takes the aligned interior,
+    # threads the head and tail.
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
+    monkeypatch.setenv("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", chunk_kb)
+    logits = _logits(batch, vocab + offset, dtype, seed=vocab + int(chunk_kb))[:, offset:]
+    probs = aotinfer.softmax(logits, 0.9)
+    torch.testing.assert_close(probs, reference.softmax(logits, 0.9), rtol=1e-4, atol=1e-6)

@@ -1,6 +1,6 @@
 // Host launcher for softmax: checks the views, picks the dtype, vector width and kernel, launches.
 // Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel, the
-// split kernel pair and (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see
+// split kernel pair (sm_90+) and (sm_90+) the cluster kernel with 8/16/32/64 elements per thread (see
 // kernel_list.h).
 #include <cstdint>
 #include <cstdlib>
@@ -22,24 +22,15 @@ namespace {
 // to do, so cutting the row buys nothing.
 constexpr std::int64_t kSplitMinVocab = 16384;
 
-// Vector loads per thread of the split kernels: the most (longest CTAs, most bytes in flight
-// per burst) that still give every SM kSplitCtasPerSm CTAs; the fewest when nothing does.
-// AOTINFER_SOFTMAX_SPLIT_LOADS=2|4|8 pins it (benchmarks compare them).
-constexpr int kSplitCtasPerSm = 2;
-
-int split_loads(std::int64_t rows, std::int64_t vocab, int vec, int sms) {
-  const char* pin = std::getenv("AOTINFER_SOFTMAX_SPLIT_LOADS");
-  if (pin != nullptr && *pin != '\0') {
-    const std::string v = pin;
-    if (v != "2" && v != "4" && v != "8")
-      fail_argument("AOTINFER_SOFTMAX_SPLIT_LOADS must be 2, 4 or 8, got '" + v + "'");
-    return v[0] - '0';
-  }
-  for (int loads : {8, 4}) {
-    if (rows * split_softmax_chunks(vocab, vec, loads) >= static_cast<std::int64_t>(kSplitCtasPerSm) * sms)
-      return loads;
-  }
-  return kSplitMinLoads;
+// AOTINFER_SOFTMAX_SPLIT_CHUNK_KB=4|8|16|32 pins the split pair's chunk size (benchmarks compare
+// them); unset: split_softmax_chunk_elems chooses.
+int pinned_split_chunk_kb() {
+  const char* pin = std::getenv("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB");
+  if (pin == nullptr || *pin == '\0') return 0;
+  const std::string v = pin;
+  if (v != "4" && v != "8" && v != "16" && v != "32")
+    fail_argument("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB must be 4, 8, 16 or 32, got '" + v + "'");
+  return std::stoi(v);
 }
 
 template <typename T>
@@ -63,7 +54,8 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split pins one kernel (benchmarks compare them).
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split pins one kernel (benchmarks compare them); the
+  // cluster kernel and the split pair need sm_90 (the one-CTA-per-row kernel serves otherwise).
   const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
   const std::string pinned = pin ? pin : "";
   if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "split" && pinned != "auto")
@@ -78,14 +70,13 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
   }
-  if (want_split) {
+  if (major >= 9 && want_split) {
     int sms = 0;
     throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
                         logits.device);
-    const int loads = split_loads(p.rows, p.vocab, vectorized ? kVec : 1, sms);
+    const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
-    throw_on_cuda_error(softmax_split(p, stats, loads, vectorized, enable_pdl, major >= 9, stream), "softmax",
-                        logits.device);
+    throw_on_cuda_error(softmax_split(p, stats, chunk, enable_pdl, stream), "softmax", logits.device);
     return;
   }
   throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);

@@ -1,41 +1,47 @@
-// Softmax with each row cut into chunks, in two launches, for batches of long rows.
+// Softmax with each row cut into chunks, in two launches, for sm_90 and later.
 //
-// Why: the one-CTA-per-row kernel (softmax.cuh) runs one CTA per SM at batch 128 and is bound
-// by that CTA's own throughput (47 us at 128 x 128256 on an H200, 49% of copy bandwidth), and
-// the cluster kernel loses from batch 128 on. Here every (row, chunk) pair is its own small
-// CTA, so several CTAs per SM keep many loads in flight whatever the batch.
+// Why: a pass over a long row is bound by how many bytes each SM keeps in flight (about 45 KB
+// per SM to cover DRAM latency at 4 TB/s on an H200). The one-CTA-per-row kernel
+// (softmax.cuh) keeps ~16 KB per SM in flight and reaches 49% of copy bandwidth at 128 x
+// 128256; a first version of this pair with register loads (2-8 x 16 bytes per thread) did
+// no better (Nsight Compute: its stats kernel read at 1.2-1.8 TB/s, benchmarks/results/
+// history/ncu-softmax-split-registers.txt). Here every (row, chunk) pair is a CTA that
+// brings its whole chunk (4-32 KB) into shared memory with one bulk copy, so an SM holding
+// six to eight such CTAs has far more than that in flight, without registers.
 //   1. softmax_chunk_stats_kernel: each CTA folds its chunk into an online (max, sum) pair
 //      and writes it to the workspace.
-//   2. softmax_chunk_write_kernel: each CTA merges its row's pairs (every warp on its own: a
-//      row has at most a few hundred) and writes its chunk's probabilities.
-// The second launch reads the chunk again; the first read it moments before, so for batches
-// whose logits fit in L2 the re-read is an L2 hit. It walks the chunks in reverse order, so
-// that the most recently read ones, the likeliest still in L2, go first.
+//   2. softmax_chunk_write_kernel: each CTA copies its chunk in again (before its PDL wait:
+//      the logits were complete before the stats kernel let it start), merges its row's
+//      pairs (every warp on its own: at most a few hundred) and writes the probabilities.
+// The second copy reads what the first read moments before, so for batches whose logits fit
+// in L2 it is mostly an L2 hit; the write kernel walks the chunks in reverse order, so that
+// the most recently read ones, the likeliest still in L2, go first.
 //
-// Numerics are those of softmax.cuh (same OnlineMax, same x * inv_t - max then exp2): -inf
-// entries give 0, a NaN anywhere or a row of only -inf gives a NaN row.
+// Any row alignment: the bulk copy moves the chunk's 16-byte-aligned interior, threads load
+// the few head and tail elements around it. Numerics are those of softmax.cuh (same
+// OnlineMax, same x * inv_t - max then exp2): -inf entries give 0, a NaN anywhere or a row of
+// only -inf gives a NaN row.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "../common/bulk_copy.cuh"
 #include "../common/cuda_check.h"
 #include "../common/pdl.cuh"
 #include "softmax.cuh"
 
 namespace aotinfer::sampling {
 
-constexpr int kSplitThreads = 512;
-// Vector loads per thread per chunk (kLoads), all issued before the first is used: 2, 4 or 8.
-// More loads make longer CTAs with more bytes in flight (a CTA's loads come in one burst, so
-// short CTAs leave an SM idle between bursts); fewer make more CTAs for small batches.
-constexpr int kSplitMinLoads = 2;
-// Chunk length for the scalar path at the fewest loads; every variant's chunk is a multiple
-// of it, so ceil(vocab / kSplitMinChunk) bounds the chunks per row (the workspace rule that
-// core/aotinfer/_sampling_ops.py follows).
-constexpr std::int64_t kSplitMinChunk = static_cast<std::int64_t>(kSplitThreads) * kSplitMinLoads;
+constexpr int kSplitThreads = 256;
+// Chunk lengths are multiples of this many elements, so ceil(vocab / kSplitMinChunk) bounds
+// the chunks per row (the workspace rule that core/aotinfer/_sampling_ops.py follows).
+constexpr std::int64_t kSplitMinChunk = 1024;
+constexpr int kSplitMinChunkBytes = 4096;
+constexpr int kSplitMaxChunkBytes = 32768;
 
 // Workspace floats the split softmax needs for `rows` rows of `vocab`: one (max, sum) pair per
 // chunk at the smallest chunk length.
@@ -45,99 +51,125 @@ inline std::int64_t split_softmax_workspace_floats(std::int64_t rows, std::int64
 
 namespace detail {
 
-// The chunk [lo, hi) of one row and the vectors this thread owns in it.
-template <int kVec, int kLoads>
-struct SplitChunk {
-  static constexpr std::int64_t kElems = static_cast<std::int64_t>(kSplitThreads) * kLoads * kVec;
-  std::int64_t row, lo, hi;
-  __device__ SplitChunk(std::int64_t flat_cta, int chunks, std::int64_t vocab)
-      : row(flat_cta / chunks), lo((flat_cta % chunks) * kElems), hi(min(lo + kElems, vocab)) {}
-  // First element of this thread's u-th vector; whole vectors only (index + kVec <= hi).
-  __device__ std::int64_t vec_start(int u) const {
-    return lo + (static_cast<std::int64_t>(u) * kSplitThreads + threadIdx.x) * kVec;
-  }
-  // Elements past the last whole vector: only when vocab % kVec != 0, in the last chunk.
-  __device__ std::int64_t tail_start() const { return lo + (hi - lo) / kVec * kVec; }
+// One chunk [lo, lo + n) of one row, brought into shared memory: elements at s[0 .. n).
+// `s + head` is 16-byte aligned; head elements before it and the tail after the bulk part are
+// loaded by threads. Call from every thread; returns after the data is in place.
+template <typename T>
+struct SharedChunk {
+  const T* s;
+  int n;
+  bool aligned;  // s itself is 16-byte aligned (the row chunk starts on a 16-byte boundary)
 };
 
-// Loads this thread's vectors of the chunk (16 bytes each when kVec > 1); `evict_first` marks
-// a last read of them.
-template <typename T, int kVec, int kLoads, bool kEvictFirst>
-__device__ __forceinline__ void load_chunk(const T* in, const SplitChunk<kVec, kLoads>& c,
-                                           Vec<T, kVec> (&x)[kLoads], bool (&ok)[kLoads]) {
-#pragma unroll
-  for (int u = 0; u < kLoads; ++u) {
-    const std::int64_t i = c.vec_start(u);
-    ok[u] = i + kVec <= c.hi;
-    if (!ok[u]) continue;
-    const auto* src = reinterpret_cast<const Vec<T, kVec>*>(in + i);
-    if constexpr (kEvictFirst && sizeof(Vec<T, kVec>) == 16) {
-      const int4 raw = __ldcs(reinterpret_cast<const int4*>(src));
-      x[u] = *reinterpret_cast<const Vec<T, kVec>*>(&raw);
-    } else {
-      x[u] = *src;
+template <typename T>
+__device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int n, unsigned char* smem,
+                                                                std::uint64_t* bar) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(src);
+  int head = static_cast<int>(((16 - addr % 16) % 16) / sizeof(T));
+  if (head > n) head = n;
+  const int bulk_elems = static_cast<int>((n - head) * sizeof(T) / 16 * 16 / sizeof(T));
+  const int pad = static_cast<int>((16 - head * sizeof(T) % 16) % 16);
+  T* s = reinterpret_cast<T*>(smem + pad);
+  if (bulk_elems > 0) {
+    if (threadIdx.x == 0) mbarrier_init(bar, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned bytes = static_cast<unsigned>(bulk_elems * sizeof(T));
+      mbarrier_arrive_expect_tx(bar, bytes);
+      bulk_copy_to_shared(s + head, src + head, bytes, bar);
     }
+  }
+  for (int i = threadIdx.x; i < head; i += blockDim.x) s[i] = src[i];
+  for (int i = head + bulk_elems + threadIdx.x; i < n; i += blockDim.x) s[i] = src[i];
+  __syncthreads();
+  if (bulk_elems > 0) mbarrier_wait_parity(bar, 0);
+  return {s, n, pad == 0};
+}
+
+// f(k, v, count) over this thread's share of the chunk: elements k .. k + count - 1 with
+// values v[0 .. count) as float; count is a std::integral_constant (so loops over it unroll
+// and v stays in registers): kVec for whole vectors (16-byte shared loads when the chunk is
+// aligned), 1 otherwise.
+template <int kVec, typename T, typename F>
+__device__ __forceinline__ void for_each_shared_vec(const SharedChunk<T>& c, F&& f) {
+  int first_scalar = 0;
+  if (c.aligned) {
+    const int nv = c.n / kVec;
+    for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+      const Vec<T, kVec> x = reinterpret_cast<const Vec<T, kVec>*>(c.s)[v];
+      float f_v[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) f_v[j] = to_float(x.v[j]);
+      f(v * kVec, f_v, std::integral_constant<int, kVec>{});
+    }
+    first_scalar = nv * kVec;
+  }
+  for (int i = first_scalar + threadIdx.x; i < c.n; i += blockDim.x) {
+    float f_v[kVec];
+    f_v[0] = to_float(c.s[i]);
+    f(i, f_v, std::integral_constant<int, 1>{});
   }
 }
 
-template <typename T, int kVec, int kLoads>
-__global__ void __launch_bounds__(kSplitThreads, 2)
-    softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunks, float2* stats) {
+// Elements per 16-byte vector. A namespace-scope constant on purpose: a kernel-local constexpr
+// in the generic lambdas' parameter types below crashed nvcc 13.0's front end (cicc).
+template <typename T>
+constexpr int kVecOf = 16 / sizeof(T);
+
+template <typename T>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
+                               float2* stats) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
+  constexpr int kVec = kVecOf<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ std::uint64_t bar;
   pdl_wait_for_prior_grid();
   // The write kernel waits for this grid's completion before it reads `stats`; letting it
-  // start now overlaps its launch and its logit loads with this grid's tail.
+  // start now overlaps its launch and its logit copies with this grid's tail.
   pdl_launch_dependents();
-  const SplitChunk<kVec, kLoads> c(blockIdx.x, chunks, p.vocab);
-  const float inv_t =
-      1.f / (p.temperature_array != nullptr ? p.temperature_array[c.row] : p.temperature);
-  const T* in = p.logits + c.row * p.in_row_stride;
+  const std::int64_t row = blockIdx.x / chunks;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x % chunks) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
 
-  Vec<T, kVec> x[kLoads];
-  bool ok[kLoads];
-  load_chunk<T, kVec, kLoads, false>(in, c, x, ok);
   OnlineMax acc;
-#pragma unroll
-  for (int u = 0; u < kLoads; ++u) {
-    if (!ok[u]) continue;
-    float f[kVec];
+  for_each_shared_vec<kVec>(c, [&](int, float (&v)[kVecOf<T>], auto count) {
     float vmax = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      f[j] = to_float(x[u].v[j]) * inv_t;
-      vmax = fmaxf(vmax, f[j]);
+    for (int j = 0; j < decltype(count)::value; ++j) {
+      v[j] *= inv_t;
+      vmax = fmaxf(vmax, v[j]);
     }
     acc.rescale_to(vmax);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) acc.add(f[j]);
-  }
-  for (std::int64_t i = c.tail_start() + threadIdx.x; i < c.hi; i += blockDim.x) {
-    const float f = to_float(in[i]) * inv_t;
-    acc.rescale_to(f);
-    acc.add(f);
-  }
+    for (int j = 0; j < decltype(count)::value; ++j) acc.add(v[j]);
+  });
   const OnlineMax chunk_acc = block_merge(acc);
   if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(chunk_acc.m, chunk_acc.has_nan ? NAN : chunk_acc.s);
+#endif
 }
 
-template <typename T, int kVec, int kLoads>
-__global__ void __launch_bounds__(kSplitThreads, 2)
-    softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunks, const float2* stats) {
-  const std::int64_t flat = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;  // reverse order
-  const SplitChunk<kVec, kLoads> c(flat, chunks, p.vocab);
-  const T* in = p.logits + c.row * p.in_row_stride;
-  float* out = p.probs + c.row * p.out_row_stride;
-  // The logits were complete before the stats kernel passed its own wait (it lets this grid
-  // start only after that), so they are loaded before this grid's wait; only `stats` needs it.
-  Vec<T, kVec> x[kLoads];
-  bool ok[kLoads];
-  load_chunk<T, kVec, kLoads, true>(in, c, x, ok);
-  const float inv_t =
-      1.f / (p.temperature_array != nullptr ? p.temperature_array[c.row] : p.temperature);
+template <typename T>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
+                               const float2* stats) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
+  constexpr int kVec = kVecOf<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ std::uint64_t bar;
+  const unsigned flat = gridDim.x - 1 - blockIdx.x;  // reverse order: see the file comment
+  const std::int64_t row = flat / chunks;
+  const std::int64_t lo = static_cast<std::int64_t>(flat % chunks) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
+  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   pdl_wait_for_prior_grid();
   pdl_launch_dependents();
 
   OnlineMax acc;
-  const float2* row_stats = stats + c.row * chunks;
+  const float2* row_stats = stats + row * chunks;
   for (int j = threadIdx.x % 32; j < chunks; j += 32) {
     const float2 st = row_stats[j];
     OnlineMax o;
@@ -150,74 +182,61 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   const float m = acc.m;
   const float inv_s = acc.has_nan ? NAN : 1.f / acc.s;
 
-  constexpr int kOutVec = kVec >= 4 ? 4 : 1;
+  float* out = p.probs + row * p.out_row_stride + lo;
+  const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+  for_each_shared_vec<kVec>(c, [&](int k, float (&v)[kVecOf<T>], auto count) {
+    constexpr int kCount = decltype(count)::value;
 #pragma unroll
-  for (int u = 0; u < kLoads; ++u) {
-    if (!ok[u]) continue;
-    float* dst = out + c.vec_start(u);
+    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
+    if (kCount == kVec && out_aligned) {
 #pragma unroll
-    for (int j = 0; j < kVec; j += kOutVec) {
-      Vec<float, kOutVec> o;
+      for (int j = 0; j + 3 < kCount; j += 4)
+        __stcs(reinterpret_cast<float4*>(out + k + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
+    } else {
 #pragma unroll
-      for (int k = 0; k < kOutVec; ++k) o.v[k] = exp2f((to_float(x[u].v[j + k]) * inv_t - m) * kLog2e) * inv_s;
-      if constexpr (kOutVec == 4) {
-        __stcs(reinterpret_cast<float4*>(dst + j), make_float4(o.v[0], o.v[1], o.v[2], o.v[3]));
-      } else {
-        __stcs(dst + j, o.v[0]);
-      }
+      for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
     }
-  }
-  for (std::int64_t i = c.tail_start() + threadIdx.x; i < c.hi; i += blockDim.x) {
-    out[i] = exp2f((to_float(in[i]) * inv_t - m) * kLog2e) * inv_s;
-  }
+  });
+#endif
 }
 
 }  // namespace detail
 
-namespace detail {
-
-template <typename T, int kVec, int kLoads>
-cudaError_t launch_split(const SoftmaxParams<T>& params, float2* stats, bool enable_pdl, bool has_pdl,
-                         cudaStream_t stream) {
-  constexpr std::int64_t kChunk = SplitChunk<kVec, kLoads>::kElems;
-  const int chunks = static_cast<int>((params.vocab + kChunk - 1) / kChunk);
-  const dim3 grid(static_cast<unsigned>(params.rows * chunks));
-  const dim3 block(kSplitThreads);
-  AOTINFER_CUDA_TRY(launch_with_pdl(softmax_chunk_stats_kernel<T, kVec, kLoads>, grid, block, 0, stream,
-                                    enable_pdl, params, chunks, stats));
-  AOTINFER_CUDA_TRY(launch_with_pdl(softmax_chunk_write_kernel<T, kVec, kLoads>, grid, block, 0, stream, has_pdl,
-                                    params, chunks, static_cast<const float2*>(stats)));
-  return cudaSuccess;
+// Chunk length in elements: the largest power-of-two byte size in [4, 32] KB that still gives
+// every SM kCtasPerSm CTAs (more, shorter CTAs for small batches; a 32 KB copy per CTA for
+// large ones). `pinned_kb` (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB) overrides it when nonzero.
+inline int split_softmax_chunk_elems(std::int64_t rows, std::int64_t vocab, int elem_bytes, int sms,
+                                     int pinned_kb) {
+  constexpr int kCtasPerSm = 8;
+  int bytes = kSplitMaxChunkBytes;
+  if (pinned_kb != 0) {
+    bytes = pinned_kb * 1024;
+  } else {
+    const std::int64_t total = rows * vocab * elem_bytes;
+    while (bytes > kSplitMinChunkBytes && total / bytes < static_cast<std::int64_t>(kCtasPerSm) * sms) bytes /= 2;
+  }
+  return bytes / elem_bytes;
 }
 
-template <typename T, int kVec>
-cudaError_t launch_split_loads(const SoftmaxParams<T>& params, float2* stats, int loads, bool enable_pdl,
-                               bool has_pdl, cudaStream_t stream) {
-  if (loads == 8) return launch_split<T, kVec, 8>(params, stats, enable_pdl, has_pdl, stream);
-  if (loads == 4) return launch_split<T, kVec, 4>(params, stats, enable_pdl, has_pdl, stream);
-  return launch_split<T, kVec, 2>(params, stats, enable_pdl, has_pdl, stream);
-}
-
-}  // namespace detail
-
-// Chunks per row of the split softmax with `loads` vector loads per thread.
-inline std::int64_t split_softmax_chunks(std::int64_t vocab, int vec, int loads) {
-  const std::int64_t chunk = static_cast<std::int64_t>(kSplitThreads) * loads * vec;
-  return (vocab + chunk - 1) / chunk;
-}
-
-// Launches both kernels on `stream`. `stats` holds at least split_softmax_workspace_floats()
-// floats, 8-byte aligned. `loads`: 2, 4 or 8 vector loads per thread. vectorized: as for
-// softmax(). The write kernel follows the stats kernel under PDL where the device has it
-// (has_pdl); enable_pdl governs the stats kernel's relation to the previous kernel in the
+// Launches both kernels on `stream` (sm_90+). `stats` holds at least
+// split_softmax_workspace_floats() floats, 8-byte aligned; chunk_elems is a multiple of
+// kSplitMinChunk of at most kSplitMaxChunkBytes. The write kernel follows the stats kernel
+// under PDL; enable_pdl governs the stats kernel's relation to the previous kernel in the
 // stream, as for every other launch.
 template <typename T>
-cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, int loads, bool vectorized,
-                          bool enable_pdl, bool has_pdl, cudaStream_t stream) {
+cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, int chunk_elems, bool enable_pdl,
+                          cudaStream_t stream) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
-  constexpr int kVec = 16 / sizeof(T);
-  if (vectorized) return detail::launch_split_loads<T, kVec>(params, stats, loads, enable_pdl, has_pdl, stream);
-  return detail::launch_split_loads<T, 1>(params, stats, loads, enable_pdl, has_pdl, stream);
+  const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
+  const dim3 grid(static_cast<unsigned>(params.rows * chunks));
+  const dim3 block(kSplitThreads);
+  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
+  const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
+  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_stats_kernel<T>, grid, block, smem, stream, enable_pdl,
+                                    params, chunk_elems, chunks, stats));
+  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_write_kernel<T>, grid, block, smem, stream, true, params,
+                                    chunk_elems, chunks, static_cast<const float2*>(stats)));
+  return cudaSuccess;
 }
 
 }  // namespace aotinfer::sampling
