@@ -18,9 +18,10 @@
 // the most recently read ones, the likeliest still in L2, go first.
 //
 // Any row alignment: the bulk copy moves the chunk's 16-byte-aligned interior, threads load
-// the few head and tail elements around it. Numerics are those of softmax.cuh (same
-// OnlineMax, same x * inv_t - max then exp2): -inf entries give 0, a NaN anywhere or a row of
-// only -inf gives a NaN row.
+// the few head and tail elements around it. Numerics follow softmax.cuh (x * inv_t - max, then
+// times log2(e), then 2^x), with two differences: each thread takes its maximum before its sum
+// instead of rescaling online, and 2^x flushes subnormal results to zero. -inf entries give 0;
+// a NaN or +inf anywhere, or a row of only -inf, gives a NaN row, as torch.softmax does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -111,6 +112,23 @@ __device__ __forceinline__ void for_each_shared_vec(const SharedChunk<T>& c, F&&
   }
 }
 
+// 2^x on the special-function unit with subnormal results flushed to zero (a probability below
+// 2^-126 of the row's largest becomes 0): one instruction where exp2f takes four. Nsight
+// Compute put the first bulk-copy version of these kernels at 64% of the SM's issue
+// throughput and 37% of DRAM's, so the per-element instruction count is what limits them.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Maximum that propagates NaN (fmaxf drops it), so one NaN reaches the thread's maximum.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
 // Elements per 16-byte vector. A namespace-scope constant on purpose: a kernel-local constexpr
 // in the generic lambdas' parameter types below crashed nvcc 13.0's front end (cicc).
 template <typename T>
@@ -134,18 +152,32 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
 
-  OnlineMax acc;
+
+  // Two passes over this thread's elements in shared memory, its maximum and then its sum
+  // against that maximum, cost fewer instructions per element than an online rescale.
+  float thread_max = -INFINITY;
   for_each_shared_vec<kVec>(c, [&](int, float (&v)[kVecOf<T>], auto count) {
-    float vmax = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < decltype(count)::value; ++j) {
-      v[j] *= inv_t;
-      vmax = fmaxf(vmax, v[j]);
-    }
-    acc.rescale_to(vmax);
-#pragma unroll
-    for (int j = 0; j < decltype(count)::value; ++j) acc.add(v[j]);
+    for (int j = 0; j < decltype(count)::value; ++j) thread_max = max_nan(thread_max, v[j]);
   });
+  OnlineMax acc;
+  acc.m = thread_max * inv_t;  // inv_t > 0 and rounding is monotone: the largest scaled value
+  if (thread_max != -INFINITY) {  // all -inf: no terms (x - max would be NaN)
+    const float m = acc.m;
+    float sum = 0.f;
+    for_each_shared_vec<kVec>(c, [&](int, float (&v)[kVecOf<T>], auto count) {
+#pragma unroll
+      for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
+    });
+    acc.s = sum;
+  }
+  // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: flag it and keep the
+  // merge's arithmetic finite.
+  acc.has_nan = acc.m != acc.m || acc.s != acc.s;
+  if (acc.has_nan) {
+    acc.m = -INFINITY;
+    acc.s = 0.f;
+  }
   const OnlineMax chunk_acc = block_merge(acc);
   if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(chunk_acc.m, chunk_acc.has_nan ? NAN : chunk_acc.s);
 #endif
@@ -187,7 +219,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   for_each_shared_vec<kVec>(c, [&](int k, float (&v)[kVecOf<T>], auto count) {
     constexpr int kCount = decltype(count)::value;
 #pragma unroll
-    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
+    for (int j = 0; j < kCount; ++j) v[j] = fast_exp2((v[j] * inv_t - m) * kLog2e) * inv_s;
     if (kCount == kVec && out_aligned) {
 #pragma unroll
       for (int j = 0; j + 3 < kCount; j += 4)
