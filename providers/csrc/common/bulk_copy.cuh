@@ -6,7 +6,8 @@
 // Use (one-shot, one copy per barrier):
 //   thread 0: mbarrier_init(bar, 1); then every thread: __syncthreads();
 //   thread 0: mbarrier_arrive_expect_tx(bar, bytes); bulk_copy_to_shared(dst, src, bytes, bar);
-//   every thread: mbarrier_wait_parity(bar, 0);
+//   thread 0: mbarrier_wait_parity(bar, 0); then every thread: __syncthreads();
+// (one poller: polling threads take issue slots, threads in __syncthreads do not).
 // On older targets these compile to nothing; callers launch them only on sm_90+.
 #pragma once
 

@@ -82,8 +82,12 @@ __device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int
   }
   for (int i = threadIdx.x; i < head; i += blockDim.x) s[i] = src[i];
   for (int i = head + bulk_elems + threadIdx.x; i < n; i += blockDim.x) s[i] = src[i];
+  // One thread polls the barrier and the others wait in __syncthreads, which takes no issue
+  // slots: with every thread polling, six to eight CTAs per SM spent the SM's issue slots on
+  // the poll loop (ncu: 70% issue-busy in a kernel that should wait on memory). The barrier
+  // makes the copy visible to the polling thread, __syncthreads passes it to the CTA.
+  if (bulk_elems > 0 && threadIdx.x == 0) mbarrier_wait_parity(bar, 0);
   __syncthreads();
-  if (bulk_elems > 0) mbarrier_wait_parity(bar, 0);
   return {s, n, pad == 0};
 }
 
