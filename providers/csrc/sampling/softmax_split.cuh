@@ -33,6 +33,7 @@
 #include "../common/bulk_copy.cuh"
 #include "../common/cuda_check.h"
 #include "../common/pdl.cuh"
+#include "row_access.cuh"
 #include "softmax.cuh"
 
 namespace aotinfer::sampling {
@@ -93,57 +94,73 @@ __device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int
 
 // f(k, v, count) over this thread's share of the chunk: elements k .. k + count - 1 with
 // values v[0 .. count) as float; count is a std::integral_constant (so loops over it unroll
-// and v stays in registers): kVec for whole vectors (16-byte shared loads when the chunk is
-// aligned), 1 otherwise.
-template <int kVec, typename T, typename F>
-__device__ __forceinline__ void for_each_shared_vec(const SharedChunk<T>& c, F&& f) {
+// and v stays in registers): 4 for whole groups of four (one 8- or 16-byte shared load when
+// the chunk is aligned), 1 otherwise. Thread t takes groups t, t + blockDim, ..., so a warp's
+// groups are consecutive and its float4 output stores cover 512 contiguous bytes.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_shared_group4(const SharedChunk<T>& c, F&& f) {
   int first_scalar = 0;
   if (c.aligned) {
-    const int nv = c.n / kVec;
-    for (int v = threadIdx.x; v < nv; v += blockDim.x) {
-      const Vec<T, kVec> x = reinterpret_cast<const Vec<T, kVec>*>(c.s)[v];
-      float f_v[kVec];
+    const int groups = c.n / 4;
+#pragma unroll 2
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+      const Group4<T> x = reinterpret_cast<const Group4<T>*>(c.s)[g];
+      float v[4];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) f_v[j] = to_float(x.v[j]);
-      f(v * kVec, f_v, std::integral_constant<int, kVec>{});
+      for (int j = 0; j < 4; ++j) v[j] = load_float(&x.v[j]);
+      f(g * 4, v, std::integral_constant<int, 4>{});
     }
-    first_scalar = nv * kVec;
+    first_scalar = groups * 4;
   }
   for (int i = first_scalar + threadIdx.x; i < c.n; i += blockDim.x) {
-    float f_v[kVec];
-    f_v[0] = to_float(c.s[i]);
-    f(i, f_v, std::integral_constant<int, 1>{});
+    float v[4];
+    v[0] = load_float(c.s + i);
+    f(i, v, std::integral_constant<int, 1>{});
   }
 }
 
 // 2^x on the special-function unit with subnormal results flushed to zero (a probability below
-// 2^-126 of the row's largest becomes 0): one instruction where exp2f takes four. Nsight
-// Compute put the first bulk-copy version of these kernels at 64% of the SM's issue
-// throughput and 37% of DRAM's, so the per-element instruction count is what limits them.
+// 2^-126 of the row's largest becomes 0): one instruction where exp2f takes four.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
-// Maximum that propagates NaN (fmaxf drops it), so one NaN reaches the thread's maximum.
+// Maximum that propagates NaN (fmaxf drops it), so one NaN reaches the block's maximum.
 __device__ __forceinline__ float max_nan(float a, float b) {
   float y;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
   return y;
 }
 
-// Elements per 16-byte vector. A namespace-scope constant on purpose: a kernel-local constexpr
-// in the generic lambdas' parameter types below crashed nvcc 13.0's front end (cicc).
-template <typename T>
-constexpr int kVecOf = 16 / sizeof(T);
+// Block-wide maximum (NaN-propagating) and sum; every thread gets the result. Each has its own
+// scratch, so one may follow the other without a barrier in between.
+__device__ __forceinline__ float block_max_nan(float x) {
+  __shared__ float warp_max[32];
+  for (int mask = 16; mask > 0; mask >>= 1) x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, mask));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = -INFINITY;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) x = max_nan(x, warp_max[w]);
+  return x;
+}
+
+__device__ __forceinline__ float block_sum(float x) {
+  __shared__ float warp_sum[32];
+  for (int mask = 16; mask > 0; mask >>= 1) x += __shfl_xor_sync(0xffffffffu, x, mask);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) x += warp_sum[w];
+  return x;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
     softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
                                float2* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
-  constexpr int kVec = kVecOf<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ std::uint64_t bar;
   pdl_wait_for_prior_grid();
@@ -156,34 +173,29 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
 
-
-  // Two passes over this thread's elements in shared memory, its maximum and then its sum
-  // against that maximum, cost fewer instructions per element than an online rescale.
-  float thread_max = -INFINITY;
-  for_each_shared_vec<kVec>(c, [&](int, float (&v)[kVecOf<T>], auto count) {
+  // The chunk's maximum, then its sum against that maximum: two cheap passes over shared
+  // memory and two plain block reductions, where an online (max, sum) costs a rescale per
+  // group and an exp2 per shuffle step (Nsight Compute: the CTAs were issue-bound, half of
+  // their instructions in fixed per-CTA work).
+  float x_max = -INFINITY;
+  for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
 #pragma unroll
-    for (int j = 0; j < decltype(count)::value; ++j) thread_max = max_nan(thread_max, v[j]);
+    for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
   });
-  OnlineMax acc;
-  acc.m = thread_max * inv_t;  // inv_t > 0 and rounding is monotone: the largest scaled value
-  if (thread_max != -INFINITY) {  // all -inf: no terms (x - max would be NaN)
-    const float m = acc.m;
-    float sum = 0.f;
-    for_each_shared_vec<kVec>(c, [&](int, float (&v)[kVecOf<T>], auto count) {
+  const float m = block_max_nan(x_max) * inv_t;  // inv_t > 0, rounding monotone: the scaled max
+  float sum = 0.f;
+  if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
+    for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
 #pragma unroll
       for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
     });
-    acc.s = sum;
   }
-  // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: flag it and keep the
-  // merge's arithmetic finite.
-  acc.has_nan = acc.m != acc.m || acc.s != acc.s;
-  if (acc.has_nan) {
-    acc.m = -INFINITY;
-    acc.s = 0.f;
+  sum = block_sum(sum);
+  // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: a NaN sum flags it.
+  if (threadIdx.x == 0) {
+    const bool nan = m != m || sum != sum;
+    stats[blockIdx.x] = make_float2(nan ? -INFINITY : m, nan ? NAN : sum);
   }
-  const OnlineMax chunk_acc = block_merge(acc);
-  if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(chunk_acc.m, chunk_acc.has_nan ? NAN : chunk_acc.s);
 #endif
 }
 
@@ -192,7 +204,6 @@ __global__ void __launch_bounds__(kSplitThreads)
     softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
                                const float2* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
-  constexpr int kVec = kVecOf<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ std::uint64_t bar;
   const unsigned flat = gridDim.x - 1 - blockIdx.x;  // reverse order: see the file comment
@@ -220,14 +231,12 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   float* out = p.probs + row * p.out_row_stride + lo;
   const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-  for_each_shared_vec<kVec>(c, [&](int k, float (&v)[kVecOf<T>], auto count) {
+  for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
     constexpr int kCount = decltype(count)::value;
 #pragma unroll
     for (int j = 0; j < kCount; ++j) v[j] = fast_exp2((v[j] * inv_t - m) * kLog2e) * inv_s;
-    if (kCount == kVec && out_aligned) {
-#pragma unroll
-      for (int j = 0; j + 3 < kCount; j += 4)
-        __stcs(reinterpret_cast<float4*>(out + k + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
+    if (kCount == 4 && out_aligned) {
+      __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
     } else {
 #pragma unroll
       for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
