@@ -250,9 +250,13 @@ __global__ void __launch_bounds__(kSplitThreads)
 // Chunk length in elements: the largest power-of-two byte size in [4, 32] KB that still gives
 // every SM kCtasPerSm CTAs (more, shorter CTAs for small batches; a 32 KB copy per CTA for
 // large ones). `pinned_kb` (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB) overrides it when nonzero.
+// kCtasPerSm = 2 from the chunk sweep at e19976e on an H200 (benchmarks/results/history/
+// softmax-e19976e-chunk-sweep.md, per call in a graph): 128 x 32000 ran 16.9 / 12.0 / 12.7 us
+// at 4 / 16 / 32 KB (8 CTAs per SM picked 4 KB), 16 x 128256 9.6 / 8.3 / 8.9, 128 x 128256
+// 62 / 38.6 / 38.2, batch 1 4.1 / 5.0 / 6.4.
 inline int split_softmax_chunk_elems(std::int64_t rows, std::int64_t vocab, int elem_bytes, int sms,
                                      int pinned_kb) {
-  constexpr int kCtasPerSm = 8;
+  constexpr int kCtasPerSm = 2;
   int bytes = kSplitMaxChunkBytes;
   if (pinned_kb != 0) {
     bytes = pinned_kb * 1024;
