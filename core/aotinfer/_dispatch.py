@@ -24,12 +24,13 @@ def sampling_variants() -> list:
 
 
 def softmax_cluster_variants() -> list:
-    """The one-read cluster softmax (sm_90+ rows of 16K-256K, batch <= 64)."""
+    """The one-read cluster softmax (sm_90+ rows of up to 256K, when pinned by
+    AOTINFER_SOFTMAX_KERNEL=cluster)."""
     return [f"softmax_cluster/{name}" for name in _DTYPE_NAMES.values()]
 
 
 def softmax_split_variants() -> list:
-    """The two-launch split softmax (rows of at least 16K that the cluster kernel does not take)."""
+    """The two-launch split softmax (sm_90+ rows of at least 16K)."""
     return [f"softmax_split/{name}" for name in _DTYPE_NAMES.values()]
 
 

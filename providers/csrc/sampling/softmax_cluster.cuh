@@ -5,6 +5,9 @@
 // writes its slice from registers. Each element is read once and written once -- the
 // minimum traffic -- and a batch of 128 rows keeps 1024 CTAs busy instead of 128.
 // Rows too long for the register budget use softmax.cuh's one-CTA-per-row kernel.
+// Since the split pair (softmax_split.cuh) this kernel runs only when pinned
+// (AOTINFER_SOFTMAX_KERNEL=cluster): the pair was faster at every benchmarked shape (batch 1 x
+// 128256: 4.1 against 9.4 us; benchmarks/results/history/softmax-3404dd5-ftz-write.md).
 #pragma once
 
 #include <cooperative_groups.h>

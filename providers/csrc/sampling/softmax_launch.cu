@@ -61,10 +61,12 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "split" && pinned != "auto")
     fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster, split or auto, got '" + pinned + "'");
   const bool pinned_one = pinned == "rowwise" || pinned == "cluster" || pinned == "split";
-  // Measured on an H200 (benchmarks/results/softmax.md): the one-read cluster kernel wins while
-  // the rows alone cannot fill the GPU (batch 1-16 at vocab 128256) and loses from batch 128
-  // on, where the split pair serves long rows.
-  const bool want_cluster = pinned_one ? pinned == "cluster" : (p.vocab >= kSplitMinVocab && p.rows <= 64);
+  // Measured on an H200 (benchmarks/results/history/softmax-3404dd5-ftz-write.md, per call in a
+  // graph): the split pair beats both other kernels at every benchmarked shape of vocab 32000
+  // and 128256, batch 1 to 512 (batch 1 x 128256: 4.1 us against the cluster kernel's 9.4;
+  // 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so it serves every long row on
+  // sm_90+; the cluster kernel stays as a pinned alternative.
+  const bool want_cluster = pinned == "cluster";
   const bool want_split = pinned_one ? pinned == "split" : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);

@@ -19,9 +19,9 @@
 //
 // Any row alignment: the bulk copy moves the chunk's 16-byte-aligned interior, threads load
 // the few head and tail elements around it. Numerics follow softmax.cuh (x * inv_t - max, then
-// times log2(e), then 2^x), with two differences: each thread takes its maximum before its sum
-// instead of rescaling online, and 2^x flushes subnormal results to zero. -inf entries give 0;
-// a NaN or +inf anywhere, or a row of only -inf, gives a NaN row, as torch.softmax does.
+// times log2(e), then exp2f), except that each chunk takes its maximum before its sum instead
+// of rescaling online. -inf entries give 0; a NaN or +inf anywhere, or a row of only -inf,
+// gives a NaN row, as torch.softmax does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -119,8 +119,12 @@ __device__ __forceinline__ void for_each_shared_group4(const SharedChunk<T>& c, 
   }
 }
 
-// 2^x on the special-function unit with subnormal results flushed to zero (a probability below
-// 2^-126 of the row's largest becomes 0): one instruction where exp2f takes four.
+// 2^x on the special-function unit with subnormal results flushed to zero: one instruction
+// where exp2f takes about four. Used only for the stats kernel's sum, where it is exact: the
+// sum is at least 1 (its largest term is 2^0), so a term below 2^-126 cannot change it. The
+// write kernel keeps exp2f: flushed probabilities were zeros where torch.softmax gives
+// subnormals (at 3404dd5 the GPU suite's compiled-vs-uncompiled LogitsPipe test saw up to 17%
+// of a temperature-0.1 batch's entries differ in whether they are zero).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
     constexpr int kCount = decltype(count)::value;
 #pragma unroll
-    for (int j = 0; j < kCount; ++j) v[j] = fast_exp2((v[j] * inv_t - m) * kLog2e) * inv_s;
+    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
     if (kCount == 4 && out_aligned) {
       __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
     } else {
