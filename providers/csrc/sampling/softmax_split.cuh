@@ -1,15 +1,17 @@
 // Softmax with each row cut into chunks, in two launches, for sm_90 and later.
 //
-// Why: a pass over a long row is bound by how many bytes each SM keeps in flight (about 45 KB
-// per SM to cover DRAM latency at 4 TB/s on an H200). The one-CTA-per-row kernel
-// (softmax.cuh) keeps ~16 KB per SM in flight and reaches 49% of copy bandwidth at 128 x
-// 128256; a first version of this pair with register loads (2-8 x 16 bytes per thread) did
-// no better (Nsight Compute: its stats kernel read at 1.2-1.8 TB/s, benchmarks/results/
-// history/ncu-softmax-split-registers.txt). Here every (row, chunk) pair is a CTA that
-// brings its whole chunk (4-32 KB) into shared memory with one bulk copy, so an SM holding
-// six to eight such CTAs has far more than that in flight, without registers.
-//   1. softmax_chunk_stats_kernel: each CTA folds its chunk into an online (max, sum) pair
-//      and writes it to the workspace.
+// Why: the one-CTA-per-row kernel (softmax.cuh) runs one CTA per SM at batch 128 and keeps
+// ~16 KB per SM in flight, where covering DRAM latency at 4 TB/s on an H200 takes about
+// 45 KB; it reaches 49% of copy bandwidth at 128 x 128256. A first version of this pair with
+// register loads (2-8 x 16 bytes per thread) did no better (Nsight Compute: its stats kernel
+// read at 1.2-1.8 TB/s; benchmarks/results/history/ncu-softmax-split-registers.txt). Here
+// every (row, chunk) pair is a CTA that brings its whole chunk (4-32 KB) into shared memory
+// with one bulk copy, so several resident CTAs per SM keep far more in flight, without
+// registers. Measured at 3404dd5: 38 us = 61% of copy at 128 x 128256 (goal 80%), 4.1 us at
+// batch 1; the limit is now instruction issue (stats kernel 65% issue-busy, 44% of DRAM), see
+// dev/NOTES.md item 25.
+//   1. softmax_chunk_stats_kernel: each CTA writes its chunk's maximum and the sum of
+//      exp(x - maximum) to the workspace.
 //   2. softmax_chunk_write_kernel: each CTA copies its chunk in again (before its PDL wait:
 //      the logits were complete before the stats kernel let it start), merges its row's
 //      pairs (every warp on its own: at most a few hundred) and writes the probabilities.
@@ -53,9 +55,7 @@ inline std::int64_t split_softmax_workspace_floats(std::int64_t rows, std::int64
 
 namespace detail {
 
-// One chunk [lo, lo + n) of one row, brought into shared memory: elements at s[0 .. n).
-// `s + head` is 16-byte aligned; head elements before it and the tail after the bulk part are
-// loaded by threads. Call from every thread; returns after the data is in place.
+// One chunk of one row in shared memory: its n elements at s[0 .. n).
 template <typename T>
 struct SharedChunk {
   const T* s;
@@ -63,6 +63,10 @@ struct SharedChunk {
   bool aligned;  // s itself is 16-byte aligned (the row chunk starts on a 16-byte boundary)
 };
 
+// Brings src[0 .. n) into shared memory at `smem` (n * sizeof(T) + 16 bytes): one bulk copy of
+// the 16-byte-aligned interior, at an offset that keeps it aligned in shared memory, and
+// threads load the head before it and the tail after it. Call from every thread; returns
+// after the data is in place.
 template <typename T>
 __device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int n, unsigned char* smem,
                                                                 std::uint64_t* bar) {
@@ -84,9 +88,9 @@ __device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int
   for (int i = threadIdx.x; i < head; i += blockDim.x) s[i] = src[i];
   for (int i = head + bulk_elems + threadIdx.x; i < n; i += blockDim.x) s[i] = src[i];
   // One thread polls the barrier and the others wait in __syncthreads, which takes no issue
-  // slots: with every thread polling, six to eight CTAs per SM spent the SM's issue slots on
-  // the poll loop (ncu: 70% issue-busy in a kernel that should wait on memory). The barrier
-  // makes the copy visible to the polling thread, __syncthreads passes it to the CTA.
+  // slots. (With every thread polling the kernels ran as fast, ca62d3f against f0006f0: the
+  // poll loop was not what kept them issue-bound.) The barrier makes the copy visible to the
+  // polling thread, __syncthreads passes it to the rest of the CTA.
   if (bulk_elems > 0 && threadIdx.x == 0) mbarrier_wait_parity(bar, 0);
   __syncthreads();
   return {s, n, pad == 0};
@@ -179,8 +183,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   // The chunk's maximum, then its sum against that maximum: two cheap passes over shared
   // memory and two plain block reductions, where an online (max, sum) costs a rescale per
-  // group and an exp2 per shuffle step (Nsight Compute: the CTAs were issue-bound, half of
-  // their instructions in fixed per-CTA work).
+  // group and an exp2 per shuffle step. The kernel is issue-bound (Nsight Compute at ca62d3f:
+  // IPC 3.3), so instructions are what counts; this change and four-element groups together
+  // took 128 x 128256 from 45.8 to 38.6 us.
   float x_max = -INFINITY;
   for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
 #pragma unroll
