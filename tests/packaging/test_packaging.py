@@ -170,19 +170,33 @@ def test_wheel_size(wheelhouse):
 # The provider's host-side checks run before any CUDA call, so the installed extension can
 # be asked about bad plan data on a machine without a GPU: views are plain 5-tuples
 # (pointer, dtype code, shape, strides, device), the pointers never dereferenced.
-_DECODE_REFUSALS = r"""
+_VIEWS = r"""
 import aotinfer_sm90a._kernels as k
 
-F16, I32 = 1, 3
+F32, F16, BF16, I32 = 0, 1, 2, 3
 
 
-def v(shape, dtype=F16):
+def v(shape, dtype=F32, ptr=1 << 20):
     strides, step = [], 1
     for n in reversed(shape):
         strides.insert(0, step)
         step *= n
-    return (1 << 20, dtype, tuple(shape), tuple(strides), 0)
+    return (ptr, dtype, tuple(shape), tuple(strides), 0)
+"""
 
+
+def _assert_refusals(venv, script, expected):
+    """Runs _VIEWS + script in the wheel's venv; each line it prints must be a ValueError
+    holding the next expected text."""
+    lines = _run(
+        [venv / "bin/python", "-c", _VIEWS + script], env=_clean_env(), cwd=venv
+    ).splitlines()
+    assert len(lines) == len(expected), lines
+    for line, text in zip(lines, expected):
+        assert line.startswith("ValueError") and text in line, (line, text)
+
+
+_DECODE_REFUSALS = r"""
 
 B, HKV, PAGES = 4, 8, 8
 table = (v((B + 1,), I32), v((PAGES,), I32), v((B,), I32))
@@ -190,8 +204,9 @@ table = (v((B + 1,), I32), v((PAGES,), I32), v((B,), I32))
 
 def call(work, counts, arrivals):
     try:
-        k.batch_decode(v((B, 32, 128)), v((PAGES, 16, HKV, 128)), v((PAGES, 16, HKV, 128)), 0,
-                       16, *table, 0, v((B, 32, 128)), None, None, None, work, counts,
+        k.batch_decode(v((B, 32, 128), F16), v((PAGES, 16, HKV, 128), F16),
+                       v((PAGES, 16, HKV, 128), F16), 0,
+                       16, *table, 0, v((B, 32, 128), F16), None, None, None, work, counts,
                        arrivals, 1, 1, 1, 0.1, 0.0, -1, 0, 1.0, 1e4, None, 1.0, 1.0, None, 0)
     except ValueError as exc:
         print("ValueError:", exc)  # (ArgumentError, a ValueError)
@@ -209,9 +224,6 @@ call(work, counts, (1 << 20, I32, [B * HKV], (1,), 0))
 
 
 def test_decode_refuses_bad_work_lists_before_any_launch(venv):
-    lines = _run(
-        [venv / "bin/python", "-c", _DECODE_REFUSALS], env=_clean_env(), cwd=venv
-    ).splitlines()
     expected = [
         "arrivals needs batch_size x row blocks x num_kv_heads = 32 entries, got 31",
         "work must be a contiguous, 16-byte aligned (items, 4) int32 tensor",
@@ -221,25 +233,10 @@ def test_decode_refuses_bad_work_lists_before_any_launch(venv):
         "a tensor view is a 5-tuple",
         "a tensor view's shape and strides are tuples of ints",
     ]
-    assert len(lines) == len(expected), lines
-    for line, text in zip(lines, expected):
-        assert line.startswith("ValueError") and text in line, (line, text)
+    _assert_refusals(venv, _DECODE_REFUSALS, expected)
 
 
 _SOFTMAX_REFUSALS = r"""
-import aotinfer_sm90a._kernels as k
-
-F32, BF16 = 0, 2
-
-
-def v(shape, dtype=F32, ptr=1 << 20):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.insert(0, step)
-        step *= n
-    return (ptr, dtype, tuple(shape), tuple(strides), 0)
-
-
 ROWS, VOCAB = 128, 128256  # 126 chunks of the smallest chunk length per row
 
 
@@ -258,15 +255,10 @@ call(None)
 
 
 def test_softmax_refuses_a_short_workspace_before_any_launch(venv):
-    lines = _run(
-        [venv / "bin/python", "-c", _SOFTMAX_REFUSALS], env=_clean_env(), cwd=venv
-    ).splitlines()
     expected = [
         "workspace must hold at least 32256 floats, got 32255",
         "workspace must be 8-byte aligned",
         "workspace must be float32",
         "a tensor view is a 5-tuple",
     ]
-    assert len(lines) == len(expected), lines
-    for line, text in zip(lines, expected):
-        assert line.startswith("ValueError") and text in line, (line, text)
+    _assert_refusals(venv, _SOFTMAX_REFUSALS, expected)
