@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/block_reduce.cuh"
 #include "../common/bulk_copy.cuh"
 #include "../common/cuda_check.h"
 #include "../common/pdl.cuh"
@@ -142,27 +143,9 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return y;
 }
 
-// Block-wide maximum (NaN-propagating) and sum; every thread gets the result. Each has its own
-// scratch, so one may follow the other without a barrier in between.
-__device__ __forceinline__ float block_max_nan(float x) {
-  __shared__ float warp_max[32];
-  for (int mask = 16; mask > 0; mask >>= 1) x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, mask));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = -INFINITY;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) x = max_nan(x, warp_max[w]);
-  return x;
-}
-
-__device__ __forceinline__ float block_sum(float x) {
-  __shared__ float warp_sum[32];
-  for (int mask = 16; mask > 0; mask >>= 1) x += __shfl_xor_sync(0xffffffffu, x, mask);
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) x += warp_sum[w];
-  return x;
-}
+struct MaxNanOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
+};
 
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
@@ -191,7 +174,8 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
     for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
   });
-  const float m = block_max_nan(x_max) * inv_t;  // inv_t > 0, rounding monotone: the scaled max
+  // inv_t > 0 and rounding is monotone: the scaled maximum.
+  const float m = block_reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
   float sum = 0.f;
   if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
     for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
@@ -199,7 +183,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
     });
   }
-  sum = block_sum(sum);
+  sum = block_reduce(sum, SumOp{}, 0.f);
   // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: a NaN sum flags it.
   if (threadIdx.x == 0) {
     const bool nan = m != m || sum != sum;
