@@ -1,6 +1,7 @@
 // Block-wide reductions and scans used by the row kernels. Every thread of the block must
 // call them (they contain __syncthreads), and every thread gets the result. Reductions run
-// in a fixed order, so the same inputs always give the same bits.
+// in a fixed order, so the same inputs always give the same bits. Included by more than one
+// translation unit of a provider, so every non-template function here is inline.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,7 @@ __device__ __forceinline__ ScoredIndex shfl_xor(const ScoredIndex& v, int m) {
                      static_cast<std::int64_t>(__shfl_xor_sync(kFullMask, static_cast<long long>(v.index), m))};
 }
 
-__device__ ScoredIndex block_argmin(ScoredIndex v) {
+inline __device__ ScoredIndex block_argmin(ScoredIndex v) {
   __shared__ float scores[32];
   __shared__ long long indices[32];
   __syncthreads();
@@ -84,7 +85,7 @@ __device__ ScoredIndex block_argmin(ScoredIndex v) {
 }
 
 // Exclusive prefix sum of one uint64 per thread in thread order; *total gets the block sum.
-__device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* total) {
+inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* total) {
   __shared__ std::uint64_t warp_sums[32];
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
