@@ -128,8 +128,9 @@ __device__ __forceinline__ void for_each_shared_group4(const SharedChunk<T>& c, 
 // where exp2f takes about four. Used only for the stats kernel's sum, where it is exact: the
 // sum is at least 1 (its largest term is 2^0), so a term below 2^-126 cannot change it. The
 // write kernel keeps exp2f: flushed probabilities were zeros where torch.softmax gives
-// subnormals (at 3404dd5 the GPU suite's compiled-vs-uncompiled LogitsPipe test saw up to 17%
-// of a temperature-0.1 batch's entries differ in whether they are zero).
+// subnormals (at 3404dd5 the GPU suite's compiled-vs-uncompiled LogitsPipe test saw up to 37%
+// of a temperature-0.1 batch's entries differ in whether they are zero; benchmarks/results/
+// history/gpu-tests-3404dd5-failures.txt).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
