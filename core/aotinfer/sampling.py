@@ -7,9 +7,10 @@ is validated here, before any launch, with a ValueError naming the argument, wha
 expected and what was given. Every function is a torch custom op underneath
 (``aotinfer._sampling_ops``), so ``torch.compile(fullgraph=True)`` can trace it.
 
-No sorting of the vocabulary: samplers draw by an exponential race (``argmin E_i / p_i``
-over the kept tokens with ``E_i`` independent Exp(1) variates, which samples ``p``
-renormalised over the kept set) or, from logits, by Gumbel-max (``argmax x_i - log E_i``);
+No sorting of the vocabulary: samplers from probabilities draw by an inverse CDF over the
+kept tokens in fixed point (integer masses, one 64-bit uniform per output row; exact for
+``p`` renormalised over the kept set, and the same token whatever the summation order) or,
+from logits, by Gumbel-max (``argmax x_i - log E_i``, ``E_i`` independent Exp(1));
 top-k / top-p / min-p sets are defined by thresholds (see
 ``aotinfer.reference.sampling`` for the exact definitions the kernels implement).
 

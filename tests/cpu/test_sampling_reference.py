@@ -355,7 +355,7 @@ STAT_CASES = [
 
 
 @pytest.mark.parametrize("mode,params", STAT_CASES, ids=[c[0] for c in STAT_CASES])
-def test_race_sampler_frequencies_match_the_filtered_distribution(mode, params):
+def test_probs_sampler_frequencies_match_the_filtered_distribution(mode, params):
     rows, vocab, n = 3, 40, 8000
     probs = _probs(rows, vocab, seed=11)
     probs[2] = torch.linspace(1, 2, vocab) / torch.linspace(1, 2, vocab).sum()  # flat-ish

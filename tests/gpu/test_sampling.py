@@ -1,8 +1,10 @@
 """The sampling family on CUDA against aotinfer.reference (run on the GPU too).
 
 - Tokens: the kernels and the reference draw from the same Philox numbers, so for the same
-  seed and offset they give the same tokens; a tiny fraction may differ where two tokens'
-  race scores tie to within the last bit of ``log`` (allowed: 0.1% of draws).
+  seed and offset they give the same tokens; a tiny fraction may differ (allowed: 0.1% of
+  draws) where two Gumbel scores tie to within the last bit of ``log``, or where a float64
+  threshold of the reference and the kernels' fixed-point one fall on either side of a
+  probability.
 - Frequencies: many draws from few rows (``indices``) against the exact filtered
   distribution, by a chi-square test whose bound comes from the sample count; a biased
   sampler fails it, and a token outside the kept set fails it outright.

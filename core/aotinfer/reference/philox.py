@@ -10,8 +10,9 @@ The uniform for element ``i`` of output row ``b`` in stream ``s``, given the row
     u       = float32(word) * 2^-32 + 2^-33      # float32, in (0, 1]
     E       = -log1p(-u)                         # the Exp(1) variate of the races
 
-Streams: 0 is the token draw of every sampler (the race over the vocabulary, or the Gumbel
-noise); chain speculative sampling uses 1 for its acceptance tests and ``2 + j`` for the
+Streams: 0 is the token draw of every sampler (words 0 and 1 of group 0 make the 64-bit
+uniform of the inverse CDF over probabilities; every element's word is Gumbel noise for
+logits); chain speculative sampling uses 1 for its acceptance tests and ``2 + j`` for the
 token drawn at position ``j``.
 
 Everything is int64 arithmetic on tensors, masked to 32 bits: 32x32-bit products are

@@ -23,13 +23,23 @@ Kept sets, per source row (``probs`` row ``r``, parameters indexed by ``r``):
 Masses are sums in float64 (the exact value the kernels approximate); ``top_p`` and
 ``min_p`` are rounded to float32 first, as the kernels receive them.
 
-Drawing. Sampling from probabilities is an exponential race: with ``E_i`` the Exp(1)
-variate of ``philox.exponential`` (``-log1p(-u_i)`` in float32, stream 0, element ``i`` =
-vocabulary index, counter row = output row), the token is the kept ``i`` minimising
-``E_i / p_i`` (float32 division); ties go to the lowest index.
-Sampling from logits is Gumbel-max: the token maximises ``x_i - log(E_i)`` (float32) over
-logits > -inf; ties go to the lowest index. A row with nothing to draw gives token 0 and
-``valid = False``, and so does an output row whose index lies outside ``[0, U)``.
+Drawing from probabilities: an inverse CDF in fixed point, one 64-bit uniform per output
+row. With ``m`` the row's largest kept weight, every kept weight ``w_i`` becomes the integer
+``q_i = floor(w_i * 2^(S - e))``, where ``2^(e-1) <= m < 2^e`` (e from m's float32 bits,
+subnormals included) and ``S = 63 - bitlength(V)``: exact shifts of the 24-bit mantissas,
+so ``q_max`` lies in ``[2^(S-1), 2^S)`` and the row total ``T = sum q_i`` stays below
+``2^63``. With ``R`` the 64-bit word ``(w0 << 32) | w1`` of Philox group 0 of the output
+row (stream 0), the target is ``t = floor(R * T / 2^64)`` and the token is the first index
+whose inclusive prefix sum of ``q`` exceeds ``t`` (so ``q_token > 0``). Integer sums do not
+depend on their order, so the reference, the one-CTA-per-row kernel and the cluster kernel
+(each CTA summing its own slice) all pick the same token for the same uniform. A weight
+below ``m * 2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to ``q = 0`` and is never
+drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of its own size.
+Sampling from logits is Gumbel-max: with ``E_i = -log1p(-u_i)`` (``philox.exponential``,
+``u_i`` element ``i`` of stream 0 of the output row), the token maximises
+``x_i - log(E_i)`` (float32) over logits > -inf; ties go to the lowest index. A row with
+nothing to draw gives token 0 and ``valid = False``, and so does an output row whose index
+lies outside ``[0, U)``.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import philox
+from .philox import MASK64
 
 Scalar = Union[int, float]
 ParamLike = Union[torch.Tensor, Scalar]
@@ -170,11 +181,44 @@ def kept_mask(
 # Drawing
 
 
+def fixed_point_mass(weights: torch.Tensor) -> torch.Tensor:
+    """``q`` (int64, same shape) of cleaned and filtered float32 weights ``(R, V)``; see
+    "Drawing" above. Entries that are 0 give 0; a row of zeros is all 0."""
+    w = weights.to(torch.float32).contiguous()
+    vocab = w.size(1)
+    s = 63 - max(vocab, 1).bit_length()
+    bits = w.view(torch.int32).to(torch.int64) & 0xFFFFFFFF  # non-negative: sign bit 0
+    biased = bits >> 23
+    mant = torch.where(biased > 0, (bits & 0x7FFFFF) | 0x800000, bits & 0x7FFFFF)
+    top = bits.max(dim=1, keepdim=True).values  # float order = bit order for w >= 0
+    top_biased = top >> 23
+    top_mant = torch.where(top_biased > 0, (top & 0x7FFFFF) | 0x800000, top & 0x7FFFFF)
+    powers = 2 ** torch.arange(24, dtype=torch.int64, device=w.device)
+    top_len = (top_mant >= powers).sum(dim=1, keepdim=True)  # bit length of the mantissa
+    shift = biased.clamp(min=1) - top_biased.clamp(min=1) + s - top_len  # <= s - top_len
+    return torch.where(shift >= 0, mant << shift.clamp(min=0), mant >> (-shift).clamp(max=63))
+
+
+def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Fixed-point inverse CDF over ``weights`` ``(R, V)`` (cleaned and filtered, float32)
+    with ``words`` ``(R, 2)``, the first two Philox words of each output row. Returns
+    (token int64, valid bool), token 0 for a row with no positive weight."""
+    q = fixed_point_mass(weights)
+    prefix = q.cumsum(dim=1)
+    totals = prefix[:, -1].tolist() if q.size(1) else [0] * q.size(0)
+    r = ((words[:, 0] << 32) | words[:, 1]).tolist()  # the int64 view of a 64-bit word
+    target = [((ri & MASK64) * t) >> 64 for ri, t in zip(r, totals)]
+    t = torch.tensor(target, dtype=torch.int64, device=q.device).unsqueeze(1)
+    valid = torch.tensor([x > 0 for x in totals], dtype=torch.bool, device=q.device)
+    token = torch.searchsorted(prefix, t, right=True).squeeze(1) if q.size(1) else t.squeeze(1)
+    return torch.where(valid, token, torch.zeros_like(token)), valid
+
+
 def race(weights: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Exponential race: argmin of E_i / w_i over entries with w_i > 0 (weights
-    already cleaned and filtered, float32). Returns (token int64, valid bool), token 0 for
-    a row with no positive weight. Ties, including ratios that overflow to inf, go to the
-    lowest index among the candidates."""
+    """Exponential race (chain speculative sampling's token draw): argmin of E_i / w_i over
+    entries with w_i > 0 (weights already cleaned and filtered, float32). Returns (token
+    int64, valid bool), token 0 for a row with no positive weight. Ties, including ratios
+    that overflow to inf, go to the lowest index among the candidates."""
     candidate = weights > 0
     ratio = philox.exponential(u) / weights  # inf or nan where w == 0: masked next
     ratio = torch.where(candidate, ratio, float("inf"))
@@ -216,7 +260,8 @@ def _draw(
     offset,
     drawer,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Runs ``drawer(rows_of_table, uniforms)`` over output rows in chunks, stream 0."""
+    """Runs ``drawer(rows_of_table, seeds, offsets, output_rows)`` over output rows in
+    chunks (the drawer takes its Philox numbers from stream 0 of each output row)."""
     device = table.device
     src = _source_rows(indices, table.size(0), device)
     batch, vocab = src.numel(), table.size(1)
@@ -228,9 +273,8 @@ def _draw(
     for lo in range(0, batch, step):
         hi = min(batch, lo + step)
         rows = torch.arange(lo, hi, dtype=torch.int64, device=device)
-        u = philox.uniform(seeds[lo:hi], offsets[lo:hi], rows, 0, vocab)
         src_chunk = src[lo:hi]
-        tok, ok = drawer(table[src_chunk.clamp(min=0)], u)
+        tok, ok = drawer(table[src_chunk.clamp(min=0)], seeds[lo:hi], offsets[lo:hi], rows)
         in_range = src_chunk >= 0
         tokens[lo:hi] = torch.where(in_range, tok, 0)
         valid[lo:hi] = ok & in_range
@@ -248,7 +292,8 @@ def sample_from_probs(
     seed,
     offset,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """One token per output row from ``probs`` ``(U, V)`` after the filter, by the race.
+    """One token per output row from ``probs`` ``(U, V)`` after the filter, by the
+    fixed-point inverse CDF.
 
     ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
     ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
@@ -256,7 +301,11 @@ def sample_from_probs(
     """
     probs = probs.detach()
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
-    return _draw(weights, indices, seed, offset, race)
+
+    def drawer(table, seeds, offsets, rows):
+        return inverse_cdf(table, philox.random_words(seeds, offsets, rows, 0, 2))
+
+    return _draw(weights, indices, seed, offset, drawer)
 
 
 def sample_from_logits(
@@ -265,7 +314,11 @@ def sample_from_logits(
     """One token per output row from ``logits`` ``(U, V)`` by Gumbel-max (no filter).
     Returns ``(tokens int64 (B,), valid bool (B,))``; valid is False for a row whose logits
     are all -inf or NaN."""
-    return _draw(logits.detach().to(torch.float32), indices, seed, offset, gumbel_max)
+
+    def drawer(table, seeds, offsets, rows):
+        return gumbel_max(table, philox.uniform(seeds, offsets, rows, 0, table.size(1)))
+
+    return _draw(logits.detach().to(torch.float32), indices, seed, offset, drawer)
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-// Row kernels of the sampling family: filtered sampling (exponential race / Gumbel-max),
-// top-k / top-p renormalisation and top-k logit masking. One CTA of kRowThreads per output
-// row; filters come from radix_threshold.cuh, randomness from philox.cuh.
+// Row kernels of the sampling family: filtered sampling (fixed-point inverse CDF /
+// Gumbel-max), top-k / top-p renormalisation and top-k logit masking. One CTA of kRowThreads
+// per output row; filters come from radix_threshold.cuh, the draw from inverse_cdf.cuh,
+// randomness from philox.cuh.
 //
-// Sampling from probabilities is an exponential race: with E_i = -log(u_i) independent
-// Exp(1) draws, argmin_i E_i / p_i is token i with probability p_i / sum(p), so one pass
-// over the kept tokens samples the renormalised distribution exactly, without sorting and
-// without normalising first. Sampling from logits is the same race in log space
-// (Gumbel-max: argmax_i x_i - log(E_i)).
+// Sampling from probabilities draws from the kept tokens by the inverse CDF of their
+// fixed-point masses with one 64-bit uniform per output row: exact for the renormalised
+// distribution, without sorting and without normalising first. Sampling from logits is an
+// exponential race in log space (Gumbel-max: argmax_i x_i - log(E_i), E_i ~ Exp(1)).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +15,7 @@
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
+#include "inverse_cdf.cuh"
 #include "philox.cuh"
 #include "radix_threshold.cuh"
 #include "row_access.cuh"
@@ -97,10 +98,12 @@ __device__ RowStats prob_stats(const Scope& scope) {
   return RowStats{scope.reduce(total, SumOp{}, 0.f), scope.reduce(mx, MaxOp{}, 0.f)};
 }
 
-// The key every kept probability reaches (0 when the row has no participant). Also gives the
-// fixed-point mass of the kept set and the scale that maps probabilities to it.
+// The key every kept probability reaches (0 when the row has no participant) and the key of
+// the largest one. Also gives the fixed-point mass of the kept set and the scale that maps
+// probabilities to it (renormalisation only: in units of 2^-40 of the row total).
 struct KeptSet {
   std::uint32_t min_key;
+  std::uint32_t max_key;
   std::uint64_t mass;
   float scale;
   bool any;
@@ -110,12 +113,17 @@ template <typename Scope>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, RadixShared& sh) {
   if (f.mode == FilterMode::kNone && !need_mass) {
-    // Plain sampling: the race needs no statistics (a row with nothing positive ends with no
-    // candidate and is reported invalid).
-    return KeptSet{1u, 0, 0.f, true};
+    // Plain sampling: the draw needs only the largest key (its fixed-point unit).
+    std::uint32_t mx = 0u;
+    scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx = max(mx, prob_key(v[j]));
+    });
+    mx = scope.reduce(mx, MaxOp{}, 0u);
+    return KeptSet{1u, mx, 0, 0.f, mx != 0u};
   }
   const RowStats st = prob_stats(scope);
-  KeptSet kept{0u, 0, 0.f, st.total > 0.f};
+  KeptSet kept{0u, prob_key(st.max), 0, 0.f, st.total > 0.f};
   if (!kept.any) return kept;
   const float scale = kMassOne / st.total;
   kept.scale = scale;
@@ -174,35 +182,14 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   return kept;
 }
 
-// The exponential race over the kept probabilities of the scope's row: this thread's best
-// candidate (combine with block_argmin, and across a cluster).
+// The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
+// inverse_cdf_draw for what each CTA gets back).
 template <typename Scope>
-__device__ ScoredIndex filtered_race(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                     const RowRandom& rng, RadixShared& sh) {
-  ScoredIndex best{0.f, -1};
+__device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
+                                      const RowRandom& rng, RadixShared& sh) {
   const KeptSet kept = prob_filter(scope, n, f, row, false, sh);
-  if (!kept.any) return best;
-  const std::uint32_t min_key = kept.min_key;
-  scope.for_each_group(0.f, [&](std::int64_t g, const float (&v)[4]) {
-    bool any = false;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t k = prob_key(v[j]);
-      any |= k != 0u && k >= min_key;
-    }
-    if (!any) return;  // skip the generator where nothing in the group is kept
-    const Philox4 w = rng.words(static_cast<std::uint64_t>(g));
-    const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t k = prob_key(v[j]);
-      if (k == 0u || k < min_key) continue;
-      const float e = RowRandom::exponential(words[j]);
-      const ScoredIndex c{e / v[j], 4 * g + j};
-      if (better_min(c, best)) best = c;
-    }
-  });
-  return best;
+  if (!kept.any) return -1;  // the same in every CTA of the scope
+  return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
@@ -217,16 +204,16 @@ __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, con
       .key;
 }
 
-// Output b of a sampling call: the race's winner, or token 0 marked invalid when nothing
-// took part.
-__device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, const ScoredIndex& best) {
-  const std::int64_t token = best.index >= 0 ? best.index : 0;
+// Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
+// nothing took part.
+__device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, std::int64_t drawn) {
+  const std::int64_t token = drawn >= 0 ? drawn : 0;
   if (p.samples_int64) {
     static_cast<std::int64_t*>(p.samples)[b] = token;
   } else {
     static_cast<std::int32_t*>(p.samples)[b] = static_cast<std::int32_t>(token);
   }
-  if (p.valid) p.valid[b] = best.index >= 0;
+  if (p.valid) p.valid[b] = drawn >= 0;
 }
 
 // Renormalised group: kept probabilities times `factor`, everything else 0.
@@ -258,13 +245,15 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
-  ScoredIndex best{0.f, -1};
-  if (row >= 0 && row < p.rows) {
-    const float* x = p.input + row * p.row_stride;
-    const std::int64_t n = p.vocab;
-    const RowRandom rng = p.random.for_row(b, 0);
-    const bool aligned = group_aligned(x);
-    if (p.input_is_logits) {
+  const bool row_ok = row >= 0 && row < p.rows;
+  const float* x = p.input + (row_ok ? row : 0) * p.row_stride;
+  const std::int64_t n = p.vocab;
+  const RowRandom rng = p.random.for_row(b, 0);
+  std::int64_t token = -1;
+  if (p.input_is_logits) {
+    ScoredIndex best{0.f, -1};
+    if (row_ok) {
+      const bool aligned = group_aligned(x);
       // Gumbel-max as a race: minimise log(E_i) - x_i. NaN and -inf never win.
       for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
         float v[4];
@@ -279,13 +268,13 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
           if (better_min(c, best)) best = c;
         }
       }
-    } else {
-      best = detail::filtered_race(RowScope<float>(x, n), n, p.filter, row, rng, sh);
     }
+    token = block_argmin(best).index;
+  } else if (row_ok) {
+    token = detail::filtered_draw(RowScope<float>(x, n), n, p.filter, row, rng, sh);
   }
-  best = block_argmin(best);
   pdl_launch_dependents();
-  if (threadIdx.x == 0) detail::write_sample(p, b, best);
+  if (threadIdx.x == 0) detail::write_sample(p, b, token);
 }
 
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.

@@ -5,7 +5,9 @@
 //   counter = (i / 4, b, offset_lo32, offset_hi32)
 //   word    = philox4x32_10(counter, key)[i % 4]
 //   u       = float(word) * 2^-32 + 2^-33 (float32), in (0, 1]
-//   E       = -log1p(-u), the Exp(1) variate the samplers race with
+//   E       = -log1p(-u), the Exp(1) variate of the races (Gumbel-max, chain speculative)
+// Sampling from probabilities takes one 64-bit uniform per output row instead: words x and
+// y of group 0, stream 0 (inverse_cdf.cuh).
 // E is formed from 1 - u through log1p so that small E -- the values that decide a race --
 // keep full precision: with 24-bit uniforms, E = 0 came up once in 2^24 draws, enough for
 // one of 128k tail tokens to beat a token of probability 0.99 almost 1% of the time.

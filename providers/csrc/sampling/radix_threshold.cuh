@@ -37,9 +37,15 @@ __device__ __forceinline__ std::uint32_t ordered_key(float x) {
 }
 
 struct RadixShared {
-  std::uint32_t count[kRadixBins];
-  std::uint32_t mass_lo[kRadixBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
-  std::uint32_t mass_hi[kRadixBins];
+  union {
+    struct {
+      std::uint32_t count[kRadixBins];
+      std::uint32_t mass_lo[kRadixBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
+      std::uint32_t mass_hi[kRadixBins];
+    };
+    // inverse_cdf.cuh, once the threshold search is over: the mass of each row segment.
+    std::uint64_t segment_mass[kRadixBins * 3 / 2];
+  };
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
   int found;

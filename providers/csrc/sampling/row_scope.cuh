@@ -40,8 +40,18 @@ struct RowScope {
   __device__ void for_each_group(float fill, F&& f) const {
     for_each_group4<4>(x, n, 0, (n + 3) / 4, aligned, fill, f);
   }
+  // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
+  // first_group() + g); load(g, v) reads one (tail elements NaN).
+  __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
+  __device__ std::int64_t first_group() const { return 0; }
+  __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
+  // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
+  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
+    *before = 0;
+    *total = mine;
+  }
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
     return block_reduce(v, op, identity);
@@ -89,7 +99,35 @@ struct SliceScope {
       f(first + g, v);
     }
   }
+  __device__ std::int64_t local_groups() const { return groups; }
+  __device__ std::int64_t first_group() const { return first; }
+  __device__ void load(std::int64_t g, float (&v)[4]) const {
+    const float4 q = s[g];
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
+  // `mine` is the same in every thread of the CTA; lane r of warp 0 reads rank r's.
+  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
+    __shared__ std::uint64_t value, sums[2];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x == 0) value = mine;
+    cluster.sync();
+    if (threadIdx.x < 32) {
+      const unsigned lane = threadIdx.x, rank = cluster.block_rank();
+      const std::uint64_t v = lane < kSliceCtas ? *cluster.map_shared_rank(&value, lane) : 0;
+      const std::uint64_t b = warp_reduce(lane < rank ? v : 0, SumOp{}), t = warp_reduce(v, SumOp{});
+      if (lane == 0) {
+        sums[0] = b;
+        sums[1] = t;
+      }
+    }
+    cluster.sync();  // every peer has read `value`; sums are visible to the CTA
+    *before = sums[0];
+    *total = sums[1];
+  }
   // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
   // shuffle order (so every CTA gets the same bits), then shared with the CTA.
   template <typename V, typename Op>

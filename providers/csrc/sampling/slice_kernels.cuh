@@ -2,8 +2,8 @@
 // CTAs (sm_90+; row_scope.cuh's SliceScope): every CTA copies its slice of the row into
 // shared memory once, and the statistics, the radix levels and the race then read shared
 // memory instead of global memory, one pass each. Same results as the one-CTA-per-row
-// kernels: the same keys, integer histograms and Philox words (group g of the row keeps its
-// generator index whichever CTA holds it), ties broken the same way.
+// kernels: the same keys and integer histograms, and the same token (the inverse CDF's
+// integer masses add up to the same prefix sums whichever CTA holds which slice).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -52,37 +52,22 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
   __shared__ RadixShared sh;
-  __shared__ float best_score;
-  __shared__ long long best_index;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const std::int64_t b = blockIdx.x / kSliceCtas;
   pdl_wait_for_prior_grid();
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
-  ScoredIndex best{0.f, -1};
+  std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
                                                 detail::slice_range(n, slice_groups, rank));
-    best = detail::filtered_race(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+    token = detail::filtered_draw(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
   }
-  best = block_argmin(best);
-  if (threadIdx.x == 0) {
-    best_score = best.score;
-    best_index = best.index;
-  }
-  cluster.sync();
   pdl_launch_dependents();
-  if (rank == 0 && threadIdx.x == 0) {
-    ScoredIndex w{0.f, -1};
-    for (unsigned r = 0; r < kSliceCtas; ++r) {  // rank order: the lowest index wins ties
-      const ScoredIndex o{*cluster.map_shared_rank(&best_score, r),
-                          static_cast<std::int64_t>(*cluster.map_shared_rank(&best_index, r))};
-      if (better_min(o, w)) w = o;
-    }
-    detail::write_sample(p, b, w);
-  }
-  cluster.sync();  // peers stay resident until rank 0 has read their candidates
+  // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
+  if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
+  cluster.sync();  // peers stay resident until every remote read of their shared memory is done
 #endif
 }
 

@@ -1,0 +1,188 @@
+// Drawing one token from a row's kept probabilities by the inverse CDF in fixed point, with
+// one 64-bit uniform per output row (core/aotinfer/reference/sampling.py, "Drawing", is the
+// definition and the oracle).
+//
+// Every kept probability becomes an integer q = floor(p * 2^(S - e)) (e: the exponent just
+// above the row's largest kept probability, S = 63 - bitlength(V)), an exact shift of its
+// 24-bit mantissa, so the row's total stays below 2^63. Integer sums do not depend on their
+// order: whichever threads or CTAs add the masses up, the target floor(R * T / 2^64) lands
+// on the same token. One pass over the row writes the mass of every segment of 32 groups
+// (one warp load: 128 elements) to shared memory; a block scan of the segment masses finds
+// the segment holding the target, and one warp rescans that segment to find the element.
+// Per element this costs a shift and an add, where a race costs a Philox word, a log and a
+// division.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+#include "philox.cuh"
+#include "radix_threshold.cuh"
+
+namespace aotinfer::sampling {
+
+constexpr int kDrawSegments = kRadixBins * 3 / 2;  // RadixShared::segment_mass
+constexpr int kSegmentUnitGroups = 32;             // one group per lane of a warp
+
+// The fixed-point unit of one row: q(key) = mantissa shifted by (biased exponent + base).
+struct FixedPointScale {
+  int base;
+
+  __device__ __forceinline__ static std::uint32_t mantissa(std::uint32_t key) {
+    const std::uint32_t frac = key & 0x7FFFFFu;
+    return (key >> 23) ? (frac | 0x800000u) : frac;  // subnormals: no implicit bit
+  }
+  __device__ __forceinline__ static int biased_exponent(std::uint32_t key) {
+    const int e = static_cast<int>(key >> 23);
+    return e > 0 ? e : 1;  // subnormals scale like exponent 1
+  }
+
+  // max_key: the key (bit pattern) of the row's largest kept probability; n: the row length.
+  __device__ __forceinline__ static FixedPointScale of(std::uint32_t max_key, std::int64_t n) {
+    const int s = 63 - (64 - __clzll(static_cast<long long>(n > 0 ? n : 1)));
+    const std::uint32_t m = mantissa(max_key);
+    const int len = m ? 32 - __clz(static_cast<int>(m)) : 0;
+    return FixedPointScale{s - len - biased_exponent(max_key)};
+  }
+
+  // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len).
+  __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
+    const int shift = biased_exponent(key) + base;
+    const std::uint64_t m = mantissa(key);
+    return shift >= 0 ? m << shift : (shift > -32 ? m >> -shift : 0);
+  }
+};
+
+// q of each element of a group, 0 for the elements that are not kept (key 0 or below
+// min_key; the NaN fill of a tail has key 0).
+__device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::uint32_t min_key,
+                                                      const FixedPointScale& fx, std::uint64_t (&q)[4]) {
+  std::uint64_t sum = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t k = prob_key(v[j]);
+    q[j] = (k != 0u && k >= min_key) ? fx.mass(k) : 0;
+    sum += q[j];
+  }
+  return sum;
+}
+
+// Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
+// largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
+// the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
+// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
+template <typename Scope>
+__device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
+                                         std::uint32_t max_key, const RowRandom& rng, RadixShared& sh) {
+  __shared__ std::int64_t found_segment;
+  __shared__ std::uint64_t found_rest;
+  __shared__ std::int64_t found_token;
+  const FixedPointScale fx = FixedPointScale::of(max_key, n);
+  const std::int64_t groups = scope.local_groups();
+  const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
+  const std::int64_t per_segment = (units + kDrawSegments - 1) / kDrawSegments;  // 1 unless V > 393216
+  const std::int64_t segments = (units + per_segment - 1) / per_segment;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  std::uint64_t* seg = sh.segment_mass;
+  scope.sync();  // the threshold search (in any CTA of the scope) no longer reads sh
+
+  // 1. The mass of every segment; four segments per warp in flight.
+  constexpr int kInFlight = 4;
+  for (std::int64_t s0 = warp; s0 < segments; s0 += kInFlight * warps) {
+    std::uint64_t sum[kInFlight] = {};
+    for (std::int64_t c = 0; c < per_segment; ++c) {
+      float v[kInFlight][4];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const std::int64_t s = s0 + u * warps, g = (s * per_segment + c) * kSegmentUnitGroups + lane;
+        if (s < segments && g < groups) {
+          scope.load(g, v[u]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[u][j] = NAN;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        std::uint64_t q[4];
+        sum[u] += group_masses(v[u], min_key, fx, q);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const std::uint64_t total = warp_reduce(sum[u], SumOp{});
+      if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
+    }
+  }
+  __syncthreads();
+
+  // 2. This CTA's total, the scope's total and where the target lies.
+  const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
+  const std::int64_t mine = threadIdx.x * per_thread;
+  std::uint64_t own = 0;
+  for (std::int64_t i = 0; i < per_thread; ++i) {
+    if (mine + i < segments) own += seg[mine + i];
+  }
+  std::uint64_t cta_total, before_cta, row_total;
+  const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
+  scope.exclusive_across(cta_total, &before_cta, &row_total);
+  if (row_total == 0) return -1;
+  const Philox4 w = rng.words(0);
+  const std::uint64_t r = (static_cast<std::uint64_t>(w.x) << 32) | w.y;
+  const std::uint64_t target = __umul64hi(r, row_total);  // < row_total
+  if (target < before_cta || target - before_cta >= cta_total) return -2;
+  const std::uint64_t local = target - before_cta;
+  if (local >= before_me && local - before_me < own) {  // exactly one thread
+    std::uint64_t run = before_me;
+    for (std::int64_t i = 0; i < per_thread; ++i) {
+      const std::uint64_t m = seg[mine + i];
+      if (local - run < m) {
+        found_segment = mine + i;
+        found_rest = local - run;
+        break;
+      }
+      run += m;
+    }
+  }
+  __syncthreads();
+
+  // 3. One warp finds the element inside the segment.
+  if (warp == 0) {
+    const std::int64_t s = found_segment;
+    std::uint64_t rest = found_rest;  // < the segment's mass
+    for (std::int64_t c = 0; c < per_segment; ++c) {
+      const std::int64_t g = (s * per_segment + c) * kSegmentUnitGroups + lane;
+      float v[4] = {NAN, NAN, NAN, NAN};
+      if (g < groups) scope.load(g, v);
+      std::uint64_t q[4];
+      const std::uint64_t mass = group_masses(v, min_key, fx, q);
+      std::uint64_t inclusive = mass;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const std::uint64_t up = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d) inclusive += up;
+      }
+      const std::uint64_t unit_total = __shfl_sync(kFullMask, inclusive, 31);
+      if (rest < unit_total) {  // the same decision in every lane
+        const unsigned past = __ballot_sync(kFullMask, inclusive > rest);
+        if (lane == __ffs(past) - 1) {
+          std::uint64_t within = rest - (inclusive - mass);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (within < q[j]) {
+              found_token = 4 * (scope.first_group() + g) + j;
+              break;
+            }
+            within -= q[j];
+          }
+        }
+        break;
+      }
+      rest -= unit_total;
+    }
+  }
+  __syncthreads();
+  return found_token;
+}
+
+}  // namespace aotinfer::sampling
