@@ -214,46 +214,6 @@ def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tenso
     return torch.where(valid, token, torch.zeros_like(token)), valid
 
 
-# Top-p draws by rejection before the threshold is searched (kTopPRejectionRounds in
-# providers/csrc/sampling/filter_sample.cuh).
-TOP_P_REJECTION_ROUNDS = 4
-
-
-def _group_words(words: torch.Tensor, group: int) -> torch.Tensor:
-    """Words x, y of Philox group ``group`` from ``(R, >= 4 * group + 2)`` words."""
-    return words[:, 4 * group : 4 * group + 2]
-
-
-def top_p_by_rejection(
-    p: torch.Tensor, top_p: torch.Tensor, words: torch.Tensor
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Top-p sampling of cleaned rows ``p`` ``(R, V)`` with per-row ``top_p`` ``(R,)``
-    float32 (< 1) the way the kernels draw it: candidate ``j`` from ``{p > low}`` by the
-    inverse CDF (Philox group = round, ``low`` = 0 first) is accepted when the mass of
-    ``{p > p_j}`` is below ``top_p * mass(all)`` (j is then in the top-p set; the row's
-    largest value always is), else ``low = p_j``. After ``TOP_P_REJECTION_ROUNDS`` rounds
-    without acceptance, the kept set is drawn from directly with group ``rounds + 1``.
-    ``words``: ``(R, 4 * (rounds + 2))`` Philox words of stream 0. Returns (token, valid)."""
-    rounds = TOP_P_REJECTION_ROUNDS
-    goal = top_p.clamp(min=0).to(torch.float64) * p.to(torch.float64).sum(dim=1)
-    cand, valid = inverse_cdf(p, _group_words(words, 0))
-    token = torch.zeros_like(cand)
-    done = ~valid
-    for r in range(1, rounds + 1):
-        value = p.gather(1, cand.unsqueeze(1))
-        above = torch.where(p > value, p, torch.zeros((), dtype=p.dtype))
-        mass = above.to(torch.float64).sum(dim=1)
-        accept = ~done & ((mass < goal) | (mass == 0))
-        token = torch.where(accept, cand, token)
-        done = done | accept
-        cand, _ = inverse_cdf(above, _group_words(words, r))
-    if not bool(done.all()):
-        weights = torch.where(kept_mask(p, FilterMode.TOP_P, top_p=top_p), p, 0)
-        late, _ = inverse_cdf(weights, _group_words(words, rounds + 1))
-        token = torch.where(done, token, late)
-    return torch.where(valid, token, torch.zeros_like(token)), valid
-
-
 def race(weights: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Exponential race (chain speculative sampling's token draw): argmin of E_i / w_i over
     entries with w_i > 0 (weights already cleaned and filtered, float32). Returns (token
@@ -300,9 +260,8 @@ def _draw(
     offset,
     drawer,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Runs ``drawer(rows_of_table, seeds, offsets, output_rows, source_rows)`` over output
-    rows in chunks (the drawer takes its Philox numbers from stream 0 of each output row;
-    a source row is -1 for an index out of range)."""
+    """Runs ``drawer(rows_of_table, seeds, offsets, output_rows)`` over output rows in
+    chunks (the drawer takes its Philox numbers from stream 0 of each output row)."""
     device = table.device
     src = _source_rows(indices, table.size(0), device)
     batch, vocab = src.numel(), table.size(1)
@@ -315,9 +274,7 @@ def _draw(
         hi = min(batch, lo + step)
         rows = torch.arange(lo, hi, dtype=torch.int64, device=device)
         src_chunk = src[lo:hi]
-        tok, ok = drawer(
-            table[src_chunk.clamp(min=0)], seeds[lo:hi], offsets[lo:hi], rows, src_chunk
-        )
+        tok, ok = drawer(table[src_chunk.clamp(min=0)], seeds[lo:hi], offsets[lo:hi], rows)
         in_range = src_chunk >= 0
         tokens[lo:hi] = torch.where(in_range, tok, 0)
         valid[lo:hi] = ok & in_range
@@ -343,26 +300,9 @@ def sample_from_probs(
     Returns ``(tokens int64 (B,), valid bool (B,))``.
     """
     probs = probs.detach()
-    if int(filter_mode) == FilterMode.TOP_P:
-        clean = clean_probs(probs)
-        p_rows = _per_row(top_p, probs.size(0), torch.float32, probs.device)
-        words_needed = 4 * (TOP_P_REJECTION_ROUNDS + 2)
-
-        def top_p_drawer(table, seeds, offsets, rows, src):
-            p_out = p_rows[src.clamp(min=0)]
-            words = philox.random_words(seeds, offsets, rows, 0, words_needed)
-            tok, ok = inverse_cdf(table, words[:, :2])  # rows without a filter
-            filtered = p_out < 1  # NaN: no filter
-            if bool(filtered.any()):
-                f_tok, f_ok = top_p_by_rejection(table[filtered], p_out[filtered], words[filtered])
-                tok, ok = tok.clone(), ok.clone()
-                tok[filtered], ok[filtered] = f_tok, f_ok
-            return tok, ok
-
-        return _draw(clean, indices, seed, offset, top_p_drawer)
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
 
-    def drawer(table, seeds, offsets, rows, src):
+    def drawer(table, seeds, offsets, rows):
         return inverse_cdf(table, philox.random_words(seeds, offsets, rows, 0, 2))
 
     return _draw(weights, indices, seed, offset, drawer)
@@ -375,7 +315,7 @@ def sample_from_logits(
     Returns ``(tokens int64 (B,), valid bool (B,))``; valid is False for a row whose logits
     are all -inf or NaN."""
 
-    def drawer(table, seeds, offsets, rows, src):
+    def drawer(table, seeds, offsets, rows):
         return gumbel_max(table, philox.uniform(seeds, offsets, rows, 0, table.size(1)))
 
     return _draw(logits.detach().to(torch.float32), indices, seed, offset, drawer)

@@ -182,59 +182,14 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   return kept;
 }
 
-// Top-p rounds before the exact threshold search takes over (see filtered_draw).
-constexpr int kTopPRejectionRounds = 4;
-
-// Top-p sampling by rejection, exact for the kept set of the radix search: draw a candidate
-// j from {key > low} (low = 0 first); j is in the top-p set exactly when the mass of
-// {key > key_j} is below the goal (the search's own goal and masses), and otherwise every
-// element up to key_j is outside it, so low = key_j. One pass both checks the previous
-// candidate and draws the next one from {key > its key}; a typical row (the candidate lands
-// in the set with probability top_p) takes the statistics pass and two draw passes where the
-// search takes up to three histogram passes and a draw. Rejected draws are independent
-// (Philox group = round), so the accepted token follows p over the set exactly; after
-// kTopPRejectionRounds the search finds the threshold and draws once more (group
-// kTopPRejectionRounds + 1). Returns -3 when the row needs that fallback.
-template <typename Scope>
-__device__ std::int64_t top_p_by_rejection(const Scope& scope, std::int64_t n, float top_p, const RowRandom& rng,
-                                           RadixShared& sh) {
-  const RowStats st = prob_stats(scope);
-  if (!(st.total > 0.f)) return -1;
-  const std::uint32_t max_key = prob_key(st.max);
-  const float scale = kMassOne / st.total;
-  Draw d = inverse_cdf_draw(scope, n, 1u, max_key, rng, 0, 0u, scale, sh);  // checks: the total
-  if (d.token == -1) return -1;
-  const double g = ceil(static_cast<double>(fmaxf(top_p, 0.f)) * static_cast<double>(d.check_mass));
-  const std::uint64_t goal = g < 1.0 ? 1 : static_cast<std::uint64_t>(g);
-  std::int64_t candidate = d.token;
-  std::uint32_t candidate_key = scope.reduce(d.key, MaxOp{}, 0u);
-  for (int round = 1; round <= kTopPRejectionRounds; ++round) {
-    d = inverse_cdf_draw(scope, n, candidate_key + 1, max_key, rng, round, candidate_key, scale, sh);
-    if (d.check_mass < goal) return candidate;  // -2 in the CTAs not holding it
-    if (d.token == -1) break;                   // cannot happen: the set lies above key_j
-    candidate = d.token;
-    candidate_key = scope.reduce(d.key, MaxOp{}, 0u);
-  }
-  return -3;
-}
-
 // The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
 // inverse_cdf_draw for what each CTA gets back).
 template <typename Scope>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                       const RowRandom& rng, RadixShared& sh) {
-  std::uint64_t round = 0;
-  if (f.mode == FilterMode::kTopP) {
-    const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-    if (p < 1.f) {  // NaN: no filter
-      const std::int64_t token = top_p_by_rejection(scope, n, p, rng, sh);
-      if (token != -3) return token;
-      round = kTopPRejectionRounds + 1;
-    }
-  }
   const KeptSet kept = prob_filter(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
-  return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, round, 0u, 0.f, sh).token;
+  return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).

@@ -67,27 +67,16 @@ __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::
   return sum;
 }
 
-// What one draw gives every thread of a CTA.
-struct Draw {
-  std::int64_t token;  // index into the row in the CTA holding it; -2 in the other CTAs of a
-                       // cluster; -1 everywhere when nothing takes part
-  std::uint32_t key;   // the token's key in the CTA holding it, 0 elsewhere
-  std::uint64_t check_mass;  // the scope's sum of round(p * check_scale) over key > check_key
-};
-
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
-// largest of them, with the 64-bit uniform of Philox group `round` (words x, y). The same
-// pass sums, over the whole scope, the masses round(p * check_scale) of the elements with
-// key > check_key (top-p by rejection checks its previous candidate this way; check_scale 0:
-// no check). Every CTA of the scope must call it. sh's histograms are overwritten.
+// largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
+// the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
+// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
 template <typename Scope>
-__device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key, std::uint32_t max_key,
-                                 const RowRandom& rng, std::uint64_t round, std::uint32_t check_key,
-                                 float check_scale, RadixShared& sh) {
+__device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
+                                         std::uint32_t max_key, const RowRandom& rng, RadixShared& sh) {
   __shared__ std::int64_t found_segment;
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
-  __shared__ std::uint32_t found_key;
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const std::int64_t groups = scope.local_groups();
   const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
@@ -99,7 +88,6 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
 
   // 1. The mass of every segment; four segments per warp in flight.
   constexpr int kInFlight = 4;
-  std::uint64_t check = 0;
   for (std::int64_t s0 = warp; s0 < segments; s0 += kInFlight * warps) {
     std::uint64_t sum[kInFlight] = {};
     for (std::int64_t c = 0; c < per_segment; ++c) {
@@ -118,12 +106,6 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
       for (int u = 0; u < kInFlight; ++u) {
         std::uint64_t q[4];
         sum[u] += group_masses(v[u], min_key, fx, q);
-        if (check_scale != 0.f) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (prob_key(v[u][j]) > check_key) check += __float2ull_rn(v[u][j] * check_scale);
-          }
-        }
       }
     }
 #pragma unroll
@@ -133,7 +115,6 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
     }
   }
   __syncthreads();
-  Draw d{-1, 0u, check_scale != 0.f ? scope.reduce(check, SumOp{}, std::uint64_t{0}) : 0};
 
   // 2. This CTA's total, the scope's total and where the target lies.
   const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
@@ -145,14 +126,11 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
   std::uint64_t cta_total, before_cta, row_total;
   const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
   scope.exclusive_across(cta_total, &before_cta, &row_total);
-  if (row_total == 0) return d;
-  const Philox4 w = rng.words(round);
+  if (row_total == 0) return -1;
+  const Philox4 w = rng.words(0);
   const std::uint64_t r = (static_cast<std::uint64_t>(w.x) << 32) | w.y;
   const std::uint64_t target = __umul64hi(r, row_total);  // < row_total
-  if (target < before_cta || target - before_cta >= cta_total) {
-    d.token = -2;
-    return d;
-  }
+  if (target < before_cta || target - before_cta >= cta_total) return -2;
   const std::uint64_t local = target - before_cta;
   if (local >= before_me && local - before_me < own) {  // exactly one thread
     std::uint64_t run = before_me;
@@ -193,7 +171,6 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
           for (int j = 0; j < 4; ++j) {
             if (within < q[j]) {
               found_token = 4 * (scope.first_group() + g) + j;
-              found_key = prob_key(v[j]);
               break;
             }
             within -= q[j];
@@ -205,9 +182,7 @@ __device__ Draw inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32
     }
   }
   __syncthreads();
-  d.token = found_token;
-  d.key = found_key;
-  return d;
+  return found_token;
 }
 
 }  // namespace aotinfer::sampling
