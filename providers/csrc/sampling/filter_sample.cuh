@@ -139,7 +139,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
                       f.mode == FilterMode::kJoint) && p < 1.f;
 
   std::uint32_t key = 0u;
-  std::uint64_t mass_k = 0;
+  std::uint64_t mass_k = 0, all_mass = 0;
   bool mass_known = false;
   std::uint64_t mass = 0;
   if (use_k) {
@@ -147,17 +147,38 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
                                         SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, true}, sh);
     key = t.key;
     mass_k = t.mass_ge;
+    all_mass = t.all_mass;
     mass = t.mass_ge;
     mass_known = true;
   }
   if (use_p) {
-    const std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
-    const Threshold t = radix_threshold(scope, key_of, mass_of,
-                                        SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
-    if (t.key >= key) {
-      key = t.key;
-      mass = t.mass_ge;
-      mass_known = true;
+    // With top-k first the top-p threshold t_p (goal p * mass_k) is never below t_k, and in
+    // joint mode (goal p * all) it is below t_k exactly when the top-k set's mass falls short
+    // of the goal, which then leaves t_k in force with no top-p search at all. Otherwise only
+    // the top-k set can hold t_p, so the search counts its elements alone: the same t_p (the
+    // masses at and above t_k are unchanged), without the histogram traffic of the rest of
+    // the row. The kept set is exactly the one of two full searches.
+    std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
+    bool search = true;
+    if (use_k && f.mode == FilterMode::kJoint) {
+      const double g = ceil(static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass));
+      search = mass_k >= (g < 1.0 ? 1 : static_cast<std::uint64_t>(g));  // the search's own goal
+      base = all_mass;
+    }
+    if (search) {
+      const SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
+      const std::uint32_t k_key = key;
+      auto top_k_key_of = [k_key](float v) {
+        const std::uint32_t kk = prob_key(v);
+        return kk >= k_key ? kk : 0u;
+      };
+      const Threshold t = use_k ? radix_threshold(scope, top_k_key_of, mass_of, target, sh)
+                                : radix_threshold(scope, key_of, mass_of, target, sh);
+      if (t.key >= key) {
+        key = t.key;
+        mass = t.mass_ge;
+        mass_known = true;
+      }
     }
   }
   if (f.mode == FilterMode::kMinP) {

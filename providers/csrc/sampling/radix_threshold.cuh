@@ -75,6 +75,7 @@ struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
   std::uint64_t count_ge;  // how many participants have key >= key
   std::uint64_t mass_ge;   // their fixed-point mass
+  std::uint64_t all_mass;  // the fixed-point mass of all participants (when masses are tracked)
 };
 
 struct SearchTarget {
@@ -98,7 +99,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
   constexpr int kShift[3] = {21, 10, 0};
   constexpr int kBins[3] = {2048, 2048, 1024};
   std::uint32_t prefix = 0, prefix_mask = 0;
-  std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0;
+  std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
 
   for (int level = 0; level < 3; ++level) {
@@ -146,6 +147,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
     const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
     const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
+      all_mass = tot.all_mass;
       if (target.by_mass) {
         const std::uint64_t base = target.mass_base ? target.mass_base : tot.all_mass;
         const double g = ceil(static_cast<double>(target.mass_fraction) * static_cast<double>(base));
@@ -154,7 +156,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       const std::uint64_t total = target.by_mass ? tot.all_mass : tot.all_count;
       if (total < goal) {
         // Fewer participants (or less mass) than the target: keep them all.
-        return Threshold{0u, tot.all_count, tot.all_mass};
+        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass};
       }
     }
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
@@ -197,7 +199,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       break;
     }
   }
-  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass};
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass};
 }
 
 }  // namespace aotinfer::sampling
