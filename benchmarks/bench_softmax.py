@@ -22,16 +22,24 @@ from bench_common import (
 
 import aotinfer
 
-# Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), the split pair also at three chunk sizes in KB
-# (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB; "" lets the launcher choose).
-VARIANTS = [
-    ("rowwise", ""),
-    ("cluster", ""),
-    ("split", ""),
-    ("split", "4"),
-    ("split", "16"),
-    ("split", "32"),
-]
+# Column suffix -> environment: each kernel pinned (AOTINFER_SOFTMAX_KERNEL), the split pair
+# also at four chunk sizes in KB (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB) and with one chunk per CTA
+# at every batch (AOTINFER_SOFTMAX_SPLIT_RING=0, the pair before the ring).
+_PIN_ENV = (
+    "AOTINFER_SOFTMAX_KERNEL",
+    "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB",
+    "AOTINFER_SOFTMAX_SPLIT_RING",
+)
+VARIANTS = {
+    "rowwise": {"AOTINFER_SOFTMAX_KERNEL": "rowwise"},
+    "cluster": {"AOTINFER_SOFTMAX_KERNEL": "cluster"},
+    "split": {"AOTINFER_SOFTMAX_KERNEL": "split"},
+    "split_onechunk": {"AOTINFER_SOFTMAX_KERNEL": "split", "AOTINFER_SOFTMAX_SPLIT_RING": "0"},
+    **{
+        f"split{kb}": {"AOTINFER_SOFTMAX_KERNEL": "split", "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB": kb}
+        for kb in ("4", "8", "16", "32")
+    },
+}
 
 
 def main() -> None:
@@ -67,14 +75,13 @@ def main() -> None:
             row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
             # Kernel time without host overhead: CUDA-graph replay of >= 10 calls over the
             # rotating inputs (per-call time), for each kernel variant.
-            for variant, chunk_kb in VARIANTS:
-                os.environ["AOTINFER_SOFTMAX_KERNEL"] = variant
-                os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"] = chunk_kb
-                row[f"graph_{variant}{chunk_kb}_us"] = rotation_graph_us(
+            for variant, env in VARIANTS.items():
+                os.environ.update(env)
+                row[f"graph_{variant}_us"] = rotation_graph_us(
                     lambda lg, t: aotinfer.softmax(lg, t), sets
                 )
-            del os.environ["AOTINFER_SOFTMAX_KERNEL"]
-            del os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"]
+                for name in _PIN_ENV:
+                    os.environ.pop(name, None)
             row["graph_us"] = rotation_graph_us(lambda lg, t: aotinfer.softmax(lg, t), sets)
             row["torch_graph_us"] = rotation_graph_us(
                 lambda lg, t: torch.softmax(lg.float() / t[:, None], -1), sets
@@ -109,7 +116,7 @@ def main() -> None:
         cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: per-call time in a CUDA graph of >= 10 calls over the rotating inputs "
-        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks, graph_split_onechunk the pair with one chunk per CTA). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
         "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 

@@ -127,7 +127,14 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   if (!kept.any) return kept;
   const float scale = kMassOne / st.total;
   kept.scale = scale;
-  auto key_of = [](float v) { return prob_key(v); };
+  // Keys below `floor_key` take no part (0 for every search but top-p after top-k, below).
+  // One key function for all searches: a second instantiation of radix_threshold doubled
+  // the cluster kernel's register spills and slowed its top-k by 5 us (759f5f3).
+  std::uint32_t floor_key = 0u;
+  auto key_of = [&floor_key](float v) {
+    const std::uint32_t kk = prob_key(v);
+    return kk >= floor_key ? kk : 0u;
+  };
   auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rn(v * scale)); };
 
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
@@ -161,19 +168,14 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
     bool search = true;
     if (use_k && f.mode == FilterMode::kJoint) {
-      const double g = ceil(static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass));
-      search = mass_k >= (g < 1.0 ? 1 : static_cast<std::uint64_t>(g));  // the search's own goal
+      // mass_k >= the search's goal max(1, ceil(p * all)), for an integer mass_k < 2^53
+      search = static_cast<double>(mass_k) >= static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass);
       base = all_mass;
     }
     if (search) {
-      const SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
-      const std::uint32_t k_key = key;
-      auto top_k_key_of = [k_key](float v) {
-        const std::uint32_t kk = prob_key(v);
-        return kk >= k_key ? kk : 0u;
-      };
-      const Threshold t = use_k ? radix_threshold(scope, top_k_key_of, mass_of, target, sh)
-                                : radix_threshold(scope, key_of, mass_of, target, sh);
+      floor_key = key;  // t_k, or 0 without top-k
+      const Threshold t = radix_threshold(scope, key_of, mass_of, SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
+      floor_key = 0u;
       if (t.key >= key) {
         key = t.key;
         mass = t.mass_ge;
