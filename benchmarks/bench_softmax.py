@@ -103,7 +103,7 @@ def main() -> None:
         "vs_torch",
         "vs_flashinfer",
         "graph_us",
-        *(f"graph_{variant}{chunk_kb}_us" for variant, chunk_kb in VARIANTS),
+        *(f"graph_{variant}_us" for variant in VARIANTS),
         "torch_graph_us",
         "fi_graph_us",
         "GB/s",

@@ -109,7 +109,10 @@ struct KeptSet {
   bool any;
 };
 
-template <typename Scope>
+// kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
+// those modes' kernels carry that code: in one kernel for every mode, its registers made the
+// cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
+template <bool kTwoSearches = false, typename Scope>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, RadixShared& sh) {
   if (f.mode == FilterMode::kNone && !need_mass) {
@@ -165,15 +168,18 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     // the top-k set can hold t_p, so the search counts its elements alone: the same t_p (the
     // masses at and above t_k are unchanged), without the histogram traffic of the rest of
     // the row. The kept set is exactly the one of two full searches.
-    std::uint64_t base = f.mode == FilterMode::kTopKThenTopP ? mass_k : 0;
+    std::uint64_t base = 0;
     bool search = true;
-    if (use_k && f.mode == FilterMode::kJoint) {
-      // mass_k >= the search's goal max(1, ceil(p * all)), for an integer mass_k < 2^53
-      search = static_cast<double>(mass_k) >= static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass);
-      base = all_mass;
+    if constexpr (kTwoSearches) {
+      if (f.mode == FilterMode::kTopKThenTopP) base = mass_k;
+      if (use_k && f.mode == FilterMode::kJoint) {
+        // mass_k >= the search's goal max(1, ceil(p * all)), for an integer mass_k < 2^53
+        search = static_cast<double>(mass_k) >= static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass);
+        base = all_mass;
+      }
+      floor_key = key;  // t_k, or 0 without top-k
     }
     if (search) {
-      floor_key = key;  // t_k, or 0 without top-k
       const Threshold t = radix_threshold(scope, key_of, mass_of, SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
       floor_key = 0u;
       if (t.key >= key) {
@@ -207,10 +213,10 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 
 // The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
 // inverse_cdf_draw for what each CTA gets back).
-template <typename Scope>
+template <bool kTwoSearches, typename Scope>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                       const RowRandom& rng, RadixShared& sh) {
-  const KeptSet kept = prob_filter(scope, n, f, row, false, sh);
+  const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
@@ -263,6 +269,8 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 
 }  // namespace detail
 
+// kTwoSearches: for the top-k-then-top-p and joint filters (see prob_filter).
+template <bool kTwoSearches>
 __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RadixShared sh;
   pdl_wait_for_prior_grid();
@@ -294,7 +302,7 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    token = detail::filtered_draw(RowScope<float>(x, n), n, p.filter, row, rng, sh);
+    token = detail::filtered_draw<kTwoSearches>(RowScope<float>(x, n), n, p.filter, row, rng, sh);
   }
   pdl_launch_dependents();
   if (threadIdx.x == 0) detail::write_sample(p, b, token);

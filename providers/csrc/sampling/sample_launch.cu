@@ -206,12 +206,16 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   if (batch == 0) return;
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
+  const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
+  const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
-    finish(launch_slices<sample_slice_kernel>(p, batch, p.vocab, input.device, reinterpret_cast<cudaStream_t>(stream)),
+    finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
+                        : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);
     return;
   }
-  sample_kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  auto kernel = two_searches ? sample_kernel<true> : sample_kernel<false>;
+  kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, cuda_stream>>>(p);
   finish(cudaGetLastError(), op, input.device);
 }
 

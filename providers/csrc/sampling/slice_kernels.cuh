@@ -47,6 +47,7 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
 }  // namespace detail
 
 // sample_kernel for probabilities, one cluster per output row.
+template <bool kTwoSearches>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const std::int64_t n = p.vocab;
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
                                                 detail::slice_range(n, slice_groups, rank));
-    token = detail::filtered_draw(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+    token = detail::filtered_draw<kTwoSearches>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
   }
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
