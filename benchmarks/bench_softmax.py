@@ -23,18 +23,12 @@ from bench_common import (
 import aotinfer
 
 # Column suffix -> environment: each kernel pinned (AOTINFER_SOFTMAX_KERNEL), the split pair
-# also at four chunk sizes in KB (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB) and with one chunk per CTA
-# at every batch (AOTINFER_SOFTMAX_SPLIT_RING=0, the pair before the ring).
-_PIN_ENV = (
-    "AOTINFER_SOFTMAX_KERNEL",
-    "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB",
-    "AOTINFER_SOFTMAX_SPLIT_RING",
-)
+# also at four chunk sizes in KB (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB).
+_PIN_ENV = ("AOTINFER_SOFTMAX_KERNEL", "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB")
 VARIANTS = {
     "rowwise": {"AOTINFER_SOFTMAX_KERNEL": "rowwise"},
     "cluster": {"AOTINFER_SOFTMAX_KERNEL": "cluster"},
     "split": {"AOTINFER_SOFTMAX_KERNEL": "split"},
-    "split_onechunk": {"AOTINFER_SOFTMAX_KERNEL": "split", "AOTINFER_SOFTMAX_SPLIT_RING": "0"},
     **{
         f"split{kb}": {"AOTINFER_SOFTMAX_KERNEL": "split", "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB": kb}
         for kb in ("4", "8", "16", "32")
@@ -116,7 +110,7 @@ def main() -> None:
         cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: per-call time in a CUDA graph of >= 10 calls over the rotating inputs "
-        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks, graph_split_onechunk the pair with one chunk per CTA). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
         "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 

@@ -201,7 +201,6 @@ def test_softmax_split_chunk_sizes_match_reference(
     torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
     reason="the split pair needs sm_90",
 )
-@pytest.mark.parametrize("ring", ["0", "1"])
 @pytest.mark.parametrize(
     "dtype, batch, vocab, offset",
     [
@@ -210,13 +209,11 @@ def test_softmax_split_chunk_sizes_match_reference(
         (torch.bfloat16, 512, 128256, 0),
     ],
 )
-def test_softmax_split_ring_matches_reference(ring, dtype, batch, vocab, offset, monkeypatch):
-    # Batches of more chunks than one wave of CTAs holds: with the ring (AOTINFER_SOFTMAX_SPLIT_RING
-    # unset or 1) each CTA walks several chunks through two buffers, in both kernels; with 0 every
-    # CTA takes one chunk. Per-row temperatures, rows off the 16-byte grid.
+def test_softmax_split_multi_wave_batches_match_reference(dtype, batch, vocab, offset, monkeypatch):
+    # Batches of more chunks than one wave of CTAs holds, with per-row temperatures and rows off
+    # the 16-byte grid.
     monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
-    monkeypatch.setenv("AOTINFER_SOFTMAX_SPLIT_RING", ring)
-    logits = _logits(batch, vocab + offset, dtype, seed=batch + int(ring))[:, offset:]
+    logits = _logits(batch, vocab + offset, dtype, seed=batch)[:, offset:]
     t = torch.rand(batch, device="cuda", generator=torch.Generator("cuda").manual_seed(3)) + 0.5
     probs = aotinfer.softmax(logits, t)
     torch.testing.assert_close(probs, reference.softmax(logits, t), rtol=1e-4, atol=1e-6)

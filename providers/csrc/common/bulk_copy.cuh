@@ -3,7 +3,7 @@
 // many kilobytes in flight without holding them in registers: what a memory-bound pass over
 // a long row needs to cover DRAM latency.
 //
-// Use (one copy per barrier phase; a barrier is reused with alternating parity):
+// Use (one-shot, one copy per barrier):
 //   thread 0: mbarrier_init(bar, 1); then every thread: __syncthreads();
 //   thread 0: mbarrier_arrive_expect_tx(bar, bytes); bulk_copy_to_shared(dst, src, bytes, bar);
 //   thread 0: mbarrier_wait_parity(bar, 0); then every thread: __syncthreads();
@@ -42,14 +42,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
                    shared_address(dst)),
                "l"(src), "r"(bytes), "r"(shared_address(bar))
                : "memory");
-#endif
-}
-
-// Orders this thread's earlier generic-proxy accesses of shared memory before later
-// async-proxy writes (a bulk copy into a buffer that threads read or wrote before).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 

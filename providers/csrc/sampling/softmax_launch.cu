@@ -34,16 +34,6 @@ int pinned_split_chunk_kb() {
   return std::stoi(v);
 }
 
-// AOTINFER_SOFTMAX_SPLIT_RING=0 keeps one chunk per CTA at every batch (the pair before the
-// ring; benchmarks compare the two); unset or 1: split_softmax_grid decides.
-bool split_ring_enabled() {
-  const char* pin = std::getenv("AOTINFER_SOFTMAX_SPLIT_RING");
-  if (pin == nullptr || *pin == '\0') return true;
-  const std::string v = pin;
-  if (v != "0" && v != "1") fail_argument("AOTINFER_SOFTMAX_SPLIT_RING must be 0 or 1, got '" + v + "'");
-  return v == "1";
-}
-
 template <typename T>
 void run(const TensorView& logits, const TensorView& probs, const TensorView* temperature,
          float temperature_scalar, const TensorView& workspace, bool enable_pdl, cudaStream_t stream) {
@@ -87,16 +77,9 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     int sms = 0;
     throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
                         logits.device);
-    int smem_per_sm = 0;
-    throw_on_cuda_error(
-        cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&smem_per_sm, logits.device),
-        "softmax", logits.device);
-    SplitGrid g;
-    const unsigned ctas = split_softmax_grid(p.rows, p.vocab, sizeof(T), sms, smem_per_sm, pinned_split_chunk_kb(),
-                                             split_ring_enabled(), &g);
+    const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
-    throw_on_cuda_error(softmax_split(p, stats, g, ctas, enable_pdl, logits.device, stream), "softmax",
-                        logits.device);
+    throw_on_cuda_error(softmax_split(p, stats, chunk, enable_pdl, stream), "softmax", logits.device);
     return;
   }
   throw_on_cuda_error(softmax(p, vectorized, enable_pdl, stream), "softmax", logits.device);

@@ -35,7 +35,6 @@
 #include "../common/block_reduce.cuh"
 #include "../common/bulk_copy.cuh"
 #include "../common/cuda_check.h"
-#include "../common/launch_cache.h"
 #include "../common/pdl.cuh"
 #include "row_access.cuh"
 #include "softmax.cuh"
@@ -55,15 +54,6 @@ inline std::int64_t split_softmax_workspace_floats(std::int64_t rows, std::int64
   return 2 * rows * ((vocab + kSplitMinChunk - 1) / kSplitMinChunk);
 }
 
-// How the pair's grid covers the batch (split_softmax_grid): chunk length and count per row,
-// chunks in all, buffers per CTA and their size in bytes.
-struct SplitGrid {
-  int chunk_elems, chunks;
-  unsigned total;
-  int stages;
-  int buf_bytes;
-};
-
 namespace detail {
 
 // One chunk of one row in shared memory: its n elements at s[0 .. n).
@@ -74,100 +64,38 @@ struct SharedChunk {
   bool aligned;  // s itself is 16-byte aligned (the row chunk starts on a 16-byte boundary)
 };
 
-// Chunk `flat` of the batch (row-major: chunk j of row r is r * chunks + j).
-struct ChunkPos {
-  unsigned flat;
-  std::int64_t row, lo;  // its row and first element
-  int n;                 // its length
-};
-
-// A chunk's 16-byte-aligned interior moves by one bulk copy, at a buffer offset (pad) that
-// keeps it aligned in shared memory; threads load the `head` elements before it and the tail
-// after it.
+// Brings src[0 .. n) into shared memory at `smem` (n * sizeof(T) + 16 bytes): one bulk copy of
+// the 16-byte-aligned interior, at an offset that keeps it aligned in shared memory, and
+// threads load the head before it and the tail after it. Call from every thread; returns
+// after the data is in place.
 template <typename T>
-struct ChunkLayout {
-  int head, bulk, pad;
-  __device__ __forceinline__ static ChunkLayout of(const T* src, int n) {
-    const auto addr = reinterpret_cast<std::uintptr_t>(src);
-    int head = static_cast<int>(((16 - addr % 16) % 16) / sizeof(T));
-    if (head > n) head = n;
-    const int bulk = static_cast<int>((n - head) * sizeof(T) / 16 * 16 / sizeof(T));
-    return ChunkLayout{head, bulk, static_cast<int>((16 - head * sizeof(T) % 16) % 16)};
-  }
-};
-
-// The chunks of one CTA of a persistent grid: chunk indices c = blockIdx.x, + gridDim.x, ...
-// below `total` (flat = c, or total - 1 - c with `reverse`), each brought into one of
-// `stages` shared-memory buffers (1 or 2, buf_bytes each, one mbarrier each) by a bulk copy.
-// With two stages the copy of the next chunk is in flight while the CTA computes on this
-// one. A CTA that owns one chunk (grid = total) is the one-copy-per-CTA pair of 3404dd5.
-template <typename T>
-struct ChunkRing {
-  const T* logits;
-  std::int64_t in_row_stride, vocab;
-  int chunk_elems, chunks;
-  unsigned total;
-  int stages;
-  int buf_bytes;
-  unsigned char* smem;
-  std::uint64_t* bars;
-  bool reverse;
-
-  __device__ __forceinline__ ChunkPos pos(unsigned c) const {
-    const unsigned flat = reverse ? total - 1 - c : c;
-    const std::int64_t row = flat / chunks, lo = static_cast<std::int64_t>(flat % chunks) * chunk_elems;
-    return ChunkPos{flat, row, lo, static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), vocab - lo))};
-  }
-  __device__ __forceinline__ const T* src(const ChunkPos& q) const { return logits + q.row * in_row_stride + q.lo; }
-
-  // Thread 0 starts the copy of chunk c into buffer b (always one arrival, so every use of a
-  // barrier completes a phase, even with nothing to copy).
-  __device__ __forceinline__ void issue(unsigned c, int b) const {
-    if (threadIdx.x != 0 || c >= total) return;
-    const ChunkPos q = pos(c);
-    const ChunkLayout<T> l = ChunkLayout<T>::of(src(q), q.n);
-    unsigned char* buf = smem + b * buf_bytes;
-    fence_proxy_async_shared();  // the buffer's last readers and head/tail writers came first
-    const unsigned bytes = static_cast<unsigned>(l.bulk * sizeof(T));
-    mbarrier_arrive_expect_tx(&bars[b], bytes);
-    if (bytes > 0) bulk_copy_to_shared(buf + l.pad + l.head * sizeof(T), src(q) + l.head, bytes, &bars[b]);
-  }
-
-  // Every thread: initialises the barriers and starts this CTA's first copy.
-  __device__ __forceinline__ void start() const {
-    if (threadIdx.x == 0) {
-      for (int b = 0; b < stages; ++b) mbarrier_init(&bars[b], 1);
-    }
+__device__ __forceinline__ SharedChunk<T> copy_chunk_to_shared(const T* src, int n, unsigned char* smem,
+                                                                std::uint64_t* bar) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(src);
+  int head = static_cast<int>(((16 - addr % 16) % 16) / sizeof(T));
+  if (head > n) head = n;
+  const int bulk_elems = static_cast<int>((n - head) * sizeof(T) / 16 * 16 / sizeof(T));
+  const int pad = static_cast<int>((16 - head * sizeof(T) % 16) % 16);
+  T* s = reinterpret_cast<T*>(smem + pad);
+  if (bulk_elems > 0) {
+    if (threadIdx.x == 0) mbarrier_init(bar, 1);
     __syncthreads();
-    issue(blockIdx.x, 0);
-  }
-
-  // body(q, chunk) for every chunk of this CTA, in order; every thread calls it.
-  template <typename Body>
-  __device__ __forceinline__ void run(Body&& body) const {
-    unsigned parity = 0;  // bit b: the phase buffer b completes next
-    int i = 0;
-    for (unsigned c = blockIdx.x; c < total; c += gridDim.x, ++i) {
-      const int b = stages == 2 ? (i & 1) : 0;
-      if (stages == 2) issue(c + gridDim.x, b ^ 1);  // that buffer was released last iteration
-      const ChunkPos q = pos(c);
-      const T* from = src(q);
-      const ChunkLayout<T> l = ChunkLayout<T>::of(from, q.n);
-      T* s = reinterpret_cast<T*>(smem + b * buf_bytes + l.pad);
-      for (int k = threadIdx.x; k < l.head; k += blockDim.x) s[k] = from[k];
-      for (int k = l.head + l.bulk + threadIdx.x; k < q.n; k += blockDim.x) s[k] = from[k];
-      // One thread polls the barrier and the others wait in __syncthreads, which takes no
-      // issue slots; the barrier makes the copy visible to the poller, __syncthreads passes
-      // it on to the CTA.
-      if (threadIdx.x == 0) mbarrier_wait_parity(&bars[b], (parity >> b) & 1u);
-      parity ^= 1u << b;
-      __syncthreads();
-      body(q, SharedChunk<T>{s, q.n, l.pad == 0});
-      __syncthreads();  // buffer b is free
-      if (stages == 1) issue(c + gridDim.x, 0);
+    if (threadIdx.x == 0) {
+      const unsigned bytes = static_cast<unsigned>(bulk_elems * sizeof(T));
+      mbarrier_arrive_expect_tx(bar, bytes);
+      bulk_copy_to_shared(s + head, src + head, bytes, bar);
     }
   }
-};
+  for (int i = threadIdx.x; i < head; i += blockDim.x) s[i] = src[i];
+  for (int i = head + bulk_elems + threadIdx.x; i < n; i += blockDim.x) s[i] = src[i];
+  // One thread polls the barrier and the others wait in __syncthreads, which takes no issue
+  // slots. (With every thread polling the kernels ran as fast, ca62d3f against f0006f0: the
+  // poll loop was not what kept them issue-bound.) The barrier makes the copy visible to the
+  // polling thread, __syncthreads passes it to the rest of the CTA.
+  if (bulk_elems > 0 && threadIdx.x == 0) mbarrier_wait_parity(bar, 0);
+  __syncthreads();
+  return {s, n, pad == 0};
+}
 
 // f(k, v, count) over this thread's share of the chunk: elements k .. k + count - 1 with
 // values v[0 .. count) as float; count is a std::integral_constant (so loops over it unroll
@@ -220,28 +148,22 @@ struct MaxNanOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
 };
 
-// The ring of a kernel of this pair (see ChunkRing).
-template <typename T>
-__device__ __forceinline__ ChunkRing<T> softmax_ring(const SoftmaxParams<T>& p, const SplitGrid& g,
-                                                     unsigned char* smem, std::uint64_t* bars, bool reverse) {
-  return ChunkRing<T>{p.logits, p.in_row_stride, p.vocab, g.chunk_elems, g.chunks, g.total,
-                      g.stages, g.buf_bytes, smem, bars, reverse};
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
-    softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, const SplitGrid g, float2* stats) {
+    softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
+                               float2* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ std::uint64_t bars[2];
+  __shared__ std::uint64_t bar;
   pdl_wait_for_prior_grid();
   // The write kernel waits for this grid's completion before it reads `stats`; letting it
   // start now overlaps its launch and its logit copies with this grid's tail.
   pdl_launch_dependents();
-  const ChunkRing<T> ring = softmax_ring(p, g, smem, bars, false);
-  ring.start();
-  ring.run([&](const ChunkPos& q, const SharedChunk<T>& c) {
-  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[q.row] : p.temperature);
+  const std::int64_t row = blockIdx.x / chunks;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x % chunks) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
 
   // The chunk's maximum, then its sum against that maximum: two cheap passes over shared
   // memory and two plain block reductions, where an online (max, sum) costs a rescale per
@@ -266,26 +188,27 @@ __global__ void __launch_bounds__(kSplitThreads)
   // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: a NaN sum flags it.
   if (threadIdx.x == 0) {
     const bool nan = m != m || sum != sum;
-    stats[q.flat] = make_float2(nan ? -INFINITY : m, nan ? NAN : sum);
+    stats[blockIdx.x] = make_float2(nan ? -INFINITY : m, nan ? NAN : sum);
   }
-  });
 #endif
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
-    softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, const SplitGrid g, const float2* stats) {
+    softmax_chunk_write_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
+                               const float2* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies; launched on sm_90+ only
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ std::uint64_t bars[2];
-  const ChunkRing<T> ring = softmax_ring(p, g, smem, bars, true);  // reverse: see the file comment
-  ring.start();  // the logits were complete before the stats kernel let this grid start
+  __shared__ std::uint64_t bar;
+  const unsigned flat = gridDim.x - 1 - blockIdx.x;  // reverse order: see the file comment
+  const std::int64_t row = flat / chunks;
+  const std::int64_t lo = static_cast<std::int64_t>(flat % chunks) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
+  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   pdl_wait_for_prior_grid();
   pdl_launch_dependents();
-  const int chunks = g.chunks;
-  ring.run([&](const ChunkPos& q, const SharedChunk<T>& c) {
-  const std::int64_t row = q.row;
-  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+
   OnlineMax acc;
   const float2* row_stats = stats + row * chunks;
   for (int j = threadIdx.x % 32; j < chunks; j += 32) {
@@ -300,7 +223,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float m = acc.m;
   const float inv_s = acc.has_nan ? NAN : 1.f / acc.s;
 
-  float* out = p.probs + row * p.out_row_stride + q.lo;
+  float* out = p.probs + row * p.out_row_stride + lo;
   const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
     constexpr int kCount = decltype(count)::value;
@@ -312,7 +235,6 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
       for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
     }
-  });
   });
 #endif
 }
@@ -339,64 +261,24 @@ inline int split_softmax_chunk_elems(std::int64_t rows, std::int64_t vocab, int 
   return bytes / elem_bytes;
 }
 
-// Shared memory the runtime keeps per CTA plus this pair's static shared memory (barriers,
-// reduction scratch), rounded up: what bounds CTAs per SM beside the buffers.
-constexpr int kSplitCtaSmemOverhead = 2048;
-constexpr int kSplitMaxCtasPerSm = 2048 / kSplitThreads;  // by threads
-
-// CTAs of the pair resident per SM with `stages` buffers of buf_bytes.
-inline int split_softmax_ctas_per_sm(int stages, int buf_bytes, int smem_per_sm) {
-  const int by_smem = smem_per_sm / (stages * buf_bytes + kSplitCtaSmemOverhead);
-  return by_smem < 1 ? 1 : (by_smem > kSplitMaxCtasPerSm ? kSplitMaxCtasPerSm : by_smem);
-}
-
-// The pair's grid. When the chunks fit in one wave of one-buffer CTAs, every CTA takes one
-// chunk (3404dd5's pair). Otherwise (`ring`) a persistent grid of two-buffer CTAs walks the
-// chunks, copying the next chunk while it computes on this one: with one chunk per CTA the
-// whole wave copied and then the whole wave computed, leaving DRAM idle in between (the stats
-// kernel read at 44% of DRAM peak; its SASS is ~9.5 instructions per element, so issue was not
-// the limit). Unpinned, the chunk shrinks (down to 4 KB) until each CTA walks at least
-// kRingChunksPerCta chunks, so that CTAs finish within about a chunk of each other. Returns the
-// grid size in CTAs.
-inline unsigned split_softmax_grid(std::int64_t rows, std::int64_t vocab, int elem_bytes, int sms, int smem_per_sm,
-                                   int pinned_kb, bool ring, SplitGrid* g) {
-  constexpr int kRingChunksPerCta = 3;
-  int chunk = split_softmax_chunk_elems(rows, vocab, elem_bytes, sms, pinned_kb);
-  auto fill = [&](int stages) {
-    g->chunk_elems = chunk;
-    g->chunks = static_cast<int>((vocab + chunk - 1) / chunk);
-    g->total = static_cast<unsigned>(rows * g->chunks);
-    g->stages = stages;
-    g->buf_bytes = chunk * elem_bytes + 16;  // + 16: the chunk may start 15 bytes in (pad)
-    return static_cast<unsigned>(sms) * split_softmax_ctas_per_sm(stages, g->buf_bytes, smem_per_sm);
-  };
-  const unsigned one_wave = fill(1);
-  if (!ring || g->total <= one_wave) return g->total;  // one chunk per CTA
-  unsigned resident = fill(2);
-  while (pinned_kb == 0 && chunk * elem_bytes > kSplitMinChunkBytes && g->total < kRingChunksPerCta * resident) {
-    chunk /= 2;
-    resident = fill(2);
-  }
-  return resident < g->total ? resident : g->total;
-}
-
-// Launches both kernels on `stream` (sm_90+) over the grid of split_softmax_grid. `stats` holds
-// at least split_softmax_workspace_floats() floats, 8-byte aligned. The write kernel follows
-// the stats kernel under PDL; enable_pdl governs the stats kernel's relation to the previous
-// kernel in the stream, as for every other launch.
+// Launches both kernels on `stream` (sm_90+). `stats` holds at least
+// split_softmax_workspace_floats() floats, 8-byte aligned; chunk_elems is a multiple of
+// kSplitMinChunk of at most kSplitMaxChunkBytes. The write kernel follows the stats kernel
+// under PDL; enable_pdl governs the stats kernel's relation to the previous kernel in the
+// stream, as for every other launch.
 template <typename T>
-cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, const SplitGrid& g, unsigned grid_ctas,
-                          bool enable_pdl, int device, cudaStream_t stream) {
+cudaError_t softmax_split(const SoftmaxParams<T>& params, float2* stats, int chunk_elems, bool enable_pdl,
+                          cudaStream_t stream) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
-  const dim3 grid(grid_ctas), block(kSplitThreads);
-  const int smem = g.stages * g.buf_bytes;
-  AOTINFER_CUDA_TRY(ensure_dynamic_smem<detail::softmax_chunk_stats_kernel<T>>(smem, device));
-  AOTINFER_CUDA_TRY(ensure_dynamic_smem<detail::softmax_chunk_write_kernel<T>>(smem, device));
-  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_stats_kernel<T>, grid, block,
-                                    static_cast<std::size_t>(smem), stream, enable_pdl, params, g, stats));
-  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_write_kernel<T>, grid, block,
-                                    static_cast<std::size_t>(smem), stream, true, params, g,
-                                    static_cast<const float2*>(stats)));
+  const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
+  const dim3 grid(static_cast<unsigned>(params.rows * chunks));
+  const dim3 block(kSplitThreads);
+  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
+  const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
+  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_stats_kernel<T>, grid, block, smem, stream, enable_pdl,
+                                    params, chunk_elems, chunks, stats));
+  AOTINFER_CUDA_TRY(launch_with_pdl(detail::softmax_chunk_write_kernel<T>, grid, block, smem, stream, true, params,
+                                    chunk_elems, chunks, static_cast<const float2*>(stats)));
   return cudaSuccess;
 }
 
