@@ -204,6 +204,22 @@ def test_tokens_match_reference(name, vocab, batch, any_sampling_kernel):
         assert valid.all() and want_valid.all()
 
 
+@pytest.mark.parametrize("name", ["probs", "top_k", "top_p", "min_p", "joint"])
+def test_tokens_match_reference_on_rows_of_more_than_3072_draw_segments(name):
+    """Rows past 3072 segments of 128 elements (393216): each of the draw's segments then
+    spans several warp loads (inverse_cdf.cuh, per_segment > 1), and the chosen one is
+    rescanned in several steps. The cluster kernels never see such rows (their slices do
+    not fit in shared memory), so this is the one-CTA-per-row kernel."""
+    rows, vocab = 4, 600_001
+    probs = make_probs(rows, vocab, seed=31)
+    k, p, m = per_row_params(rows, vocab, seed=32)
+    idx = many(rows, 64)
+    tokens, valid = draw(name, probs, None, k, p, m, idx, 5, 3)
+    want, want_valid = expect(name, probs, None, k, p, m, idx, 5, 3)
+    assert_same_tokens(tokens, want, name)
+    assert valid.all() and want_valid.all()
+
+
 @pytest.mark.parametrize("offset", [0, 3, 5])
 def test_unaligned_and_strided_rows(offset, sampling_kernel):
     # Rows that start off a 16-byte boundary, with a row stride wider than the row.
