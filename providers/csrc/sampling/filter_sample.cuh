@@ -196,7 +196,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   }
   kept.min_key = key;
   if (need_mass && !mass_known) {
-    // Mass of keys >= key, for renormalisation (the race does not need it).
+    // Mass of keys >= key, for renormalisation (the draw does not need it).
     std::uint64_t local = 0;
     scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll

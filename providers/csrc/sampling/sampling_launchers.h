@@ -54,8 +54,9 @@ struct RandomArgs {
 };
 
 // Draws one token per output row b from row indices[b] (or b) of input (U, V) float32.
-// input_is_logits: Gumbel-max over logits (filter must be kNone); otherwise an exponential
-// race over the probabilities that survive the filter (implicitly renormalised).
+// input_is_logits: Gumbel-max over logits (filter must be kNone); otherwise the fixed-point
+// inverse CDF (inverse_cdf.cuh) over the probabilities that survive the filter (implicitly
+// renormalised).
 // samples (B,) int32/int64; valid (B,) bool or nullptr: false for a row with no finite
 // positive probability (its sample is 0).
 void launch_sample(const TensorView& input, bool input_is_logits, const TensorView* indices,
