@@ -49,20 +49,31 @@ def test_softmax_unaligned_and_strided_rows(offset):
     torch.testing.assert_close(probs, reference.softmax(logits, 1.3), rtol=1e-4, atol=1e-6)
 
 
-def test_softmax_infinities_and_nan_rows():
-    logits = _logits(4, 3000, torch.float32, seed=9)
+def _poison_rows(logits, finite_at, nan_at):
+    """Rows 0-3 of `logits`: every third entry -inf; all -inf but `finite_at` (one-hot); no
+    finite entry (a NaN row, like torch); one NaN at `nan_at` (poisons its row only)."""
     logits[0, ::3] = float("-inf")
     logits[1, :] = float("-inf")
-    logits[1, 17] = 2.0  # all -inf but one: one-hot
-    logits[2, :] = float("-inf")  # no finite entry: NaN row, like torch
-    logits[3, 5] = float("nan")  # one NaN poisons its row only
-    probs = aotinfer.softmax(logits)
+    logits[1, finite_at] = 2.0
+    logits[2, :] = float("-inf")
+    logits[3, nan_at] = float("nan")
+
+
+def _check_poisoned_rows(logits, probs, finite_at):
+    """Rows 0-3 as _poison_rows left them; returns the reference for the remaining rows."""
     expected = reference.softmax(logits)
     torch.testing.assert_close(probs[0], expected[0], rtol=1e-4, atol=1e-6)
     assert (probs[0, ::3] == 0).all()
-    assert probs[1, 17] == 1.0 and probs[1].sum() == 1.0
+    assert probs[1, finite_at] == 1.0 and probs[1].sum() == 1.0
     assert probs[2].isnan().all()
     assert probs[3].isnan().all()
+    return expected
+
+
+def test_softmax_infinities_and_nan_rows():
+    logits = _logits(4, 3000, torch.float32, seed=9)
+    _poison_rows(logits, finite_at=17, nan_at=5)
+    _check_poisoned_rows(logits, aotinfer.softmax(logits), finite_at=17)
 
 
 def test_softmax_extreme_logits_stay_finite():
@@ -139,19 +150,10 @@ def test_softmax_pinned_kernels_infinities_and_nan_rows(kernel, monkeypatch):
     monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     vocab = 40000
     logits = _logits(5, vocab, torch.bfloat16, seed=41)
-    logits[0, ::3] = float("-inf")
-    logits[1, :] = float("-inf")
-    logits[1, 30001] = 2.0
-    logits[2, :] = float("-inf")
-    logits[3, 25000] = float("nan")
+    _poison_rows(logits, finite_at=30001, nan_at=25000)
     logits[4] *= 1000.0  # extreme logits stay finite
     probs = aotinfer.softmax(logits)
-    expected = reference.softmax(logits)
-    torch.testing.assert_close(probs[0], expected[0], rtol=1e-4, atol=1e-6)
-    assert (probs[0, ::3] == 0).all()
-    assert probs[1, 30001] == 1.0 and probs[1].sum() == 1.0
-    assert probs[2].isnan().all()
-    assert probs[3].isnan().all()
+    expected = _check_poisoned_rows(logits, probs, finite_at=30001)
     assert not probs[4].isnan().any()
     torch.testing.assert_close(probs[4], expected[4], rtol=1e-4, atol=1e-6)
 
