@@ -7,7 +7,8 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
         python3 dev/ncu_targets.py [decode] [softmax] [sampling]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
-softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and plain sampling 128 x 128256.
+softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and top-k sampling 128 x 128256
+(bench_sampling's flat and peaked rows).
 """
 
 from __future__ import annotations
@@ -73,12 +74,18 @@ def softmax_cases():
 
 
 def sampling_cases():
-    probs = torch.softmax(torch.randn(128, 128256, device="cuda") * 3, dim=-1)
+    from bench_sampling import make_probs
+
     s = aotinfer.sampling
-    return [
-        ("aotinfer top-p 0.9", lambda: s.top_p_sampling_from_probs(probs, 0.9, seed=1, offset=0)),
-        ("aotinfer plain", lambda: s.sampling_from_probs(probs, seed=1, offset=0)),
-    ]
+    kw = dict(seed=1, offset=0)
+    cases = []
+    for dist in ("flat", "peaked"):
+        probs = make_probs(128, 128256, dist == "peaked", 0)
+        cases += [
+            (f"aotinfer top-p 0.9 {dist}", lambda p=probs: s.top_p_sampling_from_probs(p, 0.9, **kw)),
+            (f"aotinfer top-k 50 {dist}", lambda p=probs: s.top_k_sampling_from_probs(p, 50, **kw)),
+        ]
+    return cases
 
 
 def main():

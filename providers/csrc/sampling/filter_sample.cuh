@@ -31,6 +31,7 @@ struct FilterParams {
   float top_p;
   const float* min_p_array;
   float min_p;
+  bool top_k_mass;  // lab switch (AOTINFER_SAMPLING_TOP_K_MASS=1): the top-k search always sums masses
 };
 
 struct RandomParams {
@@ -153,8 +154,11 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   bool mass_known = false;
   std::uint64_t mass = 0;
   if (use_k) {
+    // The top-k set's mass matters only to renormalisation and to a top-p search after it;
+    // a plain top-k draw skips the two mass atomics per participant.
+    const bool k_mass = need_mass || f.top_k_mass || (kTwoSearches && use_p);
     const Threshold t = radix_threshold(scope, key_of, mass_of,
-                                        SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, true}, sh);
+                                        SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass}, sh);
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
