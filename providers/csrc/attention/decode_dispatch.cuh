@@ -22,7 +22,6 @@ namespace aotinfer::attention {
 struct RawDecode : DecodeParams<void, void> {
   int device;  // where the launch goes (current device)
   bool pdl;    // launch with programmatic dependent launch (sm_90+)
-  int tc_ctas_per_sm = 0;  // tensor-core kernel's register target: 3 at D = 128, else the default
 };
 
 // DecodeParams<void, void> and DecodeParams<QT, KVT> declare the same members in the same
@@ -48,22 +47,14 @@ cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stre
   return launch_with_pdl(decode_kernel<QT, KVT, D>, grid, dim3(kDecodeThreads), kSmem, stream, r.pdl, p);
 }
 
-template <typename T, int D, int kCtasPerSm>
-cudaError_t launch_decode_tc_variant(const RawDecode& r, dim3 grid, cudaStream_t stream) {
-  const DecodeParams<T, T> p = typed_params<T, T>(r);
-  const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
-  cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D, kCtasPerSm>>(smem, r.device);
-  if (err != cudaSuccess) return err;
-  return launch_with_pdl(decode_tc_kernel<T, D, kCtasPerSm>, grid, dim3(kTcThreads), static_cast<size_t>(smem),
-                         stream, r.pdl, p);
-}
-
 template <typename T, int D>
 cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
-  if constexpr (D == 128) {
-    if (r.tc_ctas_per_sm == 3) return launch_decode_tc_variant<T, D, 3>(r, grid, stream);
-  }
-  return launch_decode_tc_variant<T, D, tc_default_ctas_per_sm(D)>(r, grid, stream);
+  const DecodeParams<T, T> p = typed_params<T, T>(r);
+  const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
+  cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D>>(smem, r.device);
+  if (err != cudaSuccess) return err;
+  return launch_with_pdl(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
+                         p);
 }
 
 // The tensor-core kernel for one head dim: KV in q's dtype (fp16 or bf16).

@@ -55,19 +55,6 @@ int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta
   return stages >= 2 ? stages : 0;
 }
 
-// Register target of the tensor-core kernel at D = 128: 2 CTAs per SM (184 registers) by
-// default; AOTINFER_DECODE_CTAS_PER_SM=3 takes the 168-register build at 2 stages (three
-// CTAs then fit in shared memory too), for dev/ab_decode_occupancy.py.
-int tc_ctas_per_sm(std::int64_t d, int* stages) {
-  const char* env = std::getenv("AOTINFER_DECODE_CTAS_PER_SM");
-  if (!env || !*env) return 0;
-  const int want = std::atoi(env);
-  require(want == 2 || want == 3, std::string("AOTINFER_DECODE_CTAS_PER_SM must be 2 or 3, got '") + env + "'");
-  if (d != 128 || want != 3 || *stages < 2) return 0;
-  *stages = 2;
-  return 3;
-}
-
 // The tensor-core kernel serves sm_80+ with KV in q's dtype and no in-kernel RoPE; the
 // CUDA-core kernel everything else (fp8 KV, ROPE_LLAMA, sm_75). AOTINFER_DECODE_KERNEL=
 // cuda_cores|tensor_cores pins one where both apply (tests and benchmarks cover both).
@@ -302,7 +289,6 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   const std::int64_t keys_per_cta =
       (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
   r.stages = tensor_core_stages(D, smem_limit, keys_per_cta);
-  r.tc_ctas_per_sm = tc_ctas_per_sm(D, &r.stages);
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
   if (!tensor_cores) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)

@@ -164,14 +164,8 @@ __device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t 
 
 }  // namespace tc
 
-// CTAs per SM the register allocation aims for by default (shared memory allows as many at
-// the default depths).
-constexpr int tc_default_ctas_per_sm(int d) { return d <= 64 ? 3 : (d <= 128 ? 2 : 1); }
-
-// kCtasPerSm: the register cap of __launch_bounds__ (a second value at D = 128, see
-// tc_ctas_per_sm in decode_launch.cu).
-template <typename T, int D, int kCtasPerSm = tc_default_ctas_per_sm(D)>
-__global__ void __launch_bounds__(kTcThreads, kCtasPerSm)
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");

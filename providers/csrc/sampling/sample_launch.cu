@@ -43,8 +43,6 @@ FilterParams filter_params(const FilterArgs& f, std::int64_t rows, const TensorV
   p.top_p = f.top_p_scalar;
   p.min_p_array = f.min_p ? f.min_p->ptr<const float>() : nullptr;
   p.min_p = f.min_p_scalar;
-  const char* mass = std::getenv("AOTINFER_SAMPLING_TOP_K_MASS");
-  p.top_k_mass = mass && std::string(mass) == "1";
   return p;
 }
 
