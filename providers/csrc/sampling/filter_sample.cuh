@@ -112,9 +112,9 @@ struct KeptSet {
 // kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
 // those modes' kernels carry that code: in one kernel for every mode, its registers made the
 // cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
-template <bool kTwoSearches = false, typename Scope>
+template <bool kTwoSearches = false, typename Scope, typename Sh>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                               bool need_mass, RadixShared& sh) {
+                               bool need_mass, Sh& sh) {
   if (f.mode == FilterMode::kNone && !need_mass) {
     // Plain sampling: the draw needs only the largest key (its fixed-point unit).
     std::uint32_t mx = 0u;
@@ -217,18 +217,18 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 
 // The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
 // inverse_cdf_draw for what each CTA gets back).
-template <bool kTwoSearches, typename Scope>
+template <bool kTwoSearches, typename Scope, typename Sh>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                      const RowRandom& rng, RadixShared& sh) {
+                                      const RowRandom& rng, Sh& sh) {
   const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
-template <typename Scope>
+template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                         RadixShared& sh) {
+                                         Sh& sh) {
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   if (!(k > 0 && k < n)) return 0u;
   auto key_of = [](float v) { return ordered_key(v); };
@@ -271,12 +271,19 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
   return kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
 }
 
+// The row kernels' histograms: dynamic shared memory of kRowSmemBytes (96 KB with 13-bit
+// levels, more than a static declaration may hold), launched with that much.
+__device__ __forceinline__ RowRadixShared& row_radix_shared() {
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  return *reinterpret_cast<RowRadixShared*>(row_smem);
+}
+
 }  // namespace detail
 
 // kTwoSearches: for the top-k-then-top-p and joint filters (see prob_filter).
 template <bool kTwoSearches>
 __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
-  __shared__ RadixShared sh;
+  RowRadixShared& sh = detail::row_radix_shared();
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
@@ -317,7 +324,7 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
 // kept), -inf elsewhere and for NaN.
 template <typename T, bool kMask>
 __global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
-  __shared__ RadixShared sh;
+  RowRadixShared& sh = detail::row_radix_shared();
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.in_row_stride;

@@ -21,7 +21,6 @@
 
 namespace aotinfer::sampling {
 
-constexpr int kDrawSegments = kRadixBins * 3 / 2;  // RadixShared::segment_mass
 constexpr int kSegmentUnitGroups = 32;             // one group per lane of a warp
 
 // The fixed-point unit of one row: q(key) = mantissa shifted by (biased exponent + base).
@@ -71,16 +70,18 @@ __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::
 // largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
 // the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
 // cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
-template <typename Scope>
+template <typename Scope, typename Sh>
 __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                         std::uint32_t max_key, const RowRandom& rng, RadixShared& sh) {
+                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
+  constexpr std::int64_t kDrawSegments = Sh::kBins * 3 / 2;  // Sh::segment_mass
   __shared__ std::int64_t found_segment;
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const std::int64_t groups = scope.local_groups();
   const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
-  const std::int64_t per_segment = (units + kDrawSegments - 1) / kDrawSegments;  // 1 unless V > 393216
+  // 1 unless V > 128 kDrawSegments (1572864 in the row kernels, 393216 in the cluster kernels)
+  const std::int64_t per_segment = (units + kDrawSegments - 1) / kDrawSegments;
   const std::int64_t segments = (units + per_segment - 1) / per_segment;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   std::uint64_t* seg = sh.segment_mass;

@@ -2,13 +2,20 @@
 //
 // Every element maps to a key whose unsigned order is the order of its value, and (for
 // probabilities) to a fixed-point mass q = p * 2^40 / row_total. Up to three passes over the row
-// build a histogram of the next 11/11/10 key bits among the elements that match the prefix
-// found so far (counts and masses, integer atomics, so the result does not depend on
-// timing), and a descending scan of the histogram picks the bin where the running count or
-// mass first reaches the target. After the last pass the prefix is the exact key B of the
-// element where the target is reached: "keep keys >= B" is then exactly the top-k set
-// (ties at the k-th value kept) or the smallest top-p set (ties kept). A search may stop
-// after one or two passes when the crossing bin is kept whole (see the loop's end).
+// build a histogram of the next key bits among the elements that match the prefix found so
+// far (counts and masses, integer atomics, so the result does not depend on timing), and a
+// descending scan of the histogram picks the bin where the running count or mass first
+// reaches the target. After the last pass the prefix is the exact key B of the element where
+// the target is reached: "keep keys >= B" is then exactly the top-k set (ties at the k-th
+// value kept) or the smallest top-p set (ties kept). A search may stop after one or two
+// passes when the crossing bin is kept whole (see the loop's end).
+//
+// Two layouts (RadixShared<kBits>): 13/13/6 key bits per level (8192 bins, 96 KB of shared
+// memory) for the one-CTA-per-row kernels, 11/11/10 (2048 bins, 24 KB) for the cluster
+// kernels, whose slices need the rest of the SM's shared memory, and for sm_75 (64 KB per
+// block). More bins per level spread a flat row's elements over more bins (fewer same-address
+// atomics), and after two levels of 13 bits a crossing bin spans 64 keys, so the search
+// usually ends there.
 //
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
@@ -21,8 +28,13 @@
 namespace aotinfer::sampling {
 
 constexpr int kRowThreads = 1024;
-constexpr int kRadixBins = 2048;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: fixed-point unit of a row's total mass
+
+// Key bits of the first two levels of the one-CTA-per-row kernels (RowRadixShared): 13 where a
+// block may hold 96 KB of shared memory, 11 on sm_75 (the build sets AOTINFER_ROW_RADIX_BITS).
+#ifndef AOTINFER_ROW_RADIX_BITS
+#define AOTINFER_ROW_RADIX_BITS 13
+#endif
 
 // Probabilities: positive finite values keep their bit pattern (monotone for p > 0).
 __device__ __forceinline__ std::uint32_t prob_key(float p) {
@@ -36,23 +48,38 @@ __device__ __forceinline__ std::uint32_t ordered_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// The histograms of one search level, and the crossing it found. Levels 0 and 1 take kBits
+// key bits each (from the top), level 2 the remaining 32 - 2 kBits.
+template <int kBits>
 struct RadixShared {
+  static_assert(kBits >= 8 && 2 * kBits < 32, "three levels must cover the 32 key bits");
+  static constexpr int kBins = 1 << kBits;
+  __host__ __device__ static constexpr int shift(int level) {
+    return level == 0 ? 32 - kBits : (level == 1 ? 32 - 2 * kBits : 0);
+  }
+  __host__ __device__ static constexpr int bins(int level) { return level < 2 ? kBins : 1 << (32 - 2 * kBits); }
   union {
     struct {
-      std::uint32_t count[kRadixBins];
-      std::uint32_t mass_lo[kRadixBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
-      std::uint32_t mass_hi[kRadixBins];
+      std::uint32_t count[kBins];
+      std::uint32_t mass_lo[kBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
+      std::uint32_t mass_hi[kBins];
     };
     // inverse_cdf.cuh, once the threshold search is over: the mass of each row segment.
-    std::uint64_t segment_mass[kRadixBins * 3 / 2];
+    std::uint64_t segment_mass[kBins * 3 / 2];
   };
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
-  // SliceScope only: this CTA's share of the cluster-summed histogram and its totals.
-  std::uint32_t share_count[kRadixBins / kSliceCtas];
-  std::uint64_t share_mass[kRadixBins / kSliceCtas];
+};
+
+using RowRadixShared = RadixShared<AOTINFER_ROW_RADIX_BITS>;
+
+// The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
+struct SliceRadixShared : RadixShared<11> {
+  // This CTA's share of the cluster-summed histogram and its totals.
+  std::uint32_t share_count[kBins / kSliceCtas];
+  std::uint64_t share_mass[kBins / kSliceCtas];
   std::uint64_t share_total_count, share_total_mass;
   int any_found;        // local: some rank found the crossing
   ShareTotals totals;   // local: the cluster's totals of this level
@@ -61,7 +88,8 @@ struct RadixShared {
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
 // halves (native shared-memory atomics; a 64-bit add is not), split at bit 12 so that neither
 // half's sum over a row can overflow: low parts sum to < V * 2^12, high parts to < 2^29.
-__device__ __forceinline__ void add_to_histogram(RadixShared& sh, bool takes_part, std::uint32_t d,
+template <typename Sh>
+__device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::uint32_t d,
                                                  std::uint64_t q) {
   if (!takes_part) return;
   atomicAdd(&sh.count[d], 1u);
@@ -89,21 +117,17 @@ struct SearchTarget {
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal.
-// KeyFn(float) -> key (0: not a participant); MassFn(float) -> fixed-point mass.
-// blockDim.x must be at least kRadixBins / kMaxBinsPerThread.
-constexpr int kMaxBinsPerThread = 4;
-
-template <typename Scope, typename KeyFn, typename MassFn>
+// KeyFn(float) -> key (0: not a participant); MassFn(float) -> fixed-point mass. Sh: a
+// RadixShared layout (SliceRadixShared for SliceScope).
+template <typename Scope, typename KeyFn, typename MassFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn mass_of, SearchTarget target,
-                                     RadixShared& sh) {
-  constexpr int kShift[3] = {21, 10, 0};
-  constexpr int kBins[3] = {2048, 2048, 1024};
+                                     Sh& sh) {
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
 
   for (int level = 0; level < 3; ++level) {
-    const int shift = kShift[level], bins = kBins[level];
+    const int shift = Sh::shift(level), bins = Sh::bins(level);
     scope.sync();  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
@@ -126,21 +150,18 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
     // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of
-    // higher bins come before.
+    // higher bins come before. The bins are summed, the sums scanned, and the bins read
+    // again (shared memory) by the thread whose run crosses the goal.
     scope.combine(sh, bins);
     const int first = scope.share_first(bins), last = scope.share_last(bins);
     const int span = last - first + 1;
     const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int top = last - per * static_cast<int>(threadIdx.x);
-    std::uint64_t cs[kMaxBinsPerThread], ms[kMaxBinsPerThread], c_sum = 0, m_sum = 0;
-#pragma unroll
-    for (int k = 0; k < kMaxBinsPerThread; ++k) {
-      const int bin = top - k;
-      const bool mine = k < per && bin >= first;
-      cs[k] = mine ? scope.combined_count(sh, bin, bins) : 0;
-      ms[k] = mine ? scope.combined_mass(sh, bin, bins) : 0;
-      c_sum += cs[k];
-      m_sum += ms[k];
+    const int bottom = max(top - per + 1, first);  // my bins: bottom .. top (none if top < first)
+    std::uint64_t c_sum = 0, m_sum = 0;
+    for (int bin = top; bin >= bottom; --bin) {
+      c_sum += scope.combined_count(sh, bin, bins);
+      m_sum += scope.combined_mass(sh, bin, bins);
     }
     std::uint64_t share_count, share_mass;
     const std::uint64_t before_c = block_exclusive_scan(c_sum, &share_count);
@@ -160,21 +181,21 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       }
     }
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
-    if (top >= first && (target.by_mass ? run_m : run_c) < goal) {
-#pragma unroll
-      for (int k = 0; k < kMaxBinsPerThread; ++k) {
-        if (k >= per || top - k < first) break;
-        if ((target.by_mass ? run_m + ms[k] : run_c + cs[k]) >= goal) {
-          sh.digit = static_cast<std::uint32_t>(top - k);
+    if (top >= first && (target.by_mass ? run_m : run_c) < goal &&
+        (target.by_mass ? run_m + m_sum : run_c + c_sum) >= goal) {  // exactly one thread
+      for (int bin = top; bin >= bottom; --bin) {
+        const std::uint64_t c = scope.combined_count(sh, bin, bins), m = scope.combined_mass(sh, bin, bins);
+        if ((target.by_mass ? run_m + m : run_c + c) >= goal) {
+          sh.digit = static_cast<std::uint32_t>(bin);
           sh.above_count = run_c;
           sh.above_mass = run_m;
-          sh.bin_count = cs[k];
-          sh.bin_mass = ms[k];
+          sh.bin_count = c;
+          sh.bin_mass = m;
           sh.found = 1;
           break;
         }
-        run_c += cs[k];
-        run_m += ms[k];
+        run_c += c;
+        run_m += m;
       }
     }
     // Every CTA of the scope now holds the crossing. None cannot happen (see below); the

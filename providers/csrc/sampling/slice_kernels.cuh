@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
-  __shared__ RadixShared sh;
+  __shared__ SliceRadixShared sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const std::int64_t b = blockIdx.x / kSliceCtas;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
-  __shared__ RadixShared sh;
+  __shared__ SliceRadixShared sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const std::int64_t row = blockIdx.x / kSliceCtas;

@@ -1,0 +1,58 @@
+"""Graph time of every sampling-family op on the one-CTA-per-row kernels (a lab tool): batch
+128 and 512, vocab 32000 and 128256, bench_sampling's flat and peaked rows, explicit seed,
+rotating inputs. Writes {case: us} as JSON to the path given, and a first token row per
+sampler so two builds can be checked for the same tokens.
+
+    python dev/time_sampling_rows.py OUT.json        (GPU machine, provider installed)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import rotation_graph_us, rotations  # noqa: E402
+from bench_sampling import make_probs  # noqa: E402
+
+import aotinfer  # noqa: E402
+
+S = dict(seed=1234, offset=0)
+OPS = {
+    "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50, **S),
+    "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9, **S),
+    "min_p": lambda p: aotinfer.min_p_sampling_from_probs(p, 0.1, **S),
+    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
+        p, 50, 0.9, filter_apply_order="joint", **S
+    ),
+    "plain": lambda p: aotinfer.sampling_from_probs(p, **S),
+    "top_p_renorm": lambda p: aotinfer.top_p_renorm_probs(p, 0.9),
+    "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50),
+    "top_k_mask": lambda p: aotinfer.top_k_mask_logits(p, 50),
+}
+
+
+def main():
+    os.environ["AOTINFER_SAMPLING_KERNEL"] = "rowwise"
+    times, tokens = {}, {}
+    for vocab in (32000, 128256):
+        for batch in (128, 512):
+            for peaked in (False, True):
+                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
+                dist = "peaked" if peaked else "flat"
+                for name, fn in OPS.items():
+                    case = f"{name} {batch}x{vocab} {dist}"
+                    times[case] = rotation_graph_us(fn, sets)
+                    if not name.endswith(("renorm", "mask")):
+                        tokens[case] = fn(sets[0][0])[:64].tolist()
+                del sets
+                torch.cuda.empty_cache()
+    with open(sys.argv[1], "w") as f:
+        json.dump({"us": times, "tokens": tokens}, f)
+
+
+if __name__ == "__main__":
+    main()
