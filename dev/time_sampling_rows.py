@@ -52,6 +52,8 @@ def main():
                 torch.cuda.empty_cache()
     with open(sys.argv[1], "w") as f:
         json.dump({"us": times, "tokens": tokens}, f)
+    for case, us in times.items():
+        print(f"{case:34s} {us:8.1f} us")
 
 
 if __name__ == "__main__":

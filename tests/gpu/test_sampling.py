@@ -205,13 +205,12 @@ def test_tokens_match_reference(name, vocab, batch, any_sampling_kernel):
 
 
 @pytest.mark.parametrize("name", ["probs", "top_k", "top_p", "min_p", "joint"])
-def test_tokens_match_reference_on_rows_of_more_than_12288_draw_segments(name):
-    """Rows past the row kernel's 12288 segments of 128 elements (1572864; 3072 segments,
-    393216, on sm_75): each of the draw's segments then spans several warp loads
-    (inverse_cdf.cuh, per_segment > 1), and the chosen one is rescanned in several steps.
-    The cluster kernels never see such rows (their slices do not fit in shared memory), so
-    this is the one-CTA-per-row kernel."""
-    rows, vocab = 4, 1_600_001
+def test_tokens_match_reference_on_rows_of_more_than_3072_draw_segments(name):
+    """Rows past 3072 segments of 128 elements (393216): each of the draw's segments then
+    spans several warp loads (inverse_cdf.cuh, per_segment > 1), and the chosen one is
+    rescanned in several steps. The cluster kernels never see such rows (their slices do
+    not fit in shared memory), so this is the one-CTA-per-row kernel."""
+    rows, vocab = 4, 600_001
     probs = make_probs(rows, vocab, seed=31)
     k, p, m = per_row_params(rows, vocab, seed=32)
     idx = many(rows, 64)

@@ -112,24 +112,47 @@ struct KeptSet {
 // kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
 // those modes' kernels carry that code: in one kernel for every mode, its registers made the
 // cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
+// The largest participating key of the scope's row (0: none).
+template <typename Scope>
+__device__ std::uint32_t largest_key(const Scope& scope) {
+  std::uint32_t mx = 0u;
+  scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mx = max(mx, prob_key(v[j]));
+  });
+  return scope.reduce(mx, MaxOp{}, 0u);
+}
+
+// kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
+// those modes' kernels carry that code: in one kernel for every mode, its registers made the
+// cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
 template <bool kTwoSearches = false, typename Scope, typename Sh>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, Sh& sh) {
   if (f.mode == FilterMode::kNone && !need_mass) {
     // Plain sampling: the draw needs only the largest key (its fixed-point unit).
-    std::uint32_t mx = 0u;
-    scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mx = max(mx, prob_key(v[j]));
-    });
-    mx = scope.reduce(mx, MaxOp{}, 0u);
+    const std::uint32_t mx = largest_key(scope);
     return KeptSet{1u, mx, 0, 0.f, mx != 0u};
   }
-  const RowStats st = prob_stats(scope);
-  KeptSet kept{0u, prob_key(st.max), 0, 0.f, st.total > 0.f};
-  if (!kept.any) return kept;
-  const float scale = kMassOne / st.total;
-  kept.scale = scale;
+  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
+  const bool use_k = (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
+                      f.mode == FilterMode::kJoint) && k > 0 && k < n;
+  const bool use_p = (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
+                      f.mode == FilterMode::kJoint) && p < 1.f;
+  // Top-k sampling needs no row statistics: its search counts (no masses), and the draw's
+  // fixed-point unit depends only on the largest key's exponent, which the search's level 0
+  // finds (Threshold::top_bin). Every other filter needs the row total for its masses.
+  const bool top_k_only = f.mode == FilterMode::kTopK && use_k && !need_mass;
+  KeptSet kept{0u, 0u, 0, 0.f, true};
+  if (!top_k_only) {
+    const RowStats st = prob_stats(scope);
+    kept = KeptSet{0u, prob_key(st.max), 0, 0.f, st.total > 0.f};
+    if (!kept.any) return kept;
+    kept.scale = kMassOne / st.total;
+  }
+  const float scale = kept.scale;
   // Keys below `floor_key` take no part (0 for every search but top-p after top-k, below).
   // One key function for all searches: a second instantiation of radix_threshold doubled
   // the cluster kernel's register spills and slowed its top-k by 5 us (759f5f3).
@@ -140,14 +163,6 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   };
   auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rn(v * scale)); };
 
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
-  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-  const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
-  const bool use_k = (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
-                      f.mode == FilterMode::kJoint) && k > 0 && k < n;
-  const bool use_p = (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
-                      f.mode == FilterMode::kJoint) && p < 1.f;
-
   std::uint32_t key = 0u;
   std::uint64_t mass_k = 0, all_mass = 0;
   bool mass_known = false;
@@ -157,8 +172,17 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     // a plain top-k draw skips the two mass atomics per participant (128 x 128256: 100.5 ->
     // 95.4 us flat, 93.8 -> 89.7 peaked; history/sampling-54f5f53-top-k-no-mass.md).
     const bool k_mass = need_mass || (kTwoSearches && use_p);
-    const Threshold t = radix_threshold(scope, key_of, mass_of,
-                                        SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass}, sh);
+    SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
+    target.want_top = top_k_only;
+    const Threshold t = radix_threshold(scope, key_of, mass_of, target, sh);
+    if (top_k_only) {
+      if (t.top_bin == 0) return KeptSet{0u, 0u, 0, 0.f, false};  // no participant
+      // Level 0's bins are the key's top bits: sign (0), the 8 exponent bits, then mantissa.
+      const std::uint32_t exponent = (t.top_bin - 1) >> (23 - Sh::shift(0));
+      // A normal largest key: any key of its exponent gives the same unit. A subnormal one
+      // (exponent field 0) needs its own mantissa length: that rare row reads its maximum.
+      kept.max_key = exponent != 0u ? exponent << 23 : largest_key(scope);
+    }
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -194,7 +218,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     }
   }
   if (f.mode == FilterMode::kMinP) {
-    key = prob_key(min_p * st.max);
+    key = prob_key(min_p * __uint_as_float(kept.max_key));  // the row maximum
     if (key == 0u) key = 1u;  // min_p * max underflowed: keep every participant
     mass_known = false;
   }
@@ -271,19 +295,12 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
   return kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
 }
 
-// The row kernels' histograms: dynamic shared memory of kRowSmemBytes (96 KB with 13-bit
-// levels, more than a static declaration may hold), launched with that much.
-__device__ __forceinline__ RowRadixShared& row_radix_shared() {
-  extern __shared__ __align__(16) unsigned char row_smem[];
-  return *reinterpret_cast<RowRadixShared*>(row_smem);
-}
-
 }  // namespace detail
 
 // kTwoSearches: for the top-k-then-top-p and joint filters (see prob_filter).
 template <bool kTwoSearches>
 __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
-  RowRadixShared& sh = detail::row_radix_shared();
+  __shared__ RowRadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
@@ -324,7 +341,7 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
 // kept), -inf elsewhere and for NaN.
 template <typename T, bool kMask>
 __global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
-  RowRadixShared& sh = detail::row_radix_shared();
+  __shared__ RowRadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.in_row_stride;

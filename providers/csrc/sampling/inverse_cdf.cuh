@@ -80,7 +80,7 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const std::int64_t groups = scope.local_groups();
   const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
-  // 1 unless V > 128 kDrawSegments (1572864 in the row kernels, 393216 in the cluster kernels)
+  // 1 unless V > 128 kDrawSegments = 393216
   const std::int64_t per_segment = (units + kDrawSegments - 1) / kDrawSegments;
   const std::int64_t segments = (units + per_segment - 1) / per_segment;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

@@ -10,12 +10,9 @@
 // value kept) or the smallest top-p set (ties kept). A search may stop after one or two
 // passes when the crossing bin is kept whole (see the loop's end).
 //
-// Two layouts (RadixShared<kBits>): 13/13/6 key bits per level (8192 bins, 96 KB of shared
-// memory) for the one-CTA-per-row kernels, 11/11/10 (2048 bins, 24 KB) for the cluster
-// kernels, whose slices need the rest of the SM's shared memory, and for sm_75 (64 KB per
-// block). More bins per level spread a flat row's elements over more bins (fewer same-address
-// atomics), and after two levels of 13 bits a crossing bin spans 64 keys, so the search
-// usually ends there.
+// The histograms take 11/11/10 key bits per level (2048 bins, 24 KB). A 13/13/6 layout (8192
+// bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
+// (history/sampling-c4e2db1-radix-13-bits-reverted.md).
 //
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
@@ -29,12 +26,6 @@ namespace aotinfer::sampling {
 
 constexpr int kRowThreads = 1024;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: fixed-point unit of a row's total mass
-
-// Key bits of the first two levels of the one-CTA-per-row kernels (RowRadixShared): 13 where a
-// block may hold 96 KB of shared memory, 11 on sm_75 (the build sets AOTINFER_ROW_RADIX_BITS).
-#ifndef AOTINFER_ROW_RADIX_BITS
-#define AOTINFER_ROW_RADIX_BITS 13
-#endif
 
 // Probabilities: positive finite values keep their bit pattern (monotone for p > 0).
 __device__ __forceinline__ std::uint32_t prob_key(float p) {
@@ -73,7 +64,7 @@ struct RadixShared {
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
 
-using RowRadixShared = RadixShared<AOTINFER_ROW_RADIX_BITS>;
+using RowRadixShared = RadixShared<11>;  // the one-CTA-per-row kernels
 
 // The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
 struct SliceRadixShared : RadixShared<11> {
@@ -104,6 +95,9 @@ struct Threshold {
   std::uint64_t count_ge;  // how many participants have key >= key
   std::uint64_t mass_ge;   // their fixed-point mass
   std::uint64_t all_mass;  // the fixed-point mass of all participants (when masses are tracked)
+  // With SearchTarget::want_top: 1 + the highest level-0 bin holding a participant (0: none),
+  // i.e. the largest key's top bits (key >> RadixShared::shift(0)).
+  std::uint32_t top_bin;
 };
 
 struct SearchTarget {
@@ -113,6 +107,7 @@ struct SearchTarget {
   std::uint64_t mass_base;  // mass the fraction applies to; 0: the total of all participants
   bool track_mass;          // accumulate masses (always when by_mass) so mass_ge is known
   bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
+  bool want_top = false;    // report Threshold::top_bin (one more reduction, at level 0)
 };
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
@@ -125,6 +120,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
+  std::uint32_t top_bin = 0;
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
@@ -168,6 +164,13 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
     const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
     const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
+      if (target.want_top) {
+        std::uint32_t mine = 0;  // 1 + my highest bin with a participant
+        for (int bin = top; bin >= bottom && mine == 0; --bin) {
+          if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+        }
+        top_bin = scope.reduce(mine, MaxOp{}, 0u);
+      }
       all_mass = tot.all_mass;
       if (target.by_mass) {
         const std::uint64_t base = target.mass_base ? target.mass_base : tot.all_mass;
@@ -177,7 +180,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       const std::uint64_t total = target.by_mass ? tot.all_mass : tot.all_count;
       if (total < goal) {
         // Fewer participants (or less mass) than the target: keep them all.
-        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass};
+        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass, top_bin};
       }
     }
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
@@ -220,7 +223,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       break;
     }
   }
-  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass};
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin};
 }
 
 }  // namespace aotinfer::sampling

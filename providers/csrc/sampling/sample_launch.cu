@@ -88,7 +88,7 @@ void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(e
 // not worth a cluster), in batches small enough for about two waves of clusters. AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family
 // wherever both apply (tests and benchmarks cover both).
 constexpr std::int64_t kSliceMinVocab = 8192;
-constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // SliceRadixShared (~25 KB) and reduction scratch
+constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
 
 std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
 
@@ -121,17 +121,6 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
                                 static_cast<std::size_t>(smem), stream, false, kSliceCtas, p, groups);
 }
 
-// One CTA of kRowThreads per row, with the row histograms (RowRadixShared) in dynamic shared
-// memory.
-template <auto Kernel, typename Params>
-cudaError_t launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream) {
-  constexpr int kSmem = static_cast<int>(sizeof(RowRadixShared));
-  const cudaError_t err = ensure_dynamic_smem<Kernel>(kSmem, device);
-  if (err != cudaSuccess) return err;
-  Kernel<<<static_cast<unsigned>(rows), kRowThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
-}
-
 template <typename T>
 void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
                     cudaStream_t stream) {
@@ -153,9 +142,9 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
            op, input.device);
     return;
   }
-  finish(mask ? launch_rows<row_filter_kernel<T, true>>(p, p.rows, input.device, stream)
-              : launch_rows<row_filter_kernel<T, false>>(p, p.rows, input.device, stream),
-         op, input.device);
+  auto kernel = mask ? row_filter_kernel<T, true> : row_filter_kernel<T, false>;
+  kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
+  finish(cudaGetLastError(), op, input.device);
 }
 
 template <typename F>
@@ -225,9 +214,9 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
-  finish(two_searches ? launch_rows<sample_kernel<true>>(p, batch, input.device, cuda_stream)
-                      : launch_rows<sample_kernel<false>>(p, batch, input.device, cuda_stream),
-         op, input.device);
+  auto kernel = two_searches ? sample_kernel<true> : sample_kernel<false>;
+  kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, cuda_stream>>>(p);
+  finish(cudaGetLastError(), op, input.device);
 }
 
 void launch_renorm(const TensorView& input, const TensorView& out, const FilterArgs& filter,

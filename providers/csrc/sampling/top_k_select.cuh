@@ -26,7 +26,7 @@ struct TopKSelectParams {
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) top_k_select_kernel(const __grid_constant__ TopKSelectParams<T> p) {
-  __shared__ RadixShared<11> sh;  // static: this kernel is not one of the row kernels of 96 KB
+  __shared__ RowRadixShared sh;
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.row_stride;
   const std::int64_t n = p.vocab, k = p.k;
