@@ -78,40 +78,17 @@ __device__ __forceinline__ std::int64_t source_row(const void* indices, bool is6
               : static_cast<const std::int32_t*>(indices)[b];
 }
 
-struct RowStats {
-  float total;  // sum of participating probabilities
-  float max;    // largest participating probability
-};
-
-template <typename Scope>
-__device__ RowStats prob_stats(const Scope& scope) {
-  float total = 0.f, mx = 0.f;
-  scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (prob_key(v[j]) != 0u) {
-        total += v[j];
-        mx = fmaxf(mx, v[j]);
-      }
-    }
-  });
-  return RowStats{scope.reduce(total, SumOp{}, 0.f), scope.reduce(mx, MaxOp{}, 0.f)};
-}
-
-// The key every kept probability reaches (0 when the row has no participant) and the key of
-// the largest one. Also gives the fixed-point mass of the kept set and the scale that maps
-// probabilities to it (renormalisation only: in units of 2^-40 of the row total).
+// The key every kept probability reaches and the key of the largest one (any: the row has a
+// participant). Renormalisation also gets the fixed-point mass of the kept set and its unit
+// (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
 struct KeptSet {
   std::uint32_t min_key;
   std::uint32_t max_key;
   std::uint64_t mass;
-  float scale;
+  int base;
   bool any;
 };
 
-// kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
-// those modes' kernels carry that code: in one kernel for every mode, its registers made the
-// cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
 // The largest participating key of the scope's row (0: none).
 template <typename Scope>
 __device__ std::uint32_t largest_key(const Scope& scope) {
@@ -123,17 +100,26 @@ __device__ std::uint32_t largest_key(const Scope& scope) {
   return scope.reduce(mx, MaxOp{}, 0u);
 }
 
+// The largest key's stand-in for the draw's unit (FixedPointScale::of) after a search: level 0's
+// highest bin gives its exponent field, and every normal key of that exponent gives the same
+// unit. A subnormal largest key (field 0) needs its own mantissa length: that rare row reads
+// its maximum.
+template <typename Sh, typename Scope>
+__device__ std::uint32_t largest_key_after(const Scope& scope, const Threshold& t) {
+  const std::uint32_t field = (t.top_bin - 1) >> (23 - Sh::shift(0));
+  return field != 0u ? field << 23 : largest_key(scope);
+}
+
 // kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
 // those modes' kernels carry that code: in one kernel for every mode, its registers made the
 // cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
+//
+// No pass over the row precedes the searches: the first one's level 0 finds the largest key's
+// exponent, which fixes the masses' unit (radix_threshold.cuh). Min-p, and a top-k or top-p
+// filter that filters nothing, read the row's maximum instead.
 template <bool kTwoSearches = false, typename Scope, typename Sh>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, Sh& sh) {
-  if (f.mode == FilterMode::kNone && !need_mass) {
-    // Plain sampling: the draw needs only the largest key (its fixed-point unit).
-    const std::uint32_t mx = largest_key(scope);
-    return KeptSet{1u, mx, 0, 0.f, mx != 0u};
-  }
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
@@ -141,18 +127,35 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
                       f.mode == FilterMode::kJoint) && k > 0 && k < n;
   const bool use_p = (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
                       f.mode == FilterMode::kJoint) && p < 1.f;
-  // Top-k sampling needs no row statistics: its search counts (no masses), and the draw's
-  // fixed-point unit depends only on the largest key's exponent, which the search's level 0
-  // finds (Threshold::top_bin). Every other filter needs the row total for its masses.
-  const bool top_k_only = f.mode == FilterMode::kTopK && use_k && !need_mass;
-  KeptSet kept{0u, 0u, 0, 0.f, true};
-  if (!top_k_only) {
-    const RowStats st = prob_stats(scope);
-    kept = KeptSet{0u, prob_key(st.max), 0, 0.f, st.total > 0.f};
-    if (!kept.any) return kept;
-    kept.scale = kMassOne / st.total;
+  KeptSet kept{0u, 0u, 0, 0, false};
+  if (!use_k && !use_p) {
+    // Plain sampling, min-p, or a filter that keeps everything: the draw needs only the
+    // largest key (its fixed-point unit), min-p its value.
+    const std::uint32_t mx = largest_key(scope);
+    if (mx == 0u) return kept;
+    kept = KeptSet{1u, mx, 0, search_mass_base(mx >> 23, n), true};
+    if (f.mode == FilterMode::kMinP) {
+      kept.min_key = prob_key(min_p * __uint_as_float(mx));
+      if (kept.min_key == 0u) kept.min_key = 1u;  // min_p * max underflowed: keep every participant
+    }
+    if (need_mass) {
+      // Renormalisation without a filter: the mass of every participant, in the searches'
+      // unit (per element here; a search floors a bin more than S - 24 binades down as a whole).
+      const int base = kept.base;
+      std::uint64_t local = 0;
+      scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t kk = prob_key(v[j]);
+          if (kk >= kept.min_key) {
+            local += shifted_mass(FixedPointScale::mantissa(kk), FixedPointScale::biased_exponent(kk) + base);
+          }
+        }
+      });
+      kept.mass = scope.reduce(local, SumOp{}, std::uint64_t{0});
+    }
+    return kept;
   }
-  const float scale = kept.scale;
   // Keys below `floor_key` take no part (0 for every search but top-p after top-k, below).
   // One key function for all searches: a second instantiation of radix_threshold doubled
   // the cluster kernel's register spills and slowed its top-k by 5 us (759f5f3).
@@ -161,33 +164,23 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     const std::uint32_t kk = prob_key(v);
     return kk >= floor_key ? kk : 0u;
   };
-  auto mass_of = [scale](float v) { return static_cast<std::uint64_t>(__float2ull_rn(v * scale)); };
-
   std::uint32_t key = 0u;
-  std::uint64_t mass_k = 0, all_mass = 0;
-  bool mass_known = false;
-  std::uint64_t mass = 0;
+  std::uint64_t mass_k = 0, all_mass = 0, mass = 0;
   if (use_k) {
     // The top-k set's mass matters only to renormalisation and to a top-p search after it;
     // a plain top-k draw skips the two mass atomics per participant (128 x 128256: 100.5 ->
     // 95.4 us flat, 93.8 -> 89.7 peaked; history/sampling-54f5f53-top-k-no-mass.md).
     const bool k_mass = need_mass || (kTwoSearches && use_p);
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
-    target.want_top = top_k_only;
-    const Threshold t = radix_threshold(scope, key_of, mass_of, target, sh);
-    if (top_k_only) {
-      if (t.top_bin == 0) return KeptSet{0u, 0u, 0, 0.f, false};  // no participant
-      // Level 0's bins are the key's top bits: sign (0), the 8 exponent bits, then mantissa.
-      const std::uint32_t exponent = (t.top_bin - 1) >> (23 - Sh::shift(0));
-      // A normal largest key: any key of its exponent gives the same unit. A subnormal one
-      // (exponent field 0) needs its own mantissa length: that rare row reads its maximum.
-      kept.max_key = exponent != 0u ? exponent << 23 : largest_key(scope);
-    }
+    target.want_top = true;
+    target.row_length = n;
+    const Threshold t = radix_threshold(scope, key_of, target, sh);
+    if (t.top_bin == 0) return kept;  // no participant
+    kept = KeptSet{0u, largest_key_after<Sh>(scope, t), 0, t.mass_base, true};
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
     mass = t.mass_ge;
-    mass_known = true;
   }
   if (use_p) {
     // With top-k first the top-p threshold t_p (goal p * mass_k) is never below t_k, and in
@@ -201,41 +194,28 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if constexpr (kTwoSearches) {
       if (f.mode == FilterMode::kTopKThenTopP) base = mass_k;
       if (use_k && f.mode == FilterMode::kJoint) {
-        // mass_k >= the search's goal max(1, ceil(p * all)), for an integer mass_k < 2^53
-        search = static_cast<double>(mass_k) >= static_cast<double>(fmaxf(p, 0.f)) * static_cast<double>(all_mass);
+        search = mass_k >= mass_goal(fmaxf(p, 0.f), all_mass);  // the search's own goal
         base = all_mass;
       }
       floor_key = key;  // t_k, or 0 without top-k
     }
     if (search) {
-      const Threshold t = radix_threshold(scope, key_of, mass_of, SearchTarget{true, 0, fmaxf(p, 0.f), base, true}, sh);
+      SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
+      target.row_length = n;
+      const Threshold t = radix_threshold(scope, key_of, target, sh);
       floor_key = 0u;
+      if (!use_k) {
+        if (t.top_bin == 0) return kept;  // no participant
+        kept = KeptSet{0u, largest_key_after<Sh>(scope, t), 0, t.mass_base, true};
+      }
       if (t.key >= key) {
         key = t.key;
         mass = t.mass_ge;
-        mass_known = true;
       }
     }
   }
-  if (f.mode == FilterMode::kMinP) {
-    key = prob_key(min_p * __uint_as_float(kept.max_key));  // the row maximum
-    if (key == 0u) key = 1u;  // min_p * max underflowed: keep every participant
-    mass_known = false;
-  }
   kept.min_key = key;
-  if (need_mass && !mass_known) {
-    // Mass of keys >= key, for renormalisation (the draw does not need it).
-    std::uint64_t local = 0;
-    scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const std::uint32_t kk = prob_key(v[j]);
-        if (kk != 0u && kk >= key) local += mass_of(v[j]);
-      }
-    });
-    mass = scope.reduce(local, SumOp{}, std::uint64_t{0});
-  }
-  kept.mass = mass;
+  kept.mass = mass;  // the kept set's (when need_mass: every search above tracked masses)
   return kept;
 }
 
@@ -256,9 +236,7 @@ __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, con
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   if (!(k > 0 && k < n)) return 0u;
   auto key_of = [](float v) { return ordered_key(v); };
-  auto no_mass = [](float) { return std::uint64_t{0}; };
-  return radix_threshold(scope, key_of, no_mass, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh)
-      .key;
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
@@ -290,9 +268,9 @@ __device__ __forceinline__ void mask_group(float (&v)[4], std::uint32_t min_key)
   }
 }
 
-// mass is fixed point in units of kMassOne / total, so p / mass(kept) = p * scale / mass.
+// 1 / (the kept set's probability mass): a mass q stands for q * 2^-(150 + base).
 __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
-  return kept.mass > 0 ? kept.scale / static_cast<float>(kept.mass) : 0.f;
+  return kept.mass > 0 ? ldexpf(1.f / static_cast<float>(kept.mass), 150 + kept.base) : 0.f;
 }
 
 }  // namespace detail

@@ -17,40 +17,12 @@
 
 #include "../common/block_reduce.cuh"
 #include "philox.cuh"
+#include "fixed_point.cuh"
 #include "radix_threshold.cuh"
 
 namespace aotinfer::sampling {
 
 constexpr int kSegmentUnitGroups = 32;             // one group per lane of a warp
-
-// The fixed-point unit of one row: q(key) = mantissa shifted by (biased exponent + base).
-struct FixedPointScale {
-  int base;
-
-  __device__ __forceinline__ static std::uint32_t mantissa(std::uint32_t key) {
-    const std::uint32_t frac = key & 0x7FFFFFu;
-    return (key >> 23) ? (frac | 0x800000u) : frac;  // subnormals: no implicit bit
-  }
-  __device__ __forceinline__ static int biased_exponent(std::uint32_t key) {
-    const int e = static_cast<int>(key >> 23);
-    return e > 0 ? e : 1;  // subnormals scale like exponent 1
-  }
-
-  // max_key: the key (bit pattern) of the row's largest kept probability; n: the row length.
-  __device__ __forceinline__ static FixedPointScale of(std::uint32_t max_key, std::int64_t n) {
-    const int s = 63 - (64 - __clzll(static_cast<long long>(n > 0 ? n : 1)));
-    const std::uint32_t m = mantissa(max_key);
-    const int len = m ? 32 - __clz(static_cast<int>(m)) : 0;
-    return FixedPointScale{s - len - biased_exponent(max_key)};
-  }
-
-  // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len).
-  __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
-    const int shift = biased_exponent(key) + base;
-    const std::uint64_t m = mantissa(key);
-    return shift >= 0 ? m << shift : (shift > -32 ? m >> -shift : 0);
-  }
-};
 
 // q of each element of a group, 0 for the elements that are not kept (key 0 or below
 // min_key; the NaN fill of a tail has key 0).

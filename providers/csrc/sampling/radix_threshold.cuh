@@ -1,7 +1,11 @@
 // Sorting-free threshold search over one row, by radix selection on 32-bit keys.
 //
 // Every element maps to a key whose unsigned order is the order of its value, and (for
-// probabilities) to a fixed-point mass q = p * 2^40 / row_total. Up to three passes over the row
+// probabilities) to a fixed-point mass (fixed_point.cuh): its 24-bit mantissa shifted by its
+// exponent relative to the row's largest, found by the first level itself, so no pass over the
+// row precedes the search. The histograms sum mantissas; a level-0 bin holds one exponent, so
+// the scan shifts each bin's sum once (exact to S - 24 binades below the largest, a deeper
+// bin's sum floored as a whole). Up to three passes over the row
 // build a histogram of the next key bits among the elements that match the prefix found so
 // far (counts and masses, integer atomics, so the result does not depend on timing), and a
 // descending scan of the histogram picks the bin where the running count or mass first
@@ -20,12 +24,12 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
+#include "fixed_point.cuh"
 #include "row_scope.cuh"
 
 namespace aotinfer::sampling {
 
 constexpr int kRowThreads = 1024;
-constexpr float kMassOne = 1099511627776.0f;  // 2^40: fixed-point unit of a row's total mass
 
 // Probabilities: positive finite values keep their bit pattern (monotone for p > 0).
 __device__ __forceinline__ std::uint32_t prob_key(float p) {
@@ -93,11 +97,13 @@ __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::u
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
   std::uint64_t count_ge;  // how many participants have key >= key
-  std::uint64_t mass_ge;   // their fixed-point mass
+  std::uint64_t mass_ge;   // their fixed-point mass (when masses are tracked)
   std::uint64_t all_mass;  // the fixed-point mass of all participants (when masses are tracked)
-  // With SearchTarget::want_top: 1 + the highest level-0 bin holding a participant (0: none),
-  // i.e. the largest key's top bits (key >> RadixShared::shift(0)).
+  // With masses or SearchTarget::want_top: 1 + the highest level-0 bin holding a participant
+  // (0: none), i.e. the largest key's top bits (key >> RadixShared::shift(0)), and the masses'
+  // unit (search_mass_base: a mass q stands for q * 2^-(150 + mass_base)).
   std::uint32_t top_bin;
+  int mass_base;
 };
 
 struct SearchTarget {
@@ -107,20 +113,24 @@ struct SearchTarget {
   std::uint64_t mass_base;  // mass the fraction applies to; 0: the total of all participants
   bool track_mass;          // accumulate masses (always when by_mass) so mass_ge is known
   bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
-  bool want_top = false;    // report Threshold::top_bin (one more reduction, at level 0)
+  bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
+  std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
 };
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
-//   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal.
-// KeyFn(float) -> key (0: not a participant); MassFn(float) -> fixed-point mass. Sh: a
-// RadixShared layout (SliceRadixShared for SliceScope).
-template <typename Scope, typename KeyFn, typename MassFn, typename Sh>
-__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn mass_of, SearchTarget target,
-                                     Sh& sh) {
+//   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
+// goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
+// masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
+// for SliceScope).
+template <typename Scope, typename KeyFn, typename Sh>
+__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
+  constexpr int kExponentShift = 23 - Sh::shift(0);  // level-0 bin -> exponent field
+  const bool masses = target.by_mass || target.track_mass;
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
   std::uint32_t top_bin = 0;
+  int base = 0;
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
@@ -138,7 +148,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
         const std::uint32_t k = key_of(v[j]);  // the NaN fill of a tail gives key 0
         const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
         const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
-        const std::uint64_t q = takes_part && (target.by_mass || target.track_mass) ? mass_of(v[j]) : 0;
+        const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
         add_to_histogram(sh, takes_part, d, q);
       }
     });
@@ -154,40 +164,44 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
     const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int top = last - per * static_cast<int>(threadIdx.x);
     const int bottom = max(top - per + 1, first);  // my bins: bottom .. top (none if top < first)
+    if (level == 0 && (masses || target.want_top)) {
+      std::uint32_t mine = 0;  // 1 + my highest bin with a participant
+      for (int bin = top; bin >= bottom && mine == 0; --bin) {
+        if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+      }
+      top_bin = scope.reduce(mine, MaxOp{}, 0u);
+      base = search_mass_base(top_bin > 0 ? (top_bin - 1) >> kExponentShift : 0u, target.row_length);
+    }
+    // A bin's mass: its mantissa sum shifted once by its exponent (level 0: the bin's own
+    // exponent field; later levels split one level-0 bin, whose exponent the prefix holds).
+    auto bin_mass_of = [&](int bin) -> std::uint64_t {
+      if (!masses) return 0;
+      const std::uint32_t field = level == 0 ? static_cast<std::uint32_t>(bin) >> kExponentShift : prefix >> 23;
+      return shifted_mass(scope.combined_mass(sh, bin, bins), static_cast<int>(field > 0 ? field : 1) + base);
+    };
     std::uint64_t c_sum = 0, m_sum = 0;
     for (int bin = top; bin >= bottom; --bin) {
       c_sum += scope.combined_count(sh, bin, bins);
-      m_sum += scope.combined_mass(sh, bin, bins);
+      m_sum += bin_mass_of(bin);
     }
     std::uint64_t share_count, share_mass;
     const std::uint64_t before_c = block_exclusive_scan(c_sum, &share_count);
     const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
     const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
-      if (target.want_top) {
-        std::uint32_t mine = 0;  // 1 + my highest bin with a participant
-        for (int bin = top; bin >= bottom && mine == 0; --bin) {
-          if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
-        }
-        top_bin = scope.reduce(mine, MaxOp{}, 0u);
-      }
       all_mass = tot.all_mass;
-      if (target.by_mass) {
-        const std::uint64_t base = target.mass_base ? target.mass_base : tot.all_mass;
-        const double g = ceil(static_cast<double>(target.mass_fraction) * static_cast<double>(base));
-        goal = g < 1.0 ? 1 : static_cast<std::uint64_t>(g);
-      }
+      if (target.by_mass) goal = mass_goal(target.mass_fraction, target.mass_base ? target.mass_base : tot.all_mass);
       const std::uint64_t total = target.by_mass ? tot.all_mass : tot.all_count;
       if (total < goal) {
         // Fewer participants (or less mass) than the target: keep them all.
-        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass, top_bin};
+        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass, top_bin, base};
       }
     }
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
     if (top >= first && (target.by_mass ? run_m : run_c) < goal &&
         (target.by_mass ? run_m + m_sum : run_c + c_sum) >= goal) {  // exactly one thread
       for (int bin = top; bin >= bottom; --bin) {
-        const std::uint64_t c = scope.combined_count(sh, bin, bins), m = scope.combined_mass(sh, bin, bins);
+        const std::uint64_t c = scope.combined_count(sh, bin, bins), m = bin_mass_of(bin);
         if ((target.by_mass ? run_m + m : run_c + c) >= goal) {
           sh.digit = static_cast<std::uint32_t>(bin);
           sh.above_count = run_c;
@@ -201,11 +215,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
         run_m += m;
       }
     }
-    // Every CTA of the scope now holds the crossing. None cannot happen (see below); the
-    // prefix found so far is kept.
+    // Every CTA of the scope now holds the crossing. None is found only where a deep bin's
+    // floored mass exceeds the sum of its floored parts (a crossing more than S - 24 binades
+    // below the largest probability); the prefix found so far is then kept (the whole bin).
     if (!scope.publish_crossing(sh)) break;
-    // A crossing always exists once level 0 holds enough: each bin's contents are exactly
-    // what the next level splits.
     prefix |= sh.digit << shift;
     prefix_mask |= static_cast<std::uint32_t>(bins - 1) << shift;
     above_count = sh.above_count;
@@ -223,7 +236,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, MassFn ma
       break;
     }
   }
-  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin};
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base};
 }
 
 }  // namespace aotinfer::sampling

@@ -31,9 +31,8 @@ __global__ void __launch_bounds__(kRowThreads) top_k_select_kernel(const __grid_
   const T* x = p.input + row * p.row_stride;
   const std::int64_t n = p.vocab, k = p.k;
   auto key_of = [](float v) { return ordered_key(v); };
-  auto no_mass = [](float) { return std::uint64_t{0}; };
   // NaN (key 0) takes no part in the search; when fewer than k values remain, B = 0 takes all.
-  const Threshold t = radix_threshold(RowScope<T>(x, n), key_of, no_mass,
+  const Threshold t = radix_threshold(RowScope<T>(x, n), key_of,
                                       SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false, true}, sh);
   const std::uint32_t bkey = t.key;  // exact: the tie logic below compares keys with it
   // Elements strictly above B: the search counted keys >= B among participants.
