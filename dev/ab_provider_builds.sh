@@ -3,7 +3,7 @@
 # machine): builds wheel A and wheel B (A "-": the wheel ci/gpu-test.sh left in dist/), then runs a timing script (JSON {"us": {case: us},
 # "tokens": {...}} to the path it is given) under A, B, A, B (one process each, a reinstall
 # between), and prints per case the two medians and B / A, and whether the tokens agree.
-#   dev/ab_provider_builds.sh - "-DSOME_DEFINE=1" dev/time_sampling_rows.py   (CMAKE_ARGS of build B)
+#   dev/ab_provider_builds.sh - "-DSOME_DEFINE=1" dev/time_sampling_graph.py   (CMAKE_ARGS of build B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 defs_a=$1 defs_b=$2 script=$3

@@ -59,8 +59,10 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
   std::uint64_t* seg = sh.segment_mass;
   scope.sync();  // the threshold search (in any CTA of the scope) no longer reads sh
 
-  // 1. The mass of every segment; four segments per warp in flight.
+  // 1. The mass of every segment; four segments per warp in flight. Groups below `whole`
+  // load without tail checks.
   constexpr int kInFlight = 4;
+  const std::int64_t whole = scope.whole_local_groups();
   for (std::int64_t s0 = warp; s0 < segments; s0 += kInFlight * warps) {
     std::uint64_t sum[kInFlight] = {};
     for (std::int64_t c = 0; c < per_segment; ++c) {
@@ -68,7 +70,9 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
         const std::int64_t s = s0 + u * warps, g = (s * per_segment + c) * kSegmentUnitGroups + lane;
-        if (s < segments && g < groups) {
+        if (g < whole) {  // then s < segments and g < groups
+          scope.load_whole(g, v[u]);
+        } else if (s < segments && g < groups) {
           scope.load(g, v[u]);
         } else {
 #pragma unroll

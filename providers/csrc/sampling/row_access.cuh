@@ -38,6 +38,18 @@ __device__ __forceinline__ void load_group4(const T* x, std::int64_t n, std::int
   }
 }
 
+// Loads whole group g (4g + 3 < n) of an aligned row with one vector load, unchecked.
+template <typename T>
+__device__ __forceinline__ void load_whole_group4(const T* x, std::int64_t g, float (&v)[4]) {
+  const Group4<T> q = reinterpret_cast<const Group4<T>*>(x)[g];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = load_float(&q.v[j]);
+}
+
+// Groups 0 .. whole_groups() - 1 of a row can be loaded by load_whole_group4: all of them
+// when the row is aligned for vector loads, none otherwise.
+__device__ __forceinline__ std::int64_t whole_groups(std::int64_t n, bool aligned) { return aligned ? n / 4 : 0; }
+
 template <typename T>
 __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t g, bool aligned,
                                              const float (&v)[4]) {
@@ -58,16 +70,19 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
 // first + count, in ascending g, with the elements of group g in v (tail elements = fill).
 // kInFlight groups are loaded before the first of them is used, so that many loads per
 // thread are in flight (latency hiding); the order of the f calls, and so any result
-// accumulated in them, is the same as loading one group at a time.
+// accumulated in them, is the same as loading one group at a time. Rounds of whole groups
+// (the row's body, when aligned) load without the per-group tail checks; the rest (the last
+// round or two, or all of an unaligned row) one group at a time.
 template <int kInFlight, typename T, typename F>
 __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std::int64_t first,
                                                 std::int64_t count, bool aligned, float fill, F&& f) {
   const std::int64_t end = first + count, step = blockDim.x;
+  const std::int64_t whole_end = min(end, whole_groups(n, aligned));
   std::int64_t g = first + threadIdx.x;
-  for (; g + (kInFlight - 1) * step < end; g += kInFlight * step) {
+  for (; g + (kInFlight - 1) * step < whole_end; g += kInFlight * step) {
     float v[kInFlight][4];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) load_group4(x, n, g + u * step, aligned, fill, v[u]);
+    for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g + u * step, v[u]);
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) f(g + u * step, v[u]);
   }

@@ -45,6 +45,9 @@ struct RowScope {
   __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
   __device__ std::int64_t first_group() const { return 0; }
   __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
+  // Local groups below this one can be read by load_whole (no tail checks).
+  __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
+  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
   // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
@@ -108,6 +111,8 @@ struct SliceScope {
     v[2] = q.z;
     v[3] = q.w;
   }
+  __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is NaN-filled
+  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
   // `mine` is the same in every thread of the CTA; lane r of warp 0 reads rank r's.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {

@@ -1,9 +1,10 @@
-"""Graph time of every sampling-family op on the one-CTA-per-row kernels (a lab tool): batch
-128 and 512, vocab 32000 and 128256, bench_sampling's flat and peaked rows, explicit seed,
-rotating inputs. Writes {case: us} as JSON to the path given, and a first token row per
-sampler so two builds can be checked for the same tokens.
+"""Graph time of every sampling-family op (a lab tool): batch 1 and 16 (the cluster kernels)
+and 128 and 512 (one CTA per row), vocab 32000 and 128256, bench_sampling's flat and peaked
+rows, explicit seed, rotating inputs, the launcher's kernel choice. Writes {case: us} as
+JSON to the path given, with the first tokens per sampler so that two builds can be checked
+for the same tokens, and prints the table.
 
-    python dev/time_sampling_rows.py OUT.json        (GPU machine, provider installed)
+    python dev/time_sampling_graph.py OUT.json        (GPU machine, provider installed)
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ OPS = {
 
 
 def main():
-    os.environ["AOTINFER_SAMPLING_KERNEL"] = "rowwise"
     times, tokens = {}, {}
     for vocab in (32000, 128256):
-        for batch in (128, 512):
+        for batch in (1, 16, 128, 512):
             for peaked in (False, True):
                 sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
                 dist = "peaked" if peaked else "flat"
