@@ -21,7 +21,12 @@ Kept sets, per source row (``probs`` row ``r``, parameters indexed by ``r``):
 - joint: keep ``p >= max(t_k, t_p)`` with ``t_p`` measured against the full mass.
 
 Masses are sums in float64 (the exact value the kernels approximate); ``top_p`` and
-``min_p`` are rounded to float32 first, as the kernels receive them.
+``min_p`` are rounded to float32 first, as the kernels receive them. The kernels sum integer
+masses: each probability's 24-bit mantissa shifted by its exponent against the row's largest
+(the draw's unit below), exact down to ``S - 24`` binades below the largest, with a goal of
+``ceil(top_p * total)``; they agree with these float64 sums except where a running sum ties
+the goal, and for a threshold more than ``S - 24`` binades below the largest, where the
+kernels may keep the whole quarter binade (one level-0 histogram bin) that holds it.
 
 Drawing from probabilities: an inverse CDF in fixed point, one 64-bit uniform per output
 row. With ``m`` the row's largest kept weight, every kept weight ``w_i`` becomes the integer
