@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One lab call on the GPU machine (the device tool): build + GPU suite (ci/gpu-test.sh), then
-# each argument as a shell command, its output kept in $OUT/lab-<n>.txt. Carried wheels in
-# .whl/ (the FlashInfer baseline) are installed to /tmp/site first when present.
-#   ci/device-lab.sh 'python3 dev/ab_decode_occupancy.py' 'ncu ... python3 dev/ncu_targets.py'
+# each argument as a shell command, its output kept in $OUT/lab-<n>.txt (LAB_LOGS=0: not
+# kept; the device tool brings back 8 files at most). Carried wheels in .whl/ (the
+# FlashInfer baseline) are installed to /tmp/site first when present.
+#   ci/device-lab.sh 'python3 dev/time_sampling_graph.py $OUT/graph.json' 'ncu ... python3 dev/ncu_targets.py'
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -14,14 +15,16 @@ export PYTHONUNBUFFERED=1
 [ -f .commit ] && export AOTINFER_COMMIT=$(cat .commit)
 out=${OUT:-/tmp/lab-out}
 mkdir -p "$out"
-ci/gpu-test.sh ${PYTEST_ARGS:-} > "$out/gpu-suite.txt" 2>&1
+ci/gpu-test.sh ${PYTEST_ARGS:-} > /tmp/gpu-suite.txt 2>&1  # its log also goes to $OUT
 rc=$?
-tail -n 25 "$out/gpu-suite.txt"
+tail -n 25 /tmp/gpu-suite.txt
 n=0
 for cmd in "$@"; do
   n=$((n + 1))
   echo "=== lab-$n: $cmd"
-  bash -c "$cmd" 2>&1 | tee "$out/lab-$n.txt" | tail -n 60
+  log=/dev/null
+  [ "${LAB_LOGS:-1}" = 1 ] && log="$out/lab-$n.txt"
+  bash -c "$cmd" 2>&1 | tee "$log" | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 done
 exit $rc

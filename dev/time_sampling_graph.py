@@ -19,21 +19,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import rotation_graph_us, rotations  # noqa: E402
 from bench_sampling import make_probs  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_sampling import CALLS  # noqa: E402
+
 import aotinfer  # noqa: E402
 
-S = dict(seed=1234, offset=0)
-OPS = {
-    "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50, **S),
-    "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9, **S),
-    "min_p": lambda p: aotinfer.min_p_sampling_from_probs(p, 0.1, **S),
-    "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
-        p, 50, 0.9, filter_apply_order="joint", **S
-    ),
-    "plain": lambda p: aotinfer.sampling_from_probs(p, **S),
-    "top_p_renorm": lambda p: aotinfer.top_p_renorm_probs(p, 0.9),
-    "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50),
-    "top_k_mask": lambda p: aotinfer.top_k_mask_logits(p, 50),
-}
+# sweep_sampling's calls (explicit seed), and the one renorm it lacks.
+OPS = {**CALLS, "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50)}
 
 
 def main():
