@@ -4,7 +4,7 @@ rows, explicit seed, rotating inputs, the launcher's kernel choice. Writes {case
 JSON to the path given, with the first tokens per sampler so that two builds can be checked
 for the same tokens, and prints the table.
 
-    python dev/time_sampling_graph.py OUT.json        (GPU machine, provider installed)
+    python dev/time_sampling_graph.py OUT.json [BATCH ...]   (GPU machine, provider installed)
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ OPS = {**CALLS, "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50)}
 
 def main():
     times, tokens = {}, {}
+    batches = [int(b) for b in sys.argv[2:]] or [1, 16, 128, 512]
     for vocab in (32000, 128256):
-        for batch in (1, 16, 128, 512):
+        for batch in batches:
             for peaked in (False, True):
                 sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
                 dist = "peaked" if peaked else "flat"

@@ -275,9 +275,15 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 
 }  // namespace detail
 
+// The row kernels come in two sizes: kRowThreads threads, one CTA per SM, and half as many,
+// two CTAs per SM (the same 64-register cap), for batches of several waves, where one row's
+// serial tail (scans, the draw's rescan) then overlaps another's streaming (row_threads in
+// sample_launch.cu chooses).
+constexpr int kRowCtasPerSm(int threads) { return kRowThreads / threads; }
+
 // kTwoSearches: for the top-k-then-top-p and joint filters (see prob_filter).
-template <bool kTwoSearches>
-__global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+template <bool kTwoSearches, int kThreads = kRowThreads>
+__global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RowRadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
@@ -317,8 +323,9 @@ __global__ void __launch_bounds__(kRowThreads) sample_kernel(const __grid_consta
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
 // kept), -inf elsewhere and for NaN.
-template <typename T, bool kMask>
-__global__ void __launch_bounds__(kRowThreads) row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
+template <typename T, bool kMask, int kThreads = kRowThreads>
+__global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
+    row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RowRadixShared sh;
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;

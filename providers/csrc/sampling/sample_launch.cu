@@ -110,6 +110,31 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
 }
 
+// Threads of the one-CTA-per-row kernels: kRowThreads, or half as many at two CTAs per SM
+// once a batch fills two waves of the big CTAs. AOTINFER_SAMPLING_ROW_THREADS=512|1024 pins
+// one (dev/time_sampling_graph.py compares them).
+int row_threads(int device, std::int64_t rows, const char* op) {
+  if (const char* pin = std::getenv("AOTINFER_SAMPLING_ROW_THREADS")) {
+    const std::string want(pin);
+    if (want == "512" || want == "1024") return std::atoi(pin);
+    if (!want.empty() && want != "auto")
+      fail_argument("AOTINFER_SAMPLING_ROW_THREADS must be 512, 1024 or auto, got '" + want + "'");
+  }
+  int sms = 0;
+  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
+  return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
+}
+
+template <auto Big, auto Half, typename Params>
+void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, const char* op) {
+  if (row_threads(device, rows, op) == kRowThreads) {
+    Big<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p);
+  } else {
+    Half<<<static_cast<unsigned>(rows), kRowThreads / 2, 0, stream>>>(p);
+  }
+  finish(cudaGetLastError(), op, device);
+}
+
 // One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
 template <auto Kernel, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
@@ -142,9 +167,13 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
            op, input.device);
     return;
   }
-  auto kernel = mask ? row_filter_kernel<T, true> : row_filter_kernel<T, false>;
-  kernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p);
-  finish(cudaGetLastError(), op, input.device);
+  if (mask) {
+    launch_rows<row_filter_kernel<T, true>, row_filter_kernel<T, true, kRowThreads / 2>>(p, p.rows, input.device,
+                                                                                        stream, op);
+  } else {
+    launch_rows<row_filter_kernel<T, false>, row_filter_kernel<T, false, kRowThreads / 2>>(p, p.rows, input.device,
+                                                                                          stream, op);
+  }
 }
 
 template <typename F>
@@ -214,9 +243,11 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
-  auto kernel = two_searches ? sample_kernel<true> : sample_kernel<false>;
-  kernel<<<static_cast<unsigned>(batch), kRowThreads, 0, cuda_stream>>>(p);
-  finish(cudaGetLastError(), op, input.device);
+  if (two_searches) {
+    launch_rows<sample_kernel<true>, sample_kernel<true, kRowThreads / 2>>(p, batch, input.device, cuda_stream, op);
+  } else {
+    launch_rows<sample_kernel<false>, sample_kernel<false, kRowThreads / 2>>(p, batch, input.device, cuda_stream, op);
+  }
 }
 
 void launch_renorm(const TensorView& input, const TensorView& out, const FilterArgs& filter,
