@@ -220,6 +220,30 @@ def test_tokens_match_reference_on_rows_of_more_than_3072_draw_segments(name):
     assert valid.all() and want_valid.all()
 
 
+@pytest.mark.parametrize("threads", ["512", "1024"])
+def test_both_row_kernel_sizes_match_the_reference(threads, monkeypatch):
+    """The one-CTA-per-row kernels at 1024 threads and at 512 (two CTAs per SM, which the
+    launcher takes from batch >= 2 x SMs on), pinned on a small batch: the reference's tokens
+    for every filter, and its renorm and mask outputs."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    rows, vocab = 37, 32003
+    probs = make_probs(rows, vocab, seed=41)
+    k, p, m = per_row_params(rows, vocab, seed=42)
+    for name in MODES:
+        got, _ = draw(name, probs, None, k, p, m, many(rows, 3), 7, 1)
+        want, _ = expect(name, probs, None, k, p, m, many(rows, 3), 7, 1)
+        assert_same_tokens(got, want, name)
+    torch.testing.assert_close(
+        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
+    )
+    torch.testing.assert_close(
+        aotinfer.top_k_renorm_probs(probs, k), ref.renorm_probs(probs, MODES["top_k"], k), rtol=1e-5, atol=1e-9
+    )
+    logits = make_logits(rows, vocab, seed=43)
+    assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k))
+
+
 @pytest.mark.parametrize("offset", [0, 3, 5])
 def test_unaligned_and_strided_rows(offset, sampling_kernel):
     # Rows that start off a 16-byte boundary, with a row stride wider than the row.
