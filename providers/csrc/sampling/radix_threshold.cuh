@@ -5,11 +5,10 @@
 // exponent relative to the row's largest, found by the first level itself, so no pass over the
 // row precedes the search. The histograms sum mantissas; a level-0 bin holds one exponent, so
 // the scan shifts each bin's sum once (exact to S - 24 binades below the largest, a deeper
-// bin's sum floored as a whole). Up to three passes over the row
-// build a histogram of the next key bits among the elements that match the prefix found so
-// far (counts and masses, integer atomics, so the result does not depend on timing), and a
-// descending scan of the histogram picks the bin where the running count or mass first
-// reaches the target. After the last pass the prefix is the exact key B of the element where
+// bin's sum floored as a whole). Up to three passes over the row build a histogram of the
+// next key bits among the elements that match the prefix found so far (counts and masses,
+// integer atomics, so the result does not depend on timing), and a descending scan of the
+// histogram picks the bin where the running count or mass first reaches the target. After the last pass the prefix is the exact key B of the element where
 // the target is reached: "keep keys >= B" is then exactly the top-k set (ties at the k-th
 // value kept) or the smallest top-p set (ties kept). A search may stop after one or two
 // passes when the crossing bin is kept whole (see the loop's end).
