@@ -100,14 +100,15 @@ __device__ std::uint32_t largest_key(const Scope& scope) {
   return scope.reduce(mx, MaxOp{}, 0u);
 }
 
-// The largest key's stand-in for the draw's unit (FixedPointScale::of) after a search: level 0's
-// highest bin gives its exponent field, and every normal key of that exponent gives the same
-// unit. A subnormal largest key (field 0) needs its own mantissa length: that rare row reads
-// its maximum.
+// The kept set as far as the row's first search (t, which found a participant) tells it: the
+// masses' unit, and the largest key's stand-in for the draw's unit (FixedPointScale::of):
+// level 0's highest bin gives its exponent field, and every normal key of that exponent gives
+// the same unit. A subnormal largest key (field 0) needs its own mantissa length: that rare
+// row reads its maximum.
 template <typename Sh, typename Scope>
-__device__ std::uint32_t largest_key_after(const Scope& scope, const Threshold& t) {
-  const std::uint32_t field = (t.top_bin - 1) >> (23 - Sh::shift(0));
-  return field != 0u ? field << 23 : largest_key(scope);
+__device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& t) {
+  const std::uint32_t field = Sh::exponent_field(t.top_bin - 1);
+  return KeptSet{0u, field != 0u ? field << 23 : largest_key(scope), 0, t.mass_base, true};
 }
 
 // kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
@@ -176,7 +177,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     target.row_length = n;
     const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
-    kept = KeptSet{0u, largest_key_after<Sh>(scope, t), 0, t.mass_base, true};
+    kept = kept_after_first_search<Sh>(scope, t);
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -206,7 +207,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
-        kept = KeptSet{0u, largest_key_after<Sh>(scope, t), 0, t.mass_base, true};
+        kept = kept_after_first_search<Sh>(scope, t);
       }
       if (t.key >= key) {
         key = t.key;

@@ -13,8 +13,8 @@
 // value kept) or the smallest top-p set (ties kept). A search may stop after one or two
 // passes when the crossing bin is kept whole (see the loop's end).
 //
-// The histograms take 11/11/10 key bits per level (2048 bins, 24 KB). A 13/13/6 layout (8192
-// bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
+// The histograms take 11/11/10 key bits per level (RadixShared: 2048 bins, 24 KB). A 13/13/6
+// layout (8192 bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
 // (history/sampling-c4e2db1-radix-13-bits-reverted.md).
 //
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
@@ -44,14 +44,17 @@ __device__ __forceinline__ std::uint32_t ordered_key(float x) {
 
 // The histograms of one search level, and the crossing it found. Levels 0 and 1 take kBits
 // key bits each (from the top), level 2 the remaining 32 - 2 kBits.
-template <int kBits>
 struct RadixShared {
-  static_assert(kBits >= 8 && 2 * kBits < 32, "three levels must cover the 32 key bits");
+  static constexpr int kBits = 11;
   static constexpr int kBins = 1 << kBits;
   __host__ __device__ static constexpr int shift(int level) {
     return level == 0 ? 32 - kBits : (level == 1 ? 32 - 2 * kBits : 0);
   }
   __host__ __device__ static constexpr int bins(int level) { return level < 2 ? kBins : 1 << (32 - 2 * kBits); }
+  // The exponent field of the probability keys in level-0 bin `bin` (sign bit 0).
+  __host__ __device__ static constexpr std::uint32_t exponent_field(std::uint32_t bin) {
+    return bin >> (23 - shift(0));
+  }
   union {
     struct {
       std::uint32_t count[kBins];
@@ -67,10 +70,10 @@ struct RadixShared {
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
 
-using RowRadixShared = RadixShared<11>;  // the one-CTA-per-row kernels
+using RowRadixShared = RadixShared;  // the one-CTA-per-row kernels
 
 // The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
-struct SliceRadixShared : RadixShared<11> {
+struct SliceRadixShared : RadixShared {
   // This CTA's share of the cluster-summed histogram and its totals.
   std::uint32_t share_count[kBins / kSliceCtas];
   std::uint64_t share_mass[kBins / kSliceCtas];
@@ -123,7 +126,6 @@ struct SearchTarget {
 // for SliceScope).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
-  constexpr int kExponentShift = 23 - Sh::shift(0);  // level-0 bin -> exponent field
   const bool masses = target.by_mass || target.track_mass;
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
@@ -169,13 +171,13 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
       }
       top_bin = scope.reduce(mine, MaxOp{}, 0u);
-      base = search_mass_base(top_bin > 0 ? (top_bin - 1) >> kExponentShift : 0u, target.row_length);
+      base = search_mass_base(top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u, target.row_length);
     }
     // A bin's mass: its mantissa sum shifted once by its exponent (level 0: the bin's own
     // exponent field; later levels split one level-0 bin, whose exponent the prefix holds).
     auto bin_mass_of = [&](int bin) -> std::uint64_t {
       if (!masses) return 0;
-      const std::uint32_t field = level == 0 ? static_cast<std::uint32_t>(bin) >> kExponentShift : prefix >> 23;
+      const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
       return shifted_mass(scope.combined_mass(sh, bin, bins), static_cast<int>(field > 0 ? field : 1) + base);
     };
     std::uint64_t c_sum = 0, m_sum = 0;
