@@ -47,6 +47,10 @@ def _single_decode_inputs(kv_len=300, seed=0):
             "AOTINFER_SAMPLING_ROW_THREADS",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
+        (
+            "AOTINFER_SAMPLING_GATHER",
+            lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
+        ),
         ("AOTINFER_SOFTMAX_KERNEL", lambda: aotinfer.softmax(_probs())),
         # A shape the split pair serves (sm_90+), so the launcher reads its chunk switch.
         ("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", lambda: aotinfer.softmax(_probs(100, 20000))),

@@ -154,13 +154,18 @@ def many(rows, n, dtype=torch.int64):
     return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
 
 
-@pytest.fixture(params=["cluster", "rowwise"])
+@pytest.fixture(params=["cluster", "rowwise", "rowwise-no-gather"])
 def sampling_kernel(request, monkeypatch):
     """Both kernel families: "cluster" pins the cluster kernels (slice_kernels.cuh; on
-    sm_90+, for every row length and batch), "rowwise" the one-CTA-per-row kernels. Left
-    alone ("auto"), the provider takes the clusters for small batches of rows of 8192+
-    elements on sm_90+ and the rowwise kernels otherwise."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", request.param)
+    sm_90+, for every row length and batch), "rowwise" the one-CTA-per-row kernels, which
+    gather a search's crossing bin into shared memory (gather.cuh), and "rowwise-no-gather"
+    those kernels with gathering off (AOTINFER_SAMPLING_GATHER=off: every search level and
+    the draw read the row, as they do where the bin does not fit). Left alone ("auto"), the
+    provider takes the clusters for small batches of rows of 8192+ elements on sm_90+ and
+    the rowwise kernels otherwise."""
+    family, _, gather = request.param.partition("-")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", family)
+    monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", "off" if gather else "on")
     return request.param
 
 
@@ -220,13 +225,16 @@ def test_tokens_match_reference_on_rows_of_more_than_3072_draw_segments(name):
     assert valid.all() and want_valid.all()
 
 
+@pytest.mark.parametrize("gather", ["on", "off"])
 @pytest.mark.parametrize("threads", ["512", "1024"])
-def test_both_row_kernel_sizes_match_the_reference(threads, monkeypatch):
+def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch):
     """The one-CTA-per-row kernels at 1024 threads and at 512 (two CTAs per SM, which the
-    launcher takes from batch >= 2 x SMs on), pinned on a small batch: the reference's tokens
-    for every filter, and its renorm and mask outputs."""
+    launcher takes from batch >= 2 x SMs on, with half the shared memory for gathering),
+    pinned on a small batch, gathering on and off: the reference's tokens for every filter,
+    and its renorm and mask outputs."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", gather)
     rows, vocab = 37, 32003
     probs = make_probs(rows, vocab, seed=41)
     k, p, m = per_row_params(rows, vocab, seed=42)

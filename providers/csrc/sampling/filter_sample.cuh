@@ -48,6 +48,18 @@ struct RandomParams {
   }
 };
 
+// The dynamic shared memory of a row kernel (gather.cuh), sized by the launcher: `segments`
+// draw segment masses (0: none) then `capacity` gathered keys and as many positions.
+struct GatherSizes {
+  std::uint32_t segments;
+  std::uint32_t capacity;  // 0: no gathering
+
+  __device__ GatherSpace space(std::uint64_t* smem) const {
+    std::uint32_t* keys = reinterpret_cast<std::uint32_t*>(smem + segments);
+    return GatherSpace{segments ? smem : nullptr, keys, keys + capacity, capacity};
+  }
+};
+
 struct SampleParams {
   const float* input;  // (rows, vocab)
   std::int64_t rows, vocab, row_stride;
@@ -60,6 +72,7 @@ struct SampleParams {
   bool input_is_logits;
   FilterParams filter;
   RandomParams random;
+  GatherSizes gather;
 };
 
 template <typename T>
@@ -68,6 +81,7 @@ struct RowFilterParams {  // renorm and mask
   T* out;
   std::int64_t rows, vocab, in_row_stride, out_row_stride;
   FilterParams filter;
+  GatherSizes gather;
 };
 
 namespace detail {
@@ -87,6 +101,7 @@ struct KeptSet {
   std::uint64_t mass;
   int base;
   bool any;
+  bool segments_ready = false;  // the search's gather pass summed the draw's segments (gather.cuh)
 };
 
 // The largest participating key of the scope's row (0: none).
@@ -118,9 +133,12 @@ __device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& 
 // No pass over the row precedes the searches: the first one's level 0 finds the largest key's
 // exponent, which fixes the masses' unit (radix_threshold.cuh). Min-p, and a top-k or top-p
 // filter that filters nothing, read the row's maximum instead.
+//
+// `gather`: where a search may gather its crossing bin (gather.cuh); with its segments, only
+// for a filter of one search (the draw follows that search).
 template <bool kTwoSearches = false, typename Scope, typename Sh>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                               bool need_mass, Sh& sh) {
+                               bool need_mass, Sh& sh, const GatherSpace& gather = GatherSpace{}) {
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
@@ -175,9 +193,10 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
     target.want_top = true;
     target.row_length = n;
-    const Threshold t = radix_threshold(scope, key_of, target, sh);
+    const Threshold t = radix_threshold(scope, key_of, target, sh, gather);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
+    kept.segments_ready = t.segments_ready;
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -203,11 +222,12 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if (search) {
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold(scope, key_of, target, sh);
+      const Threshold t = radix_threshold(scope, key_of, target, sh, gather);
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
         kept = kept_after_first_search<Sh>(scope, t);
+        kept.segments_ready = t.segments_ready;
       }
       if (t.key >= key) {
         key = t.key;
@@ -222,22 +242,31 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 
 // The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
 // inverse_cdf_draw for what each CTA gets back).
+// With `gather` (segments included only for filters of one search), a search's gather pass
+// may have summed the draw's segments already; the gathered bin's kept keys are then added in
+// shared memory and the draw needs no pass of its own.
 template <bool kTwoSearches, typename Scope, typename Sh>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                      const RowRandom& rng, Sh& sh) {
-  const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh);
+                                      const RowRandom& rng, Sh& sh, const GatherSpace& gather = GatherSpace{}) {
+  GatherSpace space = gather;
+  if (kTwoSearches) space.segments = nullptr;  // the first search's bin is not the draw's
+  const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh, space);
   if (!kept.any) return -1;  // the same in every CTA of the scope
+  if constexpr (Scope::kGathers) {
+    if (kept.segments_ready) return draw_after_gather(scope, n, kept.min_key, kept.max_key, space, sh.gathered, rng);
+  }
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                         Sh& sh) {
+                                         Sh& sh, const GatherSpace& gather = GatherSpace{}) {
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   if (!(k > 0 && k < n)) return 0u;
   auto key_of = [](float v) { return ordered_key(v); };
-  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh, gather)
+      .key;
 }
 
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
@@ -286,6 +315,7 @@ constexpr int kRowCtasPerSm(int threads) { return kRowThreads / threads; }
 template <bool kTwoSearches, int kThreads = kRowThreads>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RowRadixShared sh;
+  extern __shared__ std::uint64_t gather_smem[];
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
@@ -315,7 +345,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    token = detail::filtered_draw<kTwoSearches>(RowScope<float>(x, n), n, p.filter, row, rng, sh);
+    token = detail::filtered_draw<kTwoSearches>(RowScope<float>(x, n), n, p.filter, row, rng, sh,
+                                                p.gather.space(gather_smem));
   }
   pdl_launch_dependents();
   if (threadIdx.x == 0) detail::write_sample(p, b, token);
@@ -328,13 +359,15 @@ template <typename T, bool kMask, int kThreads = kRowThreads>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RowRadixShared sh;
+  extern __shared__ std::uint64_t gather_smem[];
+  const GatherSpace gather = p.gather.space(gather_smem);
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
   if constexpr (kMask) {
-    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
+    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh, gather);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
       float v[4];
@@ -343,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     }
   } else {
-    const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh);
+    const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh, gather);
     const float factor = detail::renorm_factor(kept);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {

@@ -19,10 +19,9 @@
 #include "philox.cuh"
 #include "fixed_point.cuh"
 #include "radix_threshold.cuh"
+#include "segment_pass.cuh"
 
 namespace aotinfer::sampling {
-
-constexpr int kSegmentUnitGroups = 32;             // one group per lane of a warp
 
 // q of each element of a group, 0 for the elements that are not kept (key 0 or below
 // min_key; the NaN fill of a tail has key 0).
@@ -38,60 +37,17 @@ __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::
   return sum;
 }
 
-// Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
-// largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
-// the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
-// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
-template <typename Scope, typename Sh>
-__device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
-  constexpr std::int64_t kDrawSegments = Sh::kBins * 3 / 2;  // Sh::segment_mass
+// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
+// scope's total, the segment holding the target and, by one warp, the element inside it.
+// Returns what inverse_cdf_draw returns.
+template <typename Scope>
+__device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
+                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng) {
   __shared__ std::int64_t found_segment;
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
-  const FixedPointScale fx = FixedPointScale::of(max_key, n);
-  const std::int64_t groups = scope.local_groups();
-  const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
-  // 1 unless V > 128 kDrawSegments = 393216
-  const std::int64_t per_segment = (units + kDrawSegments - 1) / kDrawSegments;
-  const std::int64_t segments = (units + per_segment - 1) / per_segment;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  std::uint64_t* seg = sh.segment_mass;
-  scope.sync();  // the threshold search (in any CTA of the scope) no longer reads sh
-
-  // 1. The mass of every segment; four segments per warp in flight. Groups below `whole`
-  // load without tail checks.
-  constexpr int kInFlight = 4;
-  const std::int64_t whole = scope.whole_local_groups();
-  for (std::int64_t s0 = warp; s0 < segments; s0 += kInFlight * warps) {
-    std::uint64_t sum[kInFlight] = {};
-    for (std::int64_t c = 0; c < per_segment; ++c) {
-      float v[kInFlight][4];
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const std::int64_t s = s0 + u * warps, g = (s * per_segment + c) * kSegmentUnitGroups + lane;
-        if (g < whole) {  // then s < segments and g < groups
-          scope.load_whole(g, v[u]);
-        } else if (s < segments && g < groups) {
-          scope.load(g, v[u]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[u][j] = NAN;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        std::uint64_t q[4];
-        sum[u] += group_masses(v[u], min_key, fx, q);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const std::uint64_t total = warp_reduce(sum[u], SumOp{});
-      if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
-    }
-  }
-  __syncthreads();
+  const std::int64_t segments = layout.segments, per_segment = layout.per_segment, groups = layout.groups;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // 2. This CTA's total, the scope's total and where the target lies.
   const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
@@ -160,6 +116,46 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
   }
   __syncthreads();
   return found_token;
+}
+
+// Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
+// largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
+// the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
+// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
+template <typename Scope, typename Sh>
+__device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
+                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
+  const FixedPointScale fx = FixedPointScale::of(max_key, n);
+  const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
+  scope.sync();  // the threshold search (in any CTA of the scope) no longer reads sh
+  // 1. The mass of every segment.
+  segment_pass(scope, layout, sh.segment_mass, [&](std::int64_t, const float (&v)[4]) {
+    std::uint64_t q[4];
+    return group_masses(v, min_key, fx, q);
+  });
+  __syncthreads();
+  return draw_from_segments(scope, layout, sh.segment_mass, min_key, fx, rng);
+}
+
+// The draw after a gather pass that summed the segment masses of every kept key above the
+// gathered bin (radix_threshold.cuh, gather_crossing_bin): the bin's kept keys (of the
+// `gathered` listed) add their masses to their segments, and the draw goes on from the same
+// integer segment masses a pass of its own would have summed.
+template <typename Scope>
+__device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, std::uint32_t min_key,
+                                          std::uint32_t max_key, const GatherSpace& space, std::uint32_t gathered,
+                                          const RowRandom& rng) {
+  const FixedPointScale fx = FixedPointScale::of(max_key, n);
+  const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
+  for (std::uint32_t i = threadIdx.x; i < gathered; i += blockDim.x) {
+    const std::uint32_t k = space.keys[i];
+    if (k >= min_key) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[layout.segment_of(space.positions[i])]),
+                static_cast<unsigned long long>(fx.mass(k)));
+    }
+  }
+  __syncthreads();
+  return draw_from_segments(scope, layout, space.segments, min_key, fx, rng);
 }
 
 }  // namespace aotinfer::sampling

@@ -24,7 +24,9 @@
 
 #include "../common/block_reduce.cuh"
 #include "fixed_point.cuh"
+#include "gather.cuh"
 #include "row_scope.cuh"
+#include "segment_pass.cuh"
 
 namespace aotinfer::sampling {
 
@@ -51,6 +53,7 @@ struct RadixShared {
     return level == 0 ? 32 - kBits : (level == 1 ? 32 - 2 * kBits : 0);
   }
   __host__ __device__ static constexpr int bins(int level) { return level < 2 ? kBins : 1 << (32 - 2 * kBits); }
+  static constexpr int kDrawSegments = kBins * 3 / 2;  // segment_mass
   // The exponent field of the probability keys in level-0 bin `bin` (sign bit 0).
   __host__ __device__ static constexpr std::uint32_t exponent_field(std::uint32_t bin) {
     return bin >> (23 - shift(0));
@@ -66,6 +69,7 @@ struct RadixShared {
   };
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
+  std::uint32_t gathered;  // how many keys the gather pass listed (gather.cuh)
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
@@ -106,6 +110,9 @@ struct Threshold {
   // unit (search_mass_base: a mass q stands for q * 2^-(150 + mass_base)).
   std::uint32_t top_bin;
   int mass_base;
+  // The gather pass ran with GatherSpace::segments: those hold the draw's segment masses of
+  // every key above the gathered bin, and the gathered list the bin itself (gather.cuh).
+  bool segments_ready = false;
 };
 
 struct SearchTarget {
@@ -119,14 +126,48 @@ struct SearchTarget {
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
 };
 
+// The gather pass after level 0 found its crossing in bin `digit`: the keys and positions of
+// that bin's elements go to `space` (sh.gathered of them), and with space.segments (and a
+// normal largest key, top_bin's) the draw's segment masses of every key in a higher bin, in
+// the unit inverse_cdf_draw would use (FixedPointScale::of the largest key's exponent). Returns
+// whether the segment masses were summed (the same in every thread).
+template <typename Scope, typename KeyFn, typename Sh>
+__device__ bool gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit, std::uint32_t top_bin,
+                                    std::int64_t n, const GatherSpace& space, Sh& sh) {
+  const std::uint32_t field = top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u;
+  const bool fuse = space.segments != nullptr && field != 0u;
+  const FixedPointScale fx = FixedPointScale::of(field << 23, n);
+  if (threadIdx.x == 0) sh.gathered = 0;
+  __syncthreads();
+  const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
+  segment_pass(scope, layout, fuse ? space.segments : nullptr, [&](std::int64_t g, const float (&v)[4]) {
+    std::uint64_t above = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t k = key_of(v[j]);  // NaN (past the end) gives key 0
+      const std::uint32_t bin = k >> Sh::shift(0);
+      gather_append(space, &sh.gathered, k != 0u && bin == digit, k, static_cast<std::uint32_t>(4 * g + j));
+      if (fuse && bin > digit) above += fx.mass(k);
+    }
+    return above;
+  });
+  __syncthreads();
+  return fuse;
+}
+
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
 // goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
 // masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
-// for SliceScope).
+// for SliceScope). `gather` (one-CTA-per-row scopes only): where levels 1 and 2 may read the
+// crossing bin of level 0 instead of the row, when it fits (gather_crossing_bin).
 template <typename Scope, typename KeyFn, typename Sh>
-__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
+__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh,
+                                     const GatherSpace& gather = GatherSpace{}) {
   const bool masses = target.by_mass || target.track_mass;
+  bool listed = false;  // this level reads the gathered keys (listed_count of them)
+  std::uint32_t listed_count = 0;
+  bool segments_ready = false;
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
@@ -143,16 +184,20 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     }
     if (threadIdx.x == 0) sh.found = 0;
     __syncthreads();
-    scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
+    auto add = [&](std::uint32_t k) {
+      const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
+      const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
+      const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
+      add_to_histogram(sh, takes_part, d, q);
+    };
+    if (Scope::kGathers && listed) {
+      for (std::uint32_t i = threadIdx.x; i < listed_count; i += blockDim.x) add(gather.keys[i]);
+    } else {
+      scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const std::uint32_t k = key_of(v[j]);  // the NaN fill of a tail gives key 0
-        const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
-        const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
-        const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
-        add_to_histogram(sh, takes_part, d, q);
-      }
-    });
+        for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // the NaN fill of a tail gives key 0
+      });
+    }
     scope.sync();  // every CTA's histogram is complete
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
@@ -236,8 +281,16 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
+    // Levels 1 and 2 read the crossing bin from shared memory when it fits there.
+    if constexpr (Scope::kGathers) {
+      if (level == 0 && bin_count <= gather.capacity) {
+        segments_ready = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, gather, sh);
+        listed = true;
+        listed_count = sh.gathered;
+      }
+    }
   }
-  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base};
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready};
 }
 
 }  // namespace aotinfer::sampling

@@ -27,6 +27,9 @@ struct ShareTotals {
 
 template <typename T>
 struct RowScope {
+  // Threshold searches may gather their crossing bin into shared memory (gather.cuh): every
+  // pass here reads global memory, so one pass instead of two saves a row's worth of DRAM.
+  static constexpr bool kGathers = true;
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -90,6 +93,7 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // groups [first, first + groups) of the row, into shared memory, tail elements as NaN
 // (which every probability pass ignores, as it does the fill of RowScope).
 struct SliceScope {
+  static constexpr bool kGathers = false;  // the slice is in shared memory already
   const float4* s;
   std::int64_t groups;
   std::int64_t first;

@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -125,12 +127,72 @@ int row_threads(int device, std::int64_t rows, const char* op) {
   return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
 }
 
+// Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh):
+// AOTINFER_SAMPLING_GATHER=off|on (default on) pins it; tests and A/B runs cover both.
+bool gather_enabled(const char* op) {
+  const char* pin = std::getenv("AOTINFER_SAMPLING_GATHER");
+  const std::string want = pin ? pin : "";
+  if (!want.empty() && want != "on" && want != "off")
+    fail_argument("AOTINFER_SAMPLING_GATHER must be on or off, got '" + want + "'");
+  return want != "off";
+}
+
+// The static shared memory of `Kernel` (its RadixShared and scratch), read once.
+template <auto Kernel>
+int static_smem_bytes(int device, const char* op) {
+  static std::atomic<int> bytes{-1};
+  int b = bytes.load(std::memory_order_relaxed);
+  if (b < 0) {
+    cudaFuncAttributes attr{};
+    finish(cudaFuncGetAttributes(&attr, Kernel), op, device);
+    b = static_cast<int>(attr.sharedSizeBytes);
+    bytes.store(b, std::memory_order_relaxed);
+  }
+  return b;
+}
+
+constexpr std::uint32_t kMinGatherCapacity = 256;  // below this, gathering is not worth its pass
+
+// The dynamic shared memory of a row kernel of `threads` threads: everything the SM has for
+// each of its kRowCtasPerSm(threads) CTAs beyond the static part, as gathered keys and
+// positions (8 bytes an element, at most a row's worth), after the draw's segment masses when
+// `segments`. Gathering is off where that leaves fewer than kMinGatherCapacity elements.
+template <auto Kernel>
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
+  int per_sm = 0, optin = 0, reserved = 0;
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
+  const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / kRowCtasPerSm(threads) - reserved);
+  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
+  const std::int64_t seg =
+      segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
+  const std::int64_t capacity = std::min<std::int64_t>((budget - 8 * seg) / 8, vocab);
+  if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
+  return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
+}
+
+// How a row kernel's launch uses gathering: not at all (Gumbel-max from logits), for its
+// searches, or with the draw's segment masses too (samplers of one search).
+enum class Gather { kOff, kSearch, kSearchAndDraw };
+
+template <auto Kernel, typename Params>
+void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, Gather gather,
+                       const char* op) {
+  p.gather = gather != Gather::kOff && gather_enabled(op)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather == Gather::kSearchAndDraw, op)
+                 : GatherSizes{0, 0};
+  const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
+  if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
+  Kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(p);
+}
+
 template <auto Big, auto Half, typename Params>
-void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, const char* op) {
+void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, Gather gather, const char* op) {
   if (row_threads(device, rows, op) == kRowThreads) {
-    Big<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(p);
+    launch_row_kernel<Big>(p, rows, kRowThreads, device, stream, gather, op);
   } else {
-    Half<<<static_cast<unsigned>(rows), kRowThreads / 2, 0, stream>>>(p);
+    launch_row_kernel<Half>(p, rows, kRowThreads / 2, device, stream, gather, op);
   }
   finish(cudaGetLastError(), op, device);
 }
@@ -157,6 +219,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   p.in_row_stride = input.stride(0);
   p.out_row_stride = out.stride(0);
   p.filter = f;
+  p.gather = GatherSizes{0, 0};  // set per launch (launch_row_kernel)
   if (p.rows == 0 || p.vocab == 0) return;
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
@@ -169,10 +232,10 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   }
   if (mask) {
     launch_rows<row_filter_kernel<T, true>, row_filter_kernel<T, true, kRowThreads / 2>>(p, p.rows, input.device,
-                                                                                        stream, op);
+                                                                                        stream, Gather::kSearch, op);
   } else {
-    launch_rows<row_filter_kernel<T, false>, row_filter_kernel<T, false, kRowThreads / 2>>(p, p.rows, input.device,
-                                                                                          stream, op);
+    launch_rows<row_filter_kernel<T, false>, row_filter_kernel<T, false, kRowThreads / 2>>(
+        p, p.rows, input.device, stream, Gather::kSearch, op);
   }
 }
 
@@ -232,6 +295,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   p.input_is_logits = input_is_logits;
   p.filter = filter_params(filter, rows, input, op);
   p.random = random_params(random, batch, input, op);
+  p.gather = GatherSizes{0, 0};  // set per launch (launch_row_kernel)
   if (batch == 0) return;
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
@@ -243,10 +307,17 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
+  // Gumbel-max and the filters without a search (plain, min-p) gather nothing.
+  const bool searches = filter.mode == FilterMode::kTopK || filter.mode == FilterMode::kTopP || two_searches;
+  const Gather gather = input_is_logits || !searches ? Gather::kOff
+                        : two_searches               ? Gather::kSearch
+                                                     : Gather::kSearchAndDraw;
   if (two_searches) {
-    launch_rows<sample_kernel<true>, sample_kernel<true, kRowThreads / 2>>(p, batch, input.device, cuda_stream, op);
+    launch_rows<sample_kernel<true>, sample_kernel<true, kRowThreads / 2>>(p, batch, input.device, cuda_stream,
+                                                                           gather, op);
   } else {
-    launch_rows<sample_kernel<false>, sample_kernel<false, kRowThreads / 2>>(p, batch, input.device, cuda_stream, op);
+    launch_rows<sample_kernel<false>, sample_kernel<false, kRowThreads / 2>>(p, batch, input.device, cuda_stream,
+                                                                             gather, op);
   }
 }
 

@@ -1,0 +1,72 @@
+// The draw's view of a row: segments of whole warp loads (32 groups, 128 elements), each
+// summed by one warp. inverse_cdf.cuh sums kept masses per segment with it; the gather pass
+// (radix_threshold.cuh, gather.cuh) walks the row in the same order so that it can sum the
+// same segment masses while it gathers.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+
+namespace aotinfer::sampling {
+
+constexpr int kSegmentUnitGroups = 32;  // one group per lane of a warp
+
+// The segments of the groups a CTA holds: at most `max_segments` (the shared-memory array),
+// each of per_segment warp loads (1 unless V > 128 max_segments).
+struct SegmentLayout {
+  std::int64_t groups, per_segment, segments;
+
+  __host__ __device__ static SegmentLayout of(std::int64_t groups, std::int64_t max_segments) {
+    const std::int64_t units = (groups + kSegmentUnitGroups - 1) / kSegmentUnitGroups;
+    const std::int64_t per = (units + max_segments - 1) / max_segments;
+    return SegmentLayout{groups, per > 0 ? per : 1, per > 0 ? (units + per - 1) / per : 0};
+  }
+  // The segment holding local element `element`.
+  __device__ std::int64_t segment_of(std::int64_t element) const {
+    return element / (4 * kSegmentUnitGroups * per_segment);
+  }
+};
+
+// seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
+// NaN past the end), four segments per warp in flight; seg may be nullptr when only mass_of's
+// side effects are wanted. Every lane of a warp calls mass_of in the same rounds (out-of-range
+// groups with all-NaN v), so mass_of may use warp collectives. Groups below the scope's whole
+// groups load without tail checks.
+template <typename Scope, typename MassFn>
+__device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, std::uint64_t* seg, MassFn&& mass_of) {
+  constexpr int kInFlight = 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const std::int64_t whole = scope.whole_local_groups(), per = layout.per_segment;
+  for (std::int64_t s0 = warp; s0 < layout.segments; s0 += kInFlight * warps) {
+    std::uint64_t sum[kInFlight] = {};
+    for (std::int64_t c = 0; c < per; ++c) {
+      float v[kInFlight][4];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const std::int64_t s = s0 + u * warps, g = (s * per + c) * kSegmentUnitGroups + lane;
+        if (g < whole) {  // then s < segments and g < groups
+          scope.load_whole(g, v[u]);
+        } else if (s < layout.segments && g < layout.groups) {
+          scope.load(g, v[u]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[u][j] = NAN;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        sum[u] += mass_of(((s0 + u * warps) * per + c) * kSegmentUnitGroups + lane, v[u]);
+      }
+    }
+    if (seg != nullptr) {
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const std::uint64_t total = warp_reduce(sum[u], SumOp{});
+        if (lane == 0 && s0 + u * warps < layout.segments) seg[s0 + u * warps] = total;
+      }
+    }
+  }
+}
+
+}  // namespace aotinfer::sampling
