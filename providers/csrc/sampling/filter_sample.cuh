@@ -252,21 +252,24 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
   if (kTwoSearches) space.segments = nullptr;  // the first search's bin is not the draw's
   const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh, space);
   if (!kept.any) return -1;  // the same in every CTA of the scope
-  if constexpr (Scope::kGathers) {
-    if (kept.segments_ready) return draw_after_gather(scope, n, kept.min_key, kept.max_key, space, sh.gathered, rng);
+  if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw) {
+    if (kept.segments_ready) {
+      return draw_after_gather(scope, n, kept.min_key, kept.max_key, space, sh.gathered[threadIdx.x >> 5], rng);
+    }
   }
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
+// (No gathering: a top-k search mostly stops after level 1, so the gather pass would only
+// replace that pass, at a higher cost per element; measured 1.0-1.09x slower.)
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                         Sh& sh, const GatherSpace& gather = GatherSpace{}) {
+                                         Sh& sh) {
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   if (!(k > 0 && k < n)) return 0u;
   auto key_of = [](float v) { return ordered_key(v); };
-  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh, gather)
-      .key;
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
@@ -345,7 +348,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    token = detail::filtered_draw<kTwoSearches>(RowScope<float>(x, n), n, p.filter, row, rng, sh,
+    constexpr GatherMode kGather = kTwoSearches ? GatherMode::kOff : GatherMode::kSearchAndDraw;
+    token = detail::filtered_draw<kTwoSearches>(RowScope<float, kGather>(x, n), n, p.filter, row, rng, sh,
                                                 p.gather.space(gather_smem));
   }
   pdl_launch_dependents();
@@ -354,8 +358,9 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
-// kept), -inf elsewhere and for NaN.
-template <typename T, bool kMask, int kThreads = kRowThreads>
+// kept), -inf elsewhere and for NaN. kGather: renormalisation gathers (gather.cuh; the
+// launcher takes it for top-p).
+template <typename T, bool kMask, int kThreads = kRowThreads, GatherMode kGather = GatherMode::kOff>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RowRadixShared sh;
@@ -367,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
   if constexpr (kMask) {
-    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh, gather);
+    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
       float v[4];
@@ -376,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     }
   } else {
-    const detail::KeptSet kept = detail::prob_filter(RowScope<T>(x, n), n, p.filter, row, true, sh, gather);
+    const detail::KeptSet kept = detail::prob_filter(RowScope<T, kGather>(x, n), n, p.filter, row, true, sh, gather);
     const float factor = detail::renorm_factor(kept);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {

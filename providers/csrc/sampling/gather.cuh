@@ -18,31 +18,39 @@
 
 namespace aotinfer::sampling {
 
+// What a kernel's searches may gather: nothing, their crossing bin, or the bin and the draw's
+// segment masses (the sampler of one search; its draw then needs no pass of its own).
+enum class GatherMode { kOff, kSearch, kSearchAndDraw };
+
 // Where the gathered bin goes: the kernel's dynamic shared memory (the launcher sizes it,
 // sample_launch.cu). capacity 0 turns gathering off; segments (nullptr: not wanted) holds the
-// draw's segment masses when the search is the last before a draw.
+// draw's segment masses when the search is the last before a draw. Each warp appends to its
+// own slice of capacity / warps entries, with no atomics: one counter for the whole CTA made
+// every append a same-address atomic (a flat row of 128256 gathers ~8500 elements), which
+// cost more than the passes the gather saved.
 struct GatherSpace {
   std::uint64_t* segments;
   std::uint32_t* keys;
   std::uint32_t* positions;
   std::uint32_t capacity;
+
+  __device__ std::uint32_t slice() const { return capacity / (blockDim.x >> 5); }
+  __device__ std::uint32_t slice_begin() const { return (threadIdx.x >> 5) * slice(); }
 };
 
-// Appends (key, position) to the gathered list for every lane whose `match` is set; every lane
-// of the warp must call it (one ballot, and one atomic per warp with a match).
-__device__ __forceinline__ void gather_append(const GatherSpace& space, std::uint32_t* count, bool match,
+// Appends (key, position) for every lane whose `match` is set to this warp's slice; `count` is
+// the warp's running count, the same in every lane (it may pass the slice: the caller then
+// drops the list). Every lane of the warp must call it.
+__device__ __forceinline__ void gather_append(const GatherSpace& space, std::uint32_t& count, bool match,
                                               std::uint32_t key, std::uint32_t position) {
   const unsigned lanes = __ballot_sync(kFullMask, match);
   if (lanes == 0u) return;
-  const int lane = threadIdx.x & 31, leader = __ffs(lanes) - 1;
-  std::uint32_t start = 0;
-  if (lane == leader) start = atomicAdd(count, static_cast<std::uint32_t>(__popc(lanes)));
-  start = __shfl_sync(kFullMask, start, leader);
-  const std::uint32_t at = start + static_cast<std::uint32_t>(__popc(lanes & ((1u << lane) - 1u)));
-  if (match && at < space.capacity) {  // the level-0 count bounds `at`; the test is a guard
-    space.keys[at] = key;
-    space.positions[at] = position;
+  const std::uint32_t at = count + static_cast<std::uint32_t>(__popc(lanes & ((1u << (threadIdx.x & 31)) - 1u)));
+  if (match && at < space.slice()) {
+    space.keys[space.slice_begin() + at] = key;
+    space.positions[space.slice_begin() + at] = position;
   }
+  count += static_cast<std::uint32_t>(__popc(lanes));
 }
 
 }  // namespace aotinfer::sampling

@@ -140,14 +140,15 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
 // The draw after a gather pass that summed the segment masses of every kept key above the
 // gathered bin (radix_threshold.cuh, gather_crossing_bin): the bin's kept keys (of the
 // `gathered` listed) add their masses to their segments, and the draw goes on from the same
-// integer segment masses a pass of its own would have summed.
+// integer segment masses a pass of its own would have summed. `gathered`: this warp's count.
 template <typename Scope>
 __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, std::uint32_t min_key,
                                           std::uint32_t max_key, const GatherSpace& space, std::uint32_t gathered,
                                           const RowRandom& rng) {
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
-  for (std::uint32_t i = threadIdx.x; i < gathered; i += blockDim.x) {
+  const std::uint32_t first = space.slice_begin();  // this warp's slice, `gathered` long
+  for (std::uint32_t i = first + (threadIdx.x & 31); i < first + gathered; i += 32) {
     const std::uint32_t k = space.keys[i];
     if (k >= min_key) {
       atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[layout.segment_of(space.positions[i])]),

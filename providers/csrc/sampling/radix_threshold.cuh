@@ -69,7 +69,8 @@ struct RadixShared {
   };
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
-  std::uint32_t gathered;  // how many keys the gather pass listed (gather.cuh)
+  std::uint32_t gathered[32];  // per warp: how many keys the gather pass listed (gather.cuh)
+  int gather_overflow;         // some warp's slice was too small: the list is dropped
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
@@ -126,19 +127,24 @@ struct SearchTarget {
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
 };
 
+// What the gather pass did (the same in every thread).
+struct GatherResult {
+  bool listed;    // the bin is in the list (sh.gathered[w] keys in warp w's slice)
+  bool segments;  // and the draw's segment masses above the bin are summed
+};
+
 // The gather pass after level 0 found its crossing in bin `digit`: the keys and positions of
-// that bin's elements go to `space` (sh.gathered of them), and with space.segments (and a
-// normal largest key, top_bin's) the draw's segment masses of every key in a higher bin, in
-// the unit inverse_cdf_draw would use (FixedPointScale::of the largest key's exponent). Returns
-// whether the segment masses were summed (the same in every thread).
+// that bin's elements go to `space`, and with space.segments (and a normal largest key,
+// top_bin's) the draw's segment masses of every key in a higher bin, in the unit
+// inverse_cdf_draw would use (FixedPointScale::of the largest key's exponent). A warp whose
+// slice overflows drops the list (the search then reads the row, as without gathering).
 template <typename Scope, typename KeyFn, typename Sh>
-__device__ bool gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit, std::uint32_t top_bin,
-                                    std::int64_t n, const GatherSpace& space, Sh& sh) {
+__device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit,
+                                            std::uint32_t top_bin, std::int64_t n, const GatherSpace& space, Sh& sh) {
   const std::uint32_t field = top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u;
-  const bool fuse = space.segments != nullptr && field != 0u;
+  const bool fuse = Scope::kGathers == GatherMode::kSearchAndDraw && space.segments != nullptr && field != 0u;
   const FixedPointScale fx = FixedPointScale::of(field << 23, n);
-  if (threadIdx.x == 0) sh.gathered = 0;
-  __syncthreads();
+  std::uint32_t count = 0;  // this warp's (sh.gather_overflow was cleared with level 0's bins)
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   segment_pass(scope, layout, fuse ? space.segments : nullptr, [&](std::int64_t g, const float (&v)[4]) {
     std::uint64_t above = 0;
@@ -146,13 +152,18 @@ __device__ bool gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint3
     for (int j = 0; j < 4; ++j) {
       const std::uint32_t k = key_of(v[j]);  // NaN (past the end) gives key 0
       const std::uint32_t bin = k >> Sh::shift(0);
-      gather_append(space, &sh.gathered, k != 0u && bin == digit, k, static_cast<std::uint32_t>(4 * g + j));
+      gather_append(space, count, k != 0u && bin == digit, k, static_cast<std::uint32_t>(4 * g + j));
       if (fuse && bin > digit) above += fx.mass(k);
     }
     return above;
   });
+  if ((threadIdx.x & 31) == 0) {
+    sh.gathered[threadIdx.x >> 5] = count;
+    if (count > space.slice()) sh.gather_overflow = 1;
+  }
   __syncthreads();
-  return fuse;
+  const bool listed = sh.gather_overflow == 0;
+  return GatherResult{listed, listed && fuse};
 }
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
@@ -165,7 +176,7 @@ template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh,
                                      const GatherSpace& gather = GatherSpace{}) {
   const bool masses = target.by_mass || target.track_mass;
-  bool listed = false;  // this level reads the gathered keys (listed_count of them)
+  bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
   bool segments_ready = false;
   std::uint32_t prefix = 0, prefix_mask = 0;
@@ -182,7 +193,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       sh.mass_lo[i] = 0;
       sh.mass_hi[i] = 0;
     }
-    if (threadIdx.x == 0) sh.found = 0;
+    if (threadIdx.x == 0) {
+      sh.found = 0;
+      sh.gather_overflow = 0;  // (read only after a gather pass, which follows level 0)
+    }
     __syncthreads();
     auto add = [&](std::uint32_t k) {
       const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
@@ -190,8 +204,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
-    if (Scope::kGathers && listed) {
-      for (std::uint32_t i = threadIdx.x; i < listed_count; i += blockDim.x) add(gather.keys[i]);
+    if (Scope::kGathers != GatherMode::kOff && listed) {
+      const std::uint32_t* keys = gather.keys + gather.slice_begin();
+      for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
@@ -281,12 +296,14 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
-    // Levels 1 and 2 read the crossing bin from shared memory when it fits there.
-    if constexpr (Scope::kGathers) {
-      if (level == 0 && bin_count <= gather.capacity) {
-        segments_ready = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, gather, sh);
-        listed = true;
-        listed_count = sh.gathered;
+    // Levels 1 and 2 read the crossing bin from shared memory when it fits there (with room
+    // to spare: the warps' slices fill unevenly).
+    if constexpr (Scope::kGathers != GatherMode::kOff) {
+      if (level == 0 && bin_count <= gather.capacity - gather.capacity / 8) {
+        const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, gather, sh);
+        listed = r.listed;
+        segments_ready = r.segments;
+        listed_count = sh.gathered[threadIdx.x >> 5];
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
+#include "gather.cuh"
 #include "row_access.cuh"
 
 namespace aotinfer::sampling {
@@ -25,11 +26,12 @@ struct ShareTotals {
   std::uint64_t higher_count, higher_mass, all_count, all_mass;
 };
 
-template <typename T>
+// kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
+// here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
+// kernels that use it compile it (its registers cost the others spills).
+template <typename T, GatherMode kGather = GatherMode::kOff>
 struct RowScope {
-  // Threshold searches may gather their crossing bin into shared memory (gather.cuh): every
-  // pass here reads global memory, so one pass instead of two saves a row's worth of DRAM.
-  static constexpr bool kGathers = true;
+  static constexpr GatherMode kGathers = kGather;
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -93,7 +95,7 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // groups [first, first + groups) of the row, into shared memory, tail elements as NaN
 // (which every probability pass ignores, as it does the fill of RowScope).
 struct SliceScope {
-  static constexpr bool kGathers = false;  // the slice is in shared memory already
+  static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
   const float4* s;
   std::int64_t groups;
   std::int64_t first;

@@ -33,9 +33,8 @@ struct SegmentLayout {
 // side effects are wanted. Every lane of a warp calls mass_of in the same rounds (out-of-range
 // groups with all-NaN v), so mass_of may use warp collectives. Groups below the scope's whole
 // groups load without tail checks.
-template <typename Scope, typename MassFn>
+template <int kInFlight = 4, typename Scope, typename MassFn>
 __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, std::uint64_t* seg, MassFn&& mass_of) {
-  constexpr int kInFlight = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const std::int64_t whole = scope.whole_local_groups(), per = layout.per_segment;
   for (std::int64_t s0 = warp; s0 < layout.segments; s0 += kInFlight * warps) {
