@@ -296,10 +296,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
-    // Levels 1 and 2 read the crossing bin from shared memory when it fits there (with room
-    // to spare: the warps' slices fill unevenly).
+    // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
+    // to spare: each warp fills its own slice, about bin_count / warps of it.
     if constexpr (Scope::kGathers != GatherMode::kOff) {
-      if (level == 0 && bin_count <= gather.capacity - gather.capacity / 8) {
+      if (level == 0 && bin_count <= gather.capacity / 2) {
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, gather, sh);
         listed = r.listed;
         segments_ready = r.segments;

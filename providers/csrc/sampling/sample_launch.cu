@@ -151,12 +151,17 @@ int static_smem_bytes(int device, const char* op) {
   return b;
 }
 
-constexpr std::uint32_t kMinGatherCapacity = 256;  // below this, gathering is not worth its pass
+constexpr std::int64_t kMinGatherCapacity = 256;  // below this, gathering is not worth its pass
 
-// The dynamic shared memory of a row kernel of `threads` threads: everything the SM has for
-// each of its kRowCtasPerSm(threads) CTAs beyond the static part, as gathered keys and
-// positions (8 bytes an element, at most a row's worth), after the draw's segment masses when
-// `segments`. Gathering is off where that leaves fewer than kMinGatherCapacity elements.
+// The dynamic shared memory of a row kernel of `threads` threads: the draw's segment masses
+// when `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
+// (at least kMinGatherCapacity), within what the SM has for each of its
+// kRowCtasPerSm(threads) CTAs beyond the static part (gathering is off where that is less).
+// Why no more: the rest of the SM's 256 KB is L1 cache, and a row of 32000 floats (128 KB)
+// then stays there between the passes; with all of it as shared memory, top-p at 32000 was
+// 1.07-1.14x slower. Bins of more than 1/32 of the row (a flat top-p row's is ~1/20) are
+// better not gathered anyway: the appends cost more per element than the passes they save
+// (flat top-p at 128256: 1.02-1.06x slower gathered).
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
@@ -167,7 +172,8 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-  const std::int64_t capacity = std::min<std::int64_t>((budget - 8 * seg) / 8, vocab);
+  const std::int64_t want = std::max<std::int64_t>(vocab / 32, kMinGatherCapacity);
+  const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
 }
