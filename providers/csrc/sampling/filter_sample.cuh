@@ -23,6 +23,12 @@
 
 namespace aotinfer::sampling {
 
+// Which filter modes a kernel instance serves (its searches are compiled for those only:
+// fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
+// top-p (the cluster kernels); kNoSearch: none and min-p; kTopK / kTopP: that filter (or
+// none, where it keeps everything); kTwoSearches: top-k then top-p, and joint.
+enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
+
 struct FilterParams {
   FilterMode mode;
   const std::int32_t* top_k_array;  // (rows,) or nullptr
@@ -45,18 +51,6 @@ struct RandomParams {
     const std::uint64_t s = seed_array ? seed_array[seed_length == 1 ? 0 : b] : seed;
     const std::uint64_t o = offset_array ? offset_array[offset_length == 1 ? 0 : b] : offset;
     return RowRandom(s, o, static_cast<std::uint32_t>(b), stream);
-  }
-};
-
-// The dynamic shared memory of a row kernel (gather.cuh), sized by the launcher: `segments`
-// draw segment masses (0: none) then `capacity` gathered keys and as many positions.
-struct GatherSizes {
-  std::uint32_t segments;
-  std::uint32_t capacity;  // 0: no gathering
-
-  __device__ GatherSpace space(std::uint64_t* smem) const {
-    std::uint32_t* keys = reinterpret_cast<std::uint32_t*>(smem + segments);
-    return GatherSpace{segments ? smem : nullptr, keys, keys + capacity, capacity};
   }
 };
 
@@ -134,17 +128,22 @@ __device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& 
 // exponent, which fixes the masses' unit (radix_threshold.cuh). Min-p, and a top-k or top-p
 // filter that filters nothing, read the row's maximum instead.
 //
-// `gather`: where a search may gather its crossing bin (gather.cuh); with its segments, only
-// for a filter of one search (the draw follows that search).
-template <bool kTwoSearches = false, typename Scope, typename Sh>
+// kFamily: the filter modes the caller's kernel serves (FilterFamily); only their searches are
+// compiled.
+template <FilterFamily kFamily = FilterFamily::kOneSearch, typename Scope, typename Sh>
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                               bool need_mass, Sh& sh, const GatherSpace& gather = GatherSpace{}) {
+                               bool need_mass, Sh& sh) {
+  constexpr bool kTwoSearches = kFamily == FilterFamily::kTwoSearches;
+  constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
+  constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
-  const bool use_k = (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
+  const bool use_k = kMayTopK &&
+                     (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
                       f.mode == FilterMode::kJoint) && k > 0 && k < n;
-  const bool use_p = (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
+  const bool use_p = kMayTopP &&
+                     (f.mode == FilterMode::kTopP || f.mode == FilterMode::kTopKThenTopP ||
                       f.mode == FilterMode::kJoint) && p < 1.f;
   KeptSet kept{0u, 0u, 0, 0, false};
   if (!use_k && !use_p) {
@@ -193,7 +192,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
     target.want_top = true;
     target.row_length = n;
-    const Threshold t = radix_threshold(scope, key_of, target, sh, gather);
+    const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
     kept.segments_ready = t.segments_ready;
@@ -222,7 +221,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if (search) {
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold(scope, key_of, target, sh, gather);
+      const Threshold t = radix_threshold(scope, key_of, target, sh);
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
@@ -242,19 +241,20 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 
 // The filter, then the inverse-CDF draw over the kept probabilities of the scope's row (see
 // inverse_cdf_draw for what each CTA gets back).
-// With `gather` (segments included only for filters of one search), a search's gather pass
-// may have summed the draw's segments already; the gathered bin's kept keys are then added in
-// shared memory and the draw needs no pass of its own.
-template <bool kTwoSearches, typename Scope, typename Sh>
+// With GatherMode::kSearchAndDraw (filters of one search: the draw follows that search), the
+// search's gather pass may have summed the draw's segments already; the gathered bin's kept
+// keys are then added in shared memory and the draw needs no pass of its own.
+template <FilterFamily kFamily, typename Scope, typename Sh>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                      const RowRandom& rng, Sh& sh, const GatherSpace& gather = GatherSpace{}) {
-  GatherSpace space = gather;
-  if (kTwoSearches) space.segments = nullptr;  // the first search's bin is not the draw's
-  const KeptSet kept = prob_filter<kTwoSearches>(scope, n, f, row, false, sh, space);
+                                      const RowRandom& rng, Sh& sh) {
+  static_assert(kFamily != FilterFamily::kTwoSearches || Scope::kGathers != GatherMode::kSearchAndDraw,
+                "the first of two searches is not the draw's");
+  const KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
   if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw) {
     if (kept.segments_ready) {
-      return draw_after_gather(scope, n, kept.min_key, kept.max_key, space, sh.gathered[threadIdx.x >> 5], rng);
+      return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
+                               rng);
     }
   }
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
@@ -314,11 +314,12 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 // sample_launch.cu chooses).
 constexpr int kRowCtasPerSm(int threads) { return kRowThreads / threads; }
 
-// kTwoSearches: for the top-k-then-top-p and joint filters (see prob_filter).
-template <bool kTwoSearches, int kThreads = kRowThreads>
+// kFamily: the filter modes this instance serves (FilterFamily; the launcher picks by mode).
+// The top-k and top-p samplers gather their crossing bin and the draw's segments (gather.cuh).
+template <FilterFamily kFamily, int kThreads = kRowThreads>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kernel(const __grid_constant__ SampleParams p) {
   __shared__ RowRadixShared sh;
-  extern __shared__ std::uint64_t gather_smem[];
+  if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after the first search level's barriers
   pdl_wait_for_prior_grid();
   const std::int64_t b = blockIdx.x;
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
@@ -348,9 +349,10 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    constexpr GatherMode kGather = kTwoSearches ? GatherMode::kOff : GatherMode::kSearchAndDraw;
-    token = detail::filtered_draw<kTwoSearches>(RowScope<float, kGather>(x, n), n, p.filter, row, rng, sh,
-                                                p.gather.space(gather_smem));
+    constexpr GatherMode kGather = kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTopP
+                                       ? GatherMode::kSearchAndDraw
+                                       : GatherMode::kOff;
+    token = detail::filtered_draw<kFamily>(RowScope<float, kGather>(x, n), n, p.filter, row, rng, sh);
   }
   pdl_launch_dependents();
   if (threadIdx.x == 0) detail::write_sample(p, b, token);
@@ -358,14 +360,13 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
-// kept), -inf elsewhere and for NaN. kGather: renormalisation gathers (gather.cuh; the
-// launcher takes it for top-p).
-template <typename T, bool kMask, int kThreads = kRowThreads, GatherMode kGather = GatherMode::kOff>
+// kept), -inf elsewhere and for NaN. kFamily (renormalisation): kTopK or kTopP; top-p
+// gathers its crossing bin (gather.cuh).
+template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   __shared__ RowRadixShared sh;
-  extern __shared__ std::uint64_t gather_smem[];
-  const GatherSpace gather = p.gather.space(gather_smem);
+  if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after the first search level's barriers
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.in_row_stride;
@@ -381,7 +382,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     }
   } else {
-    const detail::KeptSet kept = detail::prob_filter(RowScope<T, kGather>(x, n), n, p.filter, row, true, sh, gather);
+    constexpr GatherMode kGather = kFamily == FilterFamily::kTopP ? GatherMode::kSearch : GatherMode::kOff;
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(RowScope<T, kGather>(x, n), n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {

@@ -22,17 +22,30 @@ namespace aotinfer::sampling {
 // segment masses (the sampler of one search; its draw then needs no pass of its own).
 enum class GatherMode { kOff, kSearch, kSearchAndDraw };
 
-// Where the gathered bin goes: the kernel's dynamic shared memory (the launcher sizes it,
-// sample_launch.cu). capacity 0 turns gathering off; segments (nullptr: not wanted) holds the
-// draw's segment masses when the search is the last before a draw. Each warp appends to its
-// own slice of capacity / warps entries, with no atomics: one counter for the whole CTA made
-// every append a same-address atomic (a flat row of 128256 gathers ~8500 elements), which
-// cost more than the passes the gather saved.
+// The dynamic shared memory of a gathering row kernel, sized by the launcher
+// (sample_launch.cu): `segments` draw segment masses (0: none), then `capacity` gathered keys
+// and as many positions (0: no gathering). The kernel copies it into its RadixShared, so the
+// searches read it from shared memory when they need it instead of holding it in registers
+// through every pass (that cost the other passes spills, and ~10% at 128 x 128256).
+struct GatherSizes {
+  std::uint32_t segments;
+  std::uint32_t capacity;
+};
+
+// Views of that memory. Each warp appends to its own slice of capacity / warps entries, with
+// no atomics: one counter for the whole CTA made every append a same-address atomic (a flat
+// row of 128256 gathers ~8500 elements), which cost more than the passes the gather saved.
 struct GatherSpace {
-  std::uint64_t* segments;
+  std::uint64_t* segments;  // nullptr: not wanted
   std::uint32_t* keys;
   std::uint32_t* positions;
   std::uint32_t capacity;
+
+  __device__ static GatherSpace of(const GatherSizes& sizes) {
+    extern __shared__ std::uint64_t gather_smem[];
+    std::uint32_t* keys = reinterpret_cast<std::uint32_t*>(gather_smem + sizes.segments);
+    return GatherSpace{sizes.segments ? gather_smem : nullptr, keys, keys + sizes.capacity, sizes.capacity};
+  }
 
   __device__ std::uint32_t slice() const { return capacity / (blockDim.x >> 5); }
   __device__ std::uint32_t slice_begin() const { return (threadIdx.x >> 5) * slice(); }

@@ -143,8 +143,9 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
 // integer segment masses a pass of its own would have summed. `gathered`: this warp's count.
 template <typename Scope>
 __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                          std::uint32_t max_key, const GatherSpace& space, std::uint32_t gathered,
+                                          std::uint32_t max_key, const GatherSizes& sizes, std::uint32_t gathered,
                                           const RowRandom& rng) {
+  const GatherSpace space = GatherSpace::of(sizes);
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
   const std::uint32_t first = space.slice_begin();  // this warp's slice, `gathered` long

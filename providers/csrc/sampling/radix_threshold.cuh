@@ -69,7 +69,8 @@ struct RadixShared {
   };
   // The crossing of one level, written by the one thread that finds it.
   std::uint32_t digit;
-  std::uint32_t gathered[32];  // per warp: how many keys the gather pass listed (gather.cuh)
+  GatherSizes gather_sizes;    // the kernel's (gather.cuh); read only by kernels that gather
+  std::uint32_t gathered[32];  // per warp: how many keys the gather pass listed
   int gather_overflow;         // some warp's slice was too small: the list is dropped
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
@@ -140,7 +141,8 @@ struct GatherResult {
 // slice overflows drops the list (the search then reads the row, as without gathering).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit,
-                                            std::uint32_t top_bin, std::int64_t n, const GatherSpace& space, Sh& sh) {
+                                            std::uint32_t top_bin, std::int64_t n, Sh& sh) {
+  const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   const std::uint32_t field = top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u;
   const bool fuse = Scope::kGathers == GatherMode::kSearchAndDraw && space.segments != nullptr && field != 0u;
   const FixedPointScale fx = FixedPointScale::of(field << 23, n);
@@ -170,11 +172,10 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
 // goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
 // masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
-// for SliceScope). `gather` (one-CTA-per-row scopes only): where levels 1 and 2 may read the
-// crossing bin of level 0 instead of the row, when it fits (gather_crossing_bin).
+// for SliceScope). With Scope::kGathers, levels 1 and 2 may read the crossing bin of level 0
+// from shared memory instead of the row, when it fits (gather_crossing_bin).
 template <typename Scope, typename KeyFn, typename Sh>
-__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh,
-                                     const GatherSpace& gather = GatherSpace{}) {
+__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
@@ -205,6 +206,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       add_to_histogram(sh, takes_part, d, q);
     };
     if (Scope::kGathers != GatherMode::kOff && listed) {
+      const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin();
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else {
@@ -299,8 +301,8 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
     if constexpr (Scope::kGathers != GatherMode::kOff) {
-      if (level == 0 && bin_count <= gather.capacity / 2) {
-        const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, gather, sh);
+      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
+        const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;
         segments_ready = r.segments;
         listed_count = sh.gathered[threadIdx.x >> 5];

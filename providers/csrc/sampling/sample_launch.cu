@@ -238,13 +238,13 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   } else {
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
     // stops after level 1, which the gather pass would only replace, at a higher cost.
+    constexpr auto kTopK = FilterFamily::kTopK, kTopP = FilterFamily::kTopP;
     if (f.mode == FilterMode::kTopP) {
-      launch_rows<row_filter_kernel<T, false, kRowThreads, GatherMode::kSearch>,
-                  row_filter_kernel<T, false, kRowThreads / 2, GatherMode::kSearch>>(
+      launch_rows<row_filter_kernel<T, false, kRowThreads, kTopP>, row_filter_kernel<T, false, kRowThreads / 2, kTopP>>(
           p, p.rows, input.device, stream, GatherMode::kSearch, op);
     } else {
-      launch_rows<row_filter_kernel<T, false>, row_filter_kernel<T, false, kRowThreads / 2>>(p, p.rows, input.device,
-                                                                                            stream, GatherMode::kOff, op);
+      launch_rows<row_filter_kernel<T, false, kRowThreads, kTopK>, row_filter_kernel<T, false, kRowThreads / 2, kTopK>>(
+          p, p.rows, input.device, stream, GatherMode::kOff, op);
     }
   }
 }
@@ -317,18 +317,27 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
            op, input.device);
     return;
   }
-  // Top-k and top-p samplers gather with the draw's segments (their row is read twice).
-  // Gumbel-max and the filters without a search (plain, min-p) have nothing to gather; the
-  // two-search filters gained nothing from it (their top-p search runs inside the small top-k
-  // set and mostly stops after level 1), and were measured 1.04-1.16x slower.
-  const bool one_search = filter.mode == FilterMode::kTopK || filter.mode == FilterMode::kTopP;
-  const GatherMode gather = !input_is_logits && one_search ? GatherMode::kSearchAndDraw : GatherMode::kOff;
-  if (two_searches) {
-    launch_rows<sample_kernel<true>, sample_kernel<true, kRowThreads / 2>>(p, batch, input.device, cuda_stream,
-                                                                           gather, op);
-  } else {
-    launch_rows<sample_kernel<false>, sample_kernel<false, kRowThreads / 2>>(p, batch, input.device, cuda_stream,
-                                                                             gather, op);
+  // One kernel instance per filter family (FilterFamily: only its searches are compiled). The
+  // top-k and top-p samplers gather with the draw's segments (their row is read twice). The
+  // two-search filters gained nothing from gathering (their top-p search runs inside the small
+  // top-k set and mostly stops after level 1) and were measured 1.04-1.16x slower with it.
+  switch (input_is_logits ? FilterMode::kNone : filter.mode) {
+    case FilterMode::kTopK:
+      launch_rows<sample_kernel<FilterFamily::kTopK>, sample_kernel<FilterFamily::kTopK, kRowThreads / 2>>(
+          p, batch, input.device, cuda_stream, GatherMode::kSearchAndDraw, op);
+      break;
+    case FilterMode::kTopP:
+      launch_rows<sample_kernel<FilterFamily::kTopP>, sample_kernel<FilterFamily::kTopP, kRowThreads / 2>>(
+          p, batch, input.device, cuda_stream, GatherMode::kSearchAndDraw, op);
+      break;
+    case FilterMode::kTopKThenTopP:
+    case FilterMode::kJoint:
+      launch_rows<sample_kernel<FilterFamily::kTwoSearches>, sample_kernel<FilterFamily::kTwoSearches, kRowThreads / 2>>(
+          p, batch, input.device, cuda_stream, GatherMode::kOff, op);
+      break;
+    default:  // none (and Gumbel-max from logits), min-p
+      launch_rows<sample_kernel<FilterFamily::kNoSearch>, sample_kernel<FilterFamily::kNoSearch, kRowThreads / 2>>(
+          p, batch, input.device, cuda_stream, GatherMode::kOff, op);
   }
 }
 

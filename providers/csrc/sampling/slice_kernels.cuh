@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const std::int64_t n = p.vocab;
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
                                                 detail::slice_range(n, slice_groups, rank));
-    token = detail::filtered_draw<kTwoSearches>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+    constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
+    token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
   }
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
