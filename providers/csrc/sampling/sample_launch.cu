@@ -210,6 +210,8 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
                                 static_cast<std::size_t>(smem), stream, false, kSliceCtas, p, groups);
 }
 
+constexpr std::int64_t kRenormGatherMinVocab = 65536;
+
 template <typename T>
 void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
                     cudaStream_t stream) {
@@ -240,8 +242,12 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     // stops after level 1, which the gather pass would only replace, at a higher cost.
     constexpr auto kTopK = FilterFamily::kTopK, kTopP = FilterFamily::kTopP;
     if (f.mode == FilterMode::kTopP) {
+      // Gathered only from rows beyond L1's reach: at vocab 32000 (a row stays in L1 between
+      // passes) the gather pass cost more than the level-1 pass it replaced (peaked rows
+      // 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
+      const GatherMode gather = p.vocab >= kRenormGatherMinVocab ? GatherMode::kSearch : GatherMode::kOff;
       launch_rows<row_filter_kernel<T, false, kRowThreads, kTopP>, row_filter_kernel<T, false, kRowThreads / 2, kTopP>>(
-          p, p.rows, input.device, stream, GatherMode::kSearch, op);
+          p, p.rows, input.device, stream, gather, op);
     } else {
       launch_rows<row_filter_kernel<T, false, kRowThreads, kTopK>, row_filter_kernel<T, false, kRowThreads / 2, kTopK>>(
           p, p.rows, input.device, stream, GatherMode::kOff, op);
