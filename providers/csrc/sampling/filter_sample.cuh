@@ -1,7 +1,9 @@
 // Row kernels of the sampling family: filtered sampling (fixed-point inverse CDF /
 // Gumbel-max), top-k / top-p renormalisation and top-k logit masking. One CTA of kRowThreads
 // per output row; filters come from radix_threshold.cuh, the draw from inverse_cdf.cuh,
-// randomness from philox.cuh.
+// randomness from philox.cuh. The top-k and top-p samplers and top-p renormalisation may
+// gather a search's crossing bin into shared memory (gather.cuh); each filter family is its
+// own kernel instance (FilterFamily), so a kernel holds only the searches it runs.
 //
 // Sampling from probabilities draws from the kept tokens by the inverse CDF of their
 // fixed-point masses with one 64-bit uniform per output row: exact for the renormalised

@@ -11,7 +11,9 @@
 // histogram picks the bin where the running count or mass first reaches the target. After the last pass the prefix is the exact key B of the element where
 // the target is reached: "keep keys >= B" is then exactly the top-k set (ties at the k-th
 // value kept) or the smallest top-p set (ties kept). A search may stop after one or two
-// passes when the crossing bin is kept whole (see the loop's end).
+// passes when the crossing bin is kept whole (see the loop's end). In the one-CTA-per-row
+// kernels, levels 1 and 2 may instead read level 0's crossing bin from shared memory, where a
+// gather pass copied it (gather.cuh, gather_crossing_bin).
 //
 // The histograms take 11/11/10 key bits per level (RadixShared: 2048 bins, 24 KB). A 13/13/6
 // layout (8192 bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
