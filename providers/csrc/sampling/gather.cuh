@@ -24,9 +24,10 @@ enum class GatherMode { kOff, kSearch, kSearchAndDraw };
 
 // The dynamic shared memory of a gathering row kernel, sized by the launcher
 // (sample_launch.cu): `segments` draw segment masses (0: none), then `capacity` gathered keys
-// and as many positions (0: no gathering). The kernel copies it into its RadixShared, so the
-// searches read it from shared memory when they need it instead of holding it in registers
-// through every pass (that cost the other passes spills, and ~10% at 128 x 128256).
+// and as many positions (0: no gathering). The kernel copies it into its RadixShared, and the
+// searches read it there when they need it. (What kept the gather code's registers from
+// slowing the other passes was compiling it only into the kernels that gather: FilterFamily
+// in filter_sample.cuh.)
 struct GatherSizes {
   std::uint32_t segments;
   std::uint32_t capacity;

@@ -159,9 +159,9 @@ constexpr std::int64_t kMinGatherCapacity = 256;  // below this, gathering is no
 // kRowCtasPerSm(threads) CTAs beyond the static part (gathering is off where that is less).
 // Why no more: the rest of the SM's 256 KB is L1 cache, and a row of 32000 floats (128 KB)
 // then stays there between the passes; with all of it as shared memory, top-p at 32000 was
-// 1.07-1.14x slower. Bins of more than 1/32 of the row (a flat top-p row's is ~1/20) are
-// better not gathered anyway: the appends cost more per element than the passes they save
-// (flat top-p at 128256: 1.02-1.06x slower gathered).
+// 1.07-1.14x slower. A search gathers a bin that fills at most half of it (1/64 of the row);
+// bigger bins (a flat top-p row's is ~1/20) are better not gathered anyway: their appends cost
+// more per element than the passes they save (flat top-p at 128256: 1.02-1.06x slower).
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
