@@ -45,6 +45,10 @@ tokens. ``deterministic`` is accepted for compatibility and has no effect: every
 here is deterministic.
 
 Outputs: samples are ``indices.dtype`` when ``indices`` is given, int32 otherwise.
+
+Row length: any vocabulary size on the CPU; on CUDA, samplers and renormalisation take rows
+of at most 2^31 - 1 elements (the kernels index a row in 32 bits; longer rows are a
+ValueError before any launch).
 """
 
 from __future__ import annotations

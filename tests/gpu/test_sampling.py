@@ -702,6 +702,19 @@ def test_validation_on_cuda_happens_before_launch():
         aotinfer.sampling_from_probs(probs, torch.zeros(2, dtype=torch.int64))
 
 
+def test_rows_of_2_to_the_31_elements_are_refused_before_launch():
+    """The kernels index a row's elements in 32 bits (segment_pass.cuh): a longer row is a
+    ValueError naming probs, raised before any launch (the input alone is 8 GiB)."""
+    probs = torch.empty(1, 2**31, device=DEV)
+    message = r"probs rows must have at most 2147483647 elements, got 2147483648"
+    with pytest.raises(ValueError, match=message):
+        aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=0, offset=0)
+    with pytest.raises(ValueError, match=message):
+        aotinfer.top_p_renorm_probs(probs, 0.9)
+    del probs
+    torch.cuda.empty_cache()
+
+
 def test_empty_batch_launches_nothing():
     probs = make_probs(4, 100, seed=23)
     s, v = aotinfer.sampling_from_probs(

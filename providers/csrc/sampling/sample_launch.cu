@@ -83,6 +83,16 @@ void check_matrix(const TensorView& v, const char* op, const char* name) {
   check_rows_dense(v, op, name);
 }
 
+// The draw's segment pass (segment_pass.cuh) indexes a row's groups in 32 bits.
+constexpr std::int64_t kMaxRowLength = (std::int64_t{1} << 31) - 1;
+
+void check_row_length(const TensorView& v, const char* op, const char* name) {
+  if (v.size(1) > kMaxRowLength) {
+    fail_argument(std::string(op) + ": " + name + " rows must have at most " + std::to_string(kMaxRowLength) +
+                  " elements, got " + std::to_string(v.size(1)));
+  }
+}
+
 void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(err, op, device); }
 
 // The cluster kernels of slice_kernels.cuh serve sm_90+ rows of at least kSliceMinVocab
@@ -274,6 +284,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
                    const RandomArgs& random, std::uintptr_t stream) {
   const char* op = "sampling";
   check_matrix(input, op, "probs");
+  check_row_length(input, op, "probs");
   check_dtype(input, DType::kFloat32, op, "probs");
   const std::int64_t rows = input.size(0);
   check_rank(samples, 1, op, "samples");
@@ -351,6 +362,7 @@ void launch_renorm(const TensorView& input, const TensorView& out, const FilterA
                    std::uintptr_t stream) {
   const char* op = "renorm";
   check_matrix(input, op, "probs");
+  check_row_length(input, op, "probs");
   check_matrix(out, op, "out");
   check_same_shape(out, input, op, "out", "probs");
   if (out.dtype != input.dtype) fail_argument("renorm: out must have the dtype of probs");

@@ -35,18 +35,22 @@ struct SegmentLayout {
 // groups load without tail checks.
 template <int kInFlight = 4, typename Scope, typename MassFn>
 __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, std::uint64_t* seg, MassFn&& mass_of) {
+  // 32-bit indices (the launchers take rows of at most 2^31 - 1 elements): they took the
+  // top-k / top-p / two-search sampling kernels from 60 / 76 / 16 B of spills to none (the
+  // gather pass runs with a threshold search's state live).
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const std::int64_t whole = scope.whole_local_groups(), per = layout.per_segment;
-  for (std::int64_t s0 = warp; s0 < layout.segments; s0 += kInFlight * warps) {
+  const int whole = static_cast<int>(scope.whole_local_groups()), per = static_cast<int>(layout.per_segment);
+  const int segments = static_cast<int>(layout.segments), groups = static_cast<int>(layout.groups);
+  for (int s0 = warp; s0 < segments; s0 += kInFlight * warps) {
     std::uint64_t sum[kInFlight] = {};
-    for (std::int64_t c = 0; c < per; ++c) {
+    for (int c = 0; c < per; ++c) {
       float v[kInFlight][4];
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
-        const std::int64_t s = s0 + u * warps, g = (s * per + c) * kSegmentUnitGroups + lane;
+        const int s = s0 + u * warps, g = (s * per + c) * kSegmentUnitGroups + lane;
         if (g < whole) {  // then s < segments and g < groups
           scope.load_whole(g, v[u]);
-        } else if (s < layout.segments && g < layout.groups) {
+        } else if (s < segments && g < groups) {
           scope.load(g, v[u]);
         } else {
 #pragma unroll
@@ -62,7 +66,7 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
         const std::uint64_t total = warp_reduce(sum[u], SumOp{});
-        if (lane == 0 && s0 + u * warps < layout.segments) seg[s0 + u * warps] = total;
+        if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
       }
     }
   }
