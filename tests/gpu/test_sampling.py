@@ -252,6 +252,33 @@ def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch)
     assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k))
 
 
+@pytest.mark.parametrize("threads", ["512", "1024"])
+def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeypatch):
+    """Rows whose threshold bin (1024 elements in one quarter binade, [0.5, 0.55)) fits the
+    gather list (2048 entries at vocab 65536, gathered up to half full) but lies in the first
+    1024 positions, i.e. in the segments of 8 warps, each getting 128 of a slice of 64 (1024
+    threads) or 128 (512 threads, exactly full): the overflowing warps drop the list and the
+    search reads the row instead (gather.cuh). Tokens, renorm and the kept set still equal
+    the reference's. (Written in session 9 after its device time was spent: first run in
+    the next GPU suite.)"""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    rows, vocab = 6, 65536
+    g = gen(51)
+    probs = torch.full((rows, vocab), 1e-7, device=DEV)
+    probs[:, :1024] = 0.5 + 0.05 * torch.rand(rows, 1024, device=DEV, generator=g)
+    k = torch.tensor([300, 700, 1, 1023, 64, 512], device=DEV, dtype=torch.int32)
+    p = torch.tensor([0.5, 0.2, 0.9, 0.01, 0.7, 0.35], device=DEV)
+    idx = many(rows, 64)
+    for name in ("top_k", "top_p"):
+        got, _ = draw(name, probs, None, k, p, 0.1, idx, 9, 2)
+        want, _ = expect(name, probs, None, k, p, 0.1, idx, 9, 2)
+        assert_same_tokens(got, want, name)
+    torch.testing.assert_close(
+        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
+    )
+
+
 @pytest.mark.parametrize("offset", [0, 3, 5])
 def test_unaligned_and_strided_rows(offset, sampling_kernel):
     # Rows that start off a 16-byte boundary, with a row stride wider than the row.
