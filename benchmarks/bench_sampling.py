@@ -23,6 +23,7 @@ from bench_common import (
     try_import_flashinfer,
     write_results,
 )
+from sampling_goals import goal_summary
 
 import aotinfer
 
@@ -203,7 +204,9 @@ def main() -> None:
         notes="*_us: eager calls (host time included, default generator), median of CUDA-event "
         "timings over rotating inputs; graph_us / fi_graph_us: per-call time in a CUDA graph of "
         ">= 10 calls over the rotating inputs (explicit seed and offset; no launch latency). "
-        f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time.",
+        f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time."
+        + "\n\nIssue #3's goals (benchmarks/sampling_goals.py):\n\n"
+        + "\n".join(goal_summary(rows)),
     )
 
 
