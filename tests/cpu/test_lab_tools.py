@@ -1,0 +1,35 @@
+"""dev/ab_env_switch.sh (a lab tool for the GPU machine) with a stand-in timing script on
+the CPU: each side of the A/B runs with its own value of the switch, and the comparison
+reports B / A and flags tokens that differ."""
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAKE = """
+import json, os, sys
+on = os.environ["AOTINFER_FAKE_SWITCH"] == "on"
+json.dump({"us": {"op 1x2 flat": 8.0 if on else 10.0},
+           "tokens": {"op 1x2 flat": [1, 3] if on and sys.argv[2] == "differ" else [1, 2]}},
+          open(sys.argv[1], "w"))
+"""
+
+
+def run_ab(tmp_path, mode):
+    script = tmp_path / "fake_timing.py"
+    script.write_text(FAKE)
+    return subprocess.run(
+        ["bash", str(ROOT / "dev" / "ab_env_switch.sh"), "AOTINFER_FAKE_SWITCH", "off", "on", str(script), mode],
+        capture_output=True, text=True, check=True,
+    ).stdout
+
+
+def test_each_side_gets_its_value_and_the_ratio_is_b_over_a(tmp_path):
+    out = run_ab(tmp_path, "same")
+    assert "A: AOTINFER_FAKE_SWITCH=off  B: AOTINFER_FAKE_SWITCH=on" in out
+    assert "B/A 0.800" in out and "TOKENS DIFFER" not in out
+
+
+def test_different_tokens_are_flagged(tmp_path):
+    assert "TOKENS DIFFER" in run_ab(tmp_path, "differ")
