@@ -161,7 +161,8 @@ int static_smem_bytes(int device, const char* op) {
   return b;
 }
 
-constexpr std::int64_t kMinGatherCapacity = 256;  // below this, gathering is not worth its pass
+// A floor for short rows, not a measured optimum (rows this short are cheap to read again).
+constexpr std::int64_t kMinGatherCapacity = 256;
 
 // The dynamic shared memory of a row kernel of `threads` threads: the draw's segment masses
 // when `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
