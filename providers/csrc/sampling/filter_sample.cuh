@@ -31,6 +31,15 @@ namespace aotinfer::sampling {
 // none, where it keeps everything); kTwoSearches: top-k then top-p, and joint.
 enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 
+// What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
+// top-k and top-p samplers their bin and the draw's segments, top-p renormalisation its bin.
+constexpr GatherMode sampler_gather(FilterFamily f) {
+  return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
+}
+constexpr GatherMode renorm_gather(FilterFamily f) {
+  return f == FilterFamily::kTopP ? GatherMode::kSearch : GatherMode::kOff;
+}
+
 struct FilterParams {
   FilterMode mode;
   const std::int32_t* top_k_array;  // (rows,) or nullptr
@@ -119,7 +128,7 @@ __device__ std::uint32_t largest_key(const Scope& scope) {
 template <typename Sh, typename Scope>
 __device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& t) {
   const std::uint32_t field = Sh::exponent_field(t.top_bin - 1);
-  return KeptSet{0u, field != 0u ? field << 23 : largest_key(scope), 0, t.mass_base, true};
+  return KeptSet{0u, field != 0u ? field << 23 : largest_key(scope), 0, t.mass_base, true, t.segments_ready};
 }
 
 // kTwoSearches: the filter may be top-k-then-top-p or joint (two threshold searches). Only
@@ -197,7 +206,6 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
-    kept.segments_ready = t.segments_ready;
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -228,7 +236,6 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
         kept = kept_after_first_search<Sh>(scope, t);
-        kept.segments_ready = t.segments_ready;
       }
       if (t.key >= key) {
         key = t.key;
@@ -351,10 +358,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    constexpr GatherMode kGather = kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTopP
-                                       ? GatherMode::kSearchAndDraw
-                                       : GatherMode::kOff;
-    token = detail::filtered_draw<kFamily>(RowScope<float, kGather>(x, n), n, p.filter, row, rng, sh);
+    token = detail::filtered_draw<kFamily>(RowScope<float, sampler_gather(kFamily)>(x, n), n, p.filter, row, rng, sh);
   }
   pdl_launch_dependents();
   if (threadIdx.x == 0) detail::write_sample(p, b, token);
@@ -384,8 +388,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     }
   } else {
-    constexpr GatherMode kGather = kFamily == FilterFamily::kTopP ? GatherMode::kSearch : GatherMode::kOff;
-    const detail::KeptSet kept = detail::prob_filter<kFamily>(RowScope<T, kGather>(x, n), n, p.filter, row, true, sh);
+    const detail::KeptSet kept =
+        detail::prob_filter<kFamily>(RowScope<T, renorm_gather(kFamily)>(x, n), n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
     for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {

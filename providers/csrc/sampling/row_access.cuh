@@ -22,6 +22,14 @@ struct alignas(4 * sizeof(T)) Group4 {
   T v[4];
 };
 
+// Loads whole group g (4g + 3 < n) of an aligned row with one vector load, unchecked.
+template <typename T>
+__device__ __forceinline__ void load_whole_group4(const T* x, std::int64_t g, float (&v)[4]) {
+  const Group4<T> q = reinterpret_cast<const Group4<T>*>(x)[g];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = load_float(&q.v[j]);
+}
+
 // Loads elements 4g .. 4g+3 of row x (length n) into v; missing tail elements get `fill`.
 // `aligned`: the row start is aligned for a whole-group vector load.
 template <typename T>
@@ -29,21 +37,11 @@ __device__ __forceinline__ void load_group4(const T* x, std::int64_t n, std::int
                                             float fill, float (&v)[4]) {
   const std::int64_t base = 4 * g;
   if (aligned && base + 4 <= n) {
-    const Group4<T> q = reinterpret_cast<const Group4<T>*>(x)[g];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = load_float(&q.v[j]);
+    load_whole_group4(x, g, v);
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = base + j < n ? load_float(x + base + j) : fill;
   }
-}
-
-// Loads whole group g (4g + 3 < n) of an aligned row with one vector load, unchecked.
-template <typename T>
-__device__ __forceinline__ void load_whole_group4(const T* x, std::int64_t g, float (&v)[4]) {
-  const Group4<T> q = reinterpret_cast<const Group4<T>*>(x)[g];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) v[j] = load_float(&q.v[j]);
 }
 
 // Groups 0 .. whole_groups() - 1 of a row can be loaded by load_whole_group4: all of them

@@ -223,6 +223,20 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 
 constexpr std::int64_t kRenormGatherMinVocab = 65536;
 
+// The row kernels of one filter family, with the gathering the family compiles
+// (sampler_gather / renorm_gather; for renormalisation, `gather` may turn it off).
+template <FilterFamily kFamily>
+void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {
+  launch_rows<sample_kernel<kFamily>, sample_kernel<kFamily, kRowThreads / 2>>(p, batch, device, stream,
+                                                                               sampler_gather(kFamily), op);
+}
+
+template <typename T, FilterFamily kFamily>
+void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, bool gather, const char* op) {
+  launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
+      p, p.rows, device, stream, gather ? renorm_gather(kFamily) : GatherMode::kOff, op);
+}
+
 template <typename T>
 void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
                     cudaStream_t stream) {
@@ -251,17 +265,13 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   } else {
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
     // stops after level 1, which the gather pass would only replace, at a higher cost.
-    constexpr auto kTopK = FilterFamily::kTopK, kTopP = FilterFamily::kTopP;
     if (f.mode == FilterMode::kTopP) {
       // Gathered only from rows beyond L1's reach: at vocab 32000 (a row stays in L1 between
       // passes) the gather pass cost more than the level-1 pass it replaced (peaked rows
       // 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
-      const GatherMode gather = p.vocab >= kRenormGatherMinVocab ? GatherMode::kSearch : GatherMode::kOff;
-      launch_rows<row_filter_kernel<T, false, kRowThreads, kTopP>, row_filter_kernel<T, false, kRowThreads / 2, kTopP>>(
-          p, p.rows, input.device, stream, gather, op);
+      launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, p.vocab >= kRenormGatherMinVocab, op);
     } else {
-      launch_rows<row_filter_kernel<T, false, kRowThreads, kTopK>, row_filter_kernel<T, false, kRowThreads / 2, kTopK>>(
-          p, p.rows, input.device, stream, GatherMode::kOff, op);
+      launch_renorm_rows<T, FilterFamily::kTopK>(p, input.device, stream, true, op);
     }
   }
 }
@@ -340,22 +350,14 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   // two-search filters gained nothing from gathering (their top-p search runs inside the small
   // top-k set and mostly stops after level 1) and were measured 1.04-1.16x slower with it.
   switch (input_is_logits ? FilterMode::kNone : filter.mode) {
-    case FilterMode::kTopK:
-      launch_rows<sample_kernel<FilterFamily::kTopK>, sample_kernel<FilterFamily::kTopK, kRowThreads / 2>>(
-          p, batch, input.device, cuda_stream, GatherMode::kSearchAndDraw, op);
-      break;
-    case FilterMode::kTopP:
-      launch_rows<sample_kernel<FilterFamily::kTopP>, sample_kernel<FilterFamily::kTopP, kRowThreads / 2>>(
-          p, batch, input.device, cuda_stream, GatherMode::kSearchAndDraw, op);
-      break;
+    case FilterMode::kTopK: launch_sample_rows<FilterFamily::kTopK>(p, batch, input.device, cuda_stream, op); break;
+    case FilterMode::kTopP: launch_sample_rows<FilterFamily::kTopP>(p, batch, input.device, cuda_stream, op); break;
     case FilterMode::kTopKThenTopP:
     case FilterMode::kJoint:
-      launch_rows<sample_kernel<FilterFamily::kTwoSearches>, sample_kernel<FilterFamily::kTwoSearches, kRowThreads / 2>>(
-          p, batch, input.device, cuda_stream, GatherMode::kOff, op);
+      launch_sample_rows<FilterFamily::kTwoSearches>(p, batch, input.device, cuda_stream, op);
       break;
     default:  // none (and Gumbel-max from logits), min-p
-      launch_rows<sample_kernel<FilterFamily::kNoSearch>, sample_kernel<FilterFamily::kNoSearch, kRowThreads / 2>>(
-          p, batch, input.device, cuda_stream, GatherMode::kOff, op);
+      launch_sample_rows<FilterFamily::kNoSearch>(p, batch, input.device, cuda_stream, op);
   }
 }
 
