@@ -4,10 +4,12 @@
 # runs a timing script (JSON {"us": {case: us}, "tokens": {...}} to the path it is given)
 # under A, B, A, B (one process each, a reinstall between), and prints per case the medians,
 # B / A and whether the tokens agree (dev/compare_graph_times.py).
-#   dev/ab_provider_builds.sh - "-DSOME_DEFINE=1" dev/time_sampling_graph.py   (CMAKE_ARGS of build B)
+# Arguments after the script go to it after the JSON path.
+#   dev/ab_provider_builds.sh - "-DSOME_DEFINE=1" dev/time_sampling_graph.py 128 512   (CMAKE_ARGS of build B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 defs_a=$1 defs_b=$2 script=$3
+shift 3
 out=${OUT:-/tmp/ab-out}
 mkdir -p "$out" /tmp/ab-wheels/a /tmp/ab-wheels/b
 arch=$(PYTHONPATH=core python3 -c '
@@ -23,7 +25,7 @@ done
 for round in 1 2; do
   for v in a b; do
     python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/$v/*.whl
-    python3 "$script" "/tmp/ab-$v-$round.json"
+    python3 "$script" "/tmp/ab-$v-$round.json" "$@"
   done
 done
 python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/a/*.whl  # A stays installed

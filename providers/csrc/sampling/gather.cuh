@@ -52,19 +52,33 @@ struct GatherSpace {
   __device__ std::uint32_t slice_begin() const { return (threadIdx.x >> 5) * slice(); }
 };
 
-// Appends (key, position) for every lane whose `match` is set to this warp's slice; `count` is
-// the warp's running count, the same in every lane (it may pass the slice: the caller then
-// drops the list). Every lane of the warp must call it.
-__device__ __forceinline__ void gather_append(const GatherSpace& space, std::uint32_t& count, bool match,
-                                              std::uint32_t key, std::uint32_t position) {
-  const unsigned lanes = __ballot_sync(kFullMask, match);
-  if (lanes == 0u) return;
-  const std::uint32_t at = count + static_cast<std::uint32_t>(__popc(lanes & ((1u << (threadIdx.x & 31)) - 1u)));
-  if (match && at < space.slice()) {
-    space.keys[space.slice_begin() + at] = key;
-    space.positions[space.slice_begin() + at] = position;
+// Appends the keys of one group of four elements (positions first .. first + 3) whose bit is
+// set in `match` (bit j: element j) to this warp's slice; `count` is the warp's running count,
+// the same in every lane (it may pass the slice: the caller then drops the list). Every lane
+// of the warp must call it. One set of ballots per group, not per element: a lane's offset
+// is the sum of the match counts (0-4, three bits) of the lanes below it, read off three
+// ballots of those bits. (The list's order differs from the row's; its readers only sum.)
+__device__ __forceinline__ void gather_append_group(const GatherSpace& space, std::uint32_t& count, unsigned match,
+                                                    const std::uint32_t (&keys)[4], std::uint32_t first) {
+  const unsigned n = static_cast<unsigned>(__popc(match));
+  const unsigned b0 = __ballot_sync(kFullMask, n & 1u), b1 = __ballot_sync(kFullMask, n & 2u),
+                 b2 = __ballot_sync(kFullMask, n & 4u);
+  if ((b0 | b1 | b2) == 0u) return;
+  const unsigned below = (1u << (threadIdx.x & 31)) - 1u;
+  std::uint32_t at = count + static_cast<std::uint32_t>(__popc(b0 & below) + 2 * __popc(b1 & below) +
+                                                        4 * __popc(b2 & below));
+  count += static_cast<std::uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2));
+  const std::uint32_t slice = space.slice(), begin = space.slice_begin();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if ((match >> j) & 1u) {
+      if (at < slice) {
+        space.keys[begin + at] = keys[j];
+        space.positions[begin + at] = first + static_cast<std::uint32_t>(j);
+      }
+      ++at;
+    }
   }
-  count += static_cast<std::uint32_t>(__popc(lanes));
 }
 
 }  // namespace aotinfer::sampling

@@ -152,13 +152,16 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   segment_pass(scope, layout, fuse ? space.segments : nullptr, [&](std::int64_t g, const float (&v)[4]) {
     std::uint64_t above = 0;
+    std::uint32_t k[4];
+    unsigned match = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const std::uint32_t k = key_of(v[j]);  // NaN (past the end) gives key 0
-      const std::uint32_t bin = k >> Sh::shift(0);
-      gather_append(space, count, k != 0u && bin == digit, k, static_cast<std::uint32_t>(4 * g + j));
-      if (fuse && bin > digit) above += fx.mass(k);
+      k[j] = key_of(v[j]);  // NaN (past the end) gives key 0
+      const std::uint32_t bin = k[j] >> Sh::shift(0);
+      if (k[j] != 0u && bin == digit) match |= 1u << j;
+      if (fuse && bin > digit) above += fx.mass(k[j]);
     }
+    gather_append_group(space, count, match, k, static_cast<std::uint32_t>(4 * g));
     return above;
   });
   if ((threadIdx.x & 31) == 0) {

@@ -164,6 +164,14 @@ int static_smem_bytes(int device, const char* op) {
 // A floor for short rows, not a measured optimum (rows this short are cheap to read again).
 constexpr std::int64_t kMinGatherCapacity = 256;
 
+// The list holds 1/kGatherShare of the row (see gather_sizes). A lab build may set another
+// share (CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DAOTINFER_LAB_GATHER_SHARE=8", dev/ab_provider_builds.sh).
+#ifdef AOTINFER_LAB_GATHER_SHARE
+constexpr std::int64_t kGatherShare = AOTINFER_LAB_GATHER_SHARE;
+#else
+constexpr std::int64_t kGatherShare = 32;
+#endif
+
 // The dynamic shared memory of a row kernel of `threads` threads: the draw's segment masses
 // when `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
 // (at least kMinGatherCapacity), within what the SM has for each of its
@@ -183,7 +191,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-  const std::int64_t want = std::max<std::int64_t>(vocab / 32, kMinGatherCapacity);
+  const std::int64_t want = std::max<std::int64_t>(vocab / kGatherShare, kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
