@@ -31,23 +31,7 @@ enum class GatherMode { kOff, kSearch, kSearchAndDraw };
 struct GatherSizes {
   std::uint32_t segments;
   std::uint32_t capacity;
-  // After those, on a 128-byte boundary: this many more copies of the level-0 histograms
-  // (HistogramCopies in radix_threshold.cuh; 0 or 1 or 3), gathering or not.
-  std::uint32_t histogram_copies;
 };
-
-// The shared memory's banks are 32 words; the histogram copies start on bank 0.
-constexpr std::uint32_t kHistogramCopyAlignWords = 32;
-// The dynamic shared memory that `copies` histogram copies of `bins` bins take (bytes), and the
-// word offset of copy c >= 1 from their start: copy c is 8c banks after copy 0 (which sits at
-// the start of the static RadixShared, also on bank 0), so one bin's copies are in distinct
-// banks; each copy is three arrays of `bins` words (count, mass_lo, mass_hi) like copy 0.
-__host__ __device__ constexpr std::uint32_t histogram_copies_bytes(std::uint32_t copies, std::uint32_t bins) {
-  return copies ? 4u * (kHistogramCopyAlignWords - 1u + 8u * copies + 3u * copies * bins) : 0u;
-}
-__host__ __device__ constexpr std::uint32_t histogram_copy_offset(std::uint32_t c, std::uint32_t bins) {
-  return 8u * c + 3u * (c - 1u) * bins;
-}
 
 // Views of that memory. Each warp appends to its own slice of capacity / warps entries, with
 // no atomics: one counter for the whole CTA made every append a same-address atomic (a flat
@@ -62,14 +46,6 @@ struct GatherSpace {
     extern __shared__ std::uint64_t gather_smem[];
     std::uint32_t* keys = reinterpret_cast<std::uint32_t*>(gather_smem + sizes.segments);
     return GatherSpace{sizes.segments ? gather_smem : nullptr, keys, keys + sizes.capacity, sizes.capacity};
-  }
-
-  // The first word of the histogram copies (GatherSizes::histogram_copies), on bank 0.
-  __device__ static std::uint32_t* histogram_copies_start(const GatherSizes& sizes) {
-    extern __shared__ std::uint64_t gather_smem[];
-    std::uint32_t* p = reinterpret_cast<std::uint32_t*>(gather_smem + sizes.segments) + 2 * sizes.capacity;
-    const std::uint32_t bank = (static_cast<std::uint32_t>(__cvta_generic_to_shared(p)) >> 2) % kHistogramCopyAlignWords;
-    return p + (kHistogramCopyAlignWords - bank) % kHistogramCopyAlignWords;
   }
 
   __device__ std::uint32_t slice() const { return capacity / (blockDim.x >> 5); }

@@ -22,7 +22,6 @@
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
@@ -57,7 +56,6 @@ struct RadixShared {
   }
   __host__ __device__ static constexpr int bins(int level) { return level < 2 ? kBins : 1 << (32 - 2 * kBits); }
   static constexpr int kDrawSegments = kBins * 3 / 2;  // segment_mass
-  static constexpr bool kHistogramCopies = false;     // RowRadixShared
   // The exponent field of the probability keys in level-0 bin `bin` (sign bit 0).
   __host__ __device__ static constexpr std::uint32_t exponent_field(std::uint32_t bin) {
     return bin >> (23 - shift(0));
@@ -80,15 +78,7 @@ struct RadixShared {
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
 
-static_assert(offsetof(RadixShared, mass_lo) == offsetof(RadixShared, count) + 4 * RadixShared::kBins &&
-                  offsetof(RadixShared, mass_hi) == offsetof(RadixShared, mass_lo) + 4 * RadixShared::kBins,
-              "HistogramCopies reads count, mass_lo and mass_hi as one array");
-
-// The one-CTA-per-row kernels' layout: the same, but its kernels may keep copies of the
-// level-0 histograms in dynamic shared memory (HistogramCopies; gather_sizes says how many).
-struct alignas(128) RowRadixShared : RadixShared {  // (copy 0 of the histograms on bank 0)
-  static constexpr bool kHistogramCopies = true;
-};
+using RowRadixShared = RadixShared;  // the one-CTA-per-row kernels
 
 // The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
 struct SliceRadixShared : RadixShared {
@@ -100,61 +90,19 @@ struct SliceRadixShared : RadixShared {
   ShareTotals totals;   // local: the cluster's totals of this level
 };
 
-// Adds one element (count 1, mass q) to bin d of the histograms at h (count, then mass_lo,
-// then mass_hi, kBins words each: RadixShared's or a copy's) when takes_part. The mass goes in
-// as two 32-bit halves (native shared-memory atomics; a 64-bit add is not), split at bit 12 so
-// that neither half's sum over a row can overflow: low parts sum to < V * 2^12, high parts to
-// < 2^29.
+// Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
+// halves (native shared-memory atomics; a 64-bit add is not), split at bit 12 so that neither
+// half's sum over a row can overflow: low parts sum to < V * 2^12, high parts to < 2^29.
 template <typename Sh>
-__device__ __forceinline__ void add_to_histogram(std::uint32_t* h, bool takes_part, std::uint32_t d,
+__device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::uint32_t d,
                                                  std::uint64_t q) {
   if (!takes_part) return;
-  atomicAdd(&h[d], 1u);
+  atomicAdd(&sh.count[d], 1u);
   if (q) {
-    atomicAdd(&h[Sh::kBins + d], static_cast<std::uint32_t>(q & 0xFFFu));
-    atomicAdd(&h[2 * Sh::kBins + d], static_cast<std::uint32_t>(q >> 12));
+    atomicAdd(&sh.mass_lo[d], static_cast<std::uint32_t>(q & 0xFFFu));
+    atomicAdd(&sh.mass_hi[d], static_cast<std::uint32_t>(q >> 12));
   }
 }
-
-// Copies of level 0's histograms (RowRadixShared kernels, sh.gather_sizes.histogram_copies of
-// them beyond RadixShared's own): lane l adds to copy l % (copies + 1), and the copies are
-// summed into RadixShared's after the pass. Why: on a flat row most elements fall in a few
-// quarter-binade bins, so a warp's lanes add to the same bins and their shared-memory atomics
-// serialise; with copies, lanes that share a bin mostly add to different words.
-template <typename Sh>
-struct HistogramCopies {
-  std::uint32_t* start;  // of copy 1 .. copies (GatherSpace::histogram_copies_start)
-  std::uint32_t copies;  // 0 (none), 1 or 3
-
-  __device__ static HistogramCopies of(Sh& sh) {
-    if constexpr (Sh::kHistogramCopies) {
-      const std::uint32_t c = sh.gather_sizes.histogram_copies;
-      return HistogramCopies{c ? GatherSpace::histogram_copies_start(sh.gather_sizes) : nullptr, c};
-    } else {
-      return HistogramCopies{nullptr, 0};
-    }
-  }
-  // Where this thread adds its level-0 elements.
-  __device__ std::uint32_t* mine(Sh& sh) const {
-    const std::uint32_t c = (threadIdx.x & 31) & copies;  // copies + 1 is a power of two
-    return c ? start + histogram_copy_offset(c, Sh::kBins) : sh.count;
-  }
-  // Clears the copies (before the pass) or sums them into RadixShared's (after it); the
-  // caller synchronises.
-  __device__ void clear_or_fold(Sh& sh, bool fold) const {
-    std::uint32_t* own = sh.count;  // count, mass_lo and mass_hi: consecutive (static_assert above)
-    for (std::uint32_t c = 1; c <= copies; ++c) {
-      std::uint32_t* h = start + histogram_copy_offset(c, Sh::kBins);
-      for (int i = threadIdx.x; i < 3 * Sh::kBins; i += blockDim.x) {
-        if (fold) {
-          own[i] += h[i];
-        } else {
-          h[i] = 0;
-        }
-      }
-    }
-  }
-};
 
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
@@ -251,19 +199,16 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       sh.mass_lo[i] = 0;
       sh.mass_hi[i] = 0;
     }
-    const HistogramCopies<Sh> copies = level == 0 ? HistogramCopies<Sh>::of(sh) : HistogramCopies<Sh>{nullptr, 0};
-    copies.clear_or_fold(sh, false);
     if (threadIdx.x == 0) {
       sh.found = 0;
       sh.gather_overflow = 0;  // (read only after a gather pass, which follows level 0)
     }
     __syncthreads();
-    std::uint32_t* const histograms = copies.mine(sh);
     auto add = [&](std::uint32_t k) {
       const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
       const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
-      add_to_histogram<Sh>(histograms, takes_part, d, q);
+      add_to_histogram(sh, takes_part, d, q);
     };
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
@@ -276,10 +221,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       });
     }
     scope.sync();  // every CTA's histogram is complete
-    if (copies.copies) {  // (RowScope: one CTA)
-      copies.clear_or_fold(sh, true);
-      __syncthreads();
-    }
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
     // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of

@@ -172,16 +172,8 @@ constexpr std::int64_t kGatherShare = AOTINFER_LAB_GATHER_SHARE;
 constexpr std::int64_t kGatherShare = 32;
 #endif
 
-#ifndef AOTINFER_LAB_HISTOGRAM_COPIES
-#define AOTINFER_LAB_HISTOGRAM_COPIES 0
-#endif
-// Copies of the level-0 histograms beyond the static one (HistogramCopies, radix_threshold.cuh).
-constexpr std::uint32_t kHistogramCopies = AOTINFER_LAB_HISTOGRAM_COPIES;
-static_assert(kHistogramCopies == 0 || kHistogramCopies == 1 || kHistogramCopies == 3, "copies + 1: a power of two");
-
-// The dynamic shared memory of a row kernel of `threads` threads: the histogram copies that
-// fit (kHistogramCopies, else none), and when `gather`, the draw's segment masses when
-// `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
+// The dynamic shared memory of a row kernel of `threads` threads: the draw's segment masses
+// when `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
 // (at least kMinGatherCapacity), within what the SM has for each of its
 // kRowCtasPerSm(threads) CTAs beyond the static part (gathering is off where that is less).
 // Why no more: the rest of the SM's 256 KB is L1 cache, and a row of 32000 floats (128 KB)
@@ -190,37 +182,28 @@ static_assert(kHistogramCopies == 0 || kHistogramCopies == 1 || kHistogramCopies
 // bigger bins (a flat top-p row's is ~1/20) are better not gathered anyway: their appends cost
 // more per element than the passes they save (flat top-p at 128256: 1.02-1.06x slower).
 template <auto Kernel>
-GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool gather, bool segments, const char* op) {
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
   finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
   const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / kRowCtasPerSm(threads) - reserved);
-  std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
-  const std::uint32_t copy_bytes = histogram_copies_bytes(kHistogramCopies, RadixShared::kBins);
-  const std::uint32_t copies = copy_bytes <= budget ? kHistogramCopies : 0;
-  if (copies) budget -= copy_bytes;
-  if (!gather) return GatherSizes{0, 0, copies};
+  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
   const std::int64_t want = std::max<std::int64_t>(vocab / kGatherShare, kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
-  if (capacity < kMinGatherCapacity) return GatherSizes{0, 0, copies};
-  return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity), copies};
-}
-
-// The dynamic shared memory `sizes` asks for (gather.cuh).
-std::int64_t dynamic_smem_bytes(const GatherSizes& sizes) {
-  return 8 * (static_cast<std::int64_t>(sizes.segments) + sizes.capacity) +
-         histogram_copies_bytes(sizes.histogram_copies, RadixShared::kBins);
+  if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
+  return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
 }
 
 template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
                        const char* op) {
-  const bool gathers = gather != GatherMode::kOff && gather_enabled(op);
-  p.gather = gather_sizes<Kernel>(device, threads, p.vocab, gathers, gather == GatherMode::kSearchAndDraw, op);
-  const int smem = static_cast<int>(dynamic_smem_bytes(p.gather));
+  p.gather = gather != GatherMode::kOff && gather_enabled(op)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather == GatherMode::kSearchAndDraw, op)
+                 : GatherSizes{0, 0};
+  const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
   Kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(p);
 }

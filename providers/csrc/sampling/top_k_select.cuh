@@ -27,7 +27,6 @@ struct TopKSelectParams {
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) top_k_select_kernel(const __grid_constant__ TopKSelectParams<T> p) {
   __shared__ RowRadixShared sh;
-  if (threadIdx.x == 0) sh.gather_sizes = GatherSizes{0, 0, 0};  // no list, no histogram copies
   const std::int64_t row = blockIdx.x;
   const T* x = p.input + row * p.row_stride;
   const std::int64_t n = p.vocab, k = p.k;
