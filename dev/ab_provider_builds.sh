@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 defs_a=$1 defs_b=$2 script=$3
 shift 3
 out=${OUT:-/tmp/ab-out}
+rm -rf /tmp/ab-wheels  # (a second call in one machine start must not reuse the first's wheels)
 mkdir -p "$out" /tmp/ab-wheels/a /tmp/ab-wheels/b
 arch=$(PYTHONPATH=core python3 -c '
 import torch

@@ -254,20 +254,22 @@ def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch)
 
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeypatch):
-    """Rows whose threshold bin (1024 elements in one quarter binade, [0.5, 0.55)) fits the
-    gather list (2048 entries at vocab 65536, gathered up to half full) but lies in the first
-    1024 positions, i.e. in the segments of 8 warps, each getting 128 of a slice of 64 (1024
-    threads) or 128 (512 threads, exactly full): the overflowing warps drop the list and the
+    """Rows whose threshold bin (384 elements in one quarter binade, [0.5, 0.55)) fits the
+    gather list (8192 entries at vocab 65536 with 1024 threads, 2048 with 512; gathered up
+    to half full) but lies in row segments 0, 32 and 64 (128 elements each), which the
+    gather pass gives all to warp 0 (segment s goes to warp s % warps): 384 entries for a
+    slice of 256 (1024 threads) or 128 (512 threads). That warp drops the list and the
     search reads the row instead (gather.cuh). Tokens, renorm and the kept set still equal
-    the reference's. (Written in session 9 after its device time was spent: first run in
-    the next GPU suite.)"""
+    the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     rows, vocab = 6, 65536
     g = gen(51)
     probs = torch.full((rows, vocab), 1e-7, device=DEV)
-    probs[:, :1024] = 0.5 + 0.05 * torch.rand(rows, 1024, device=DEV, generator=g)
-    k = torch.tensor([300, 700, 1, 1023, 64, 512], device=DEV, dtype=torch.int32)
+    for segment in (0, 32, 64):
+        start = 128 * segment
+        probs[:, start : start + 128] = 0.5 + 0.05 * torch.rand(rows, 128, device=DEV, generator=g)
+    k = torch.tensor([300, 200, 1, 383, 64, 150], device=DEV, dtype=torch.int32)
     p = torch.tensor([0.5, 0.2, 0.9, 0.01, 0.7, 0.35], device=DEV)
     idx = many(rows, 64)
     for name in ("top_k", "top_p"):
@@ -276,6 +278,29 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
         assert_same_tokens(got, want, name)
     torch.testing.assert_close(
         aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
+    )
+
+
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_top_p_on_rows_of_subnormal_and_lone_probabilities(vocab, sampling_kernel):
+    """A top-p search adds no counts at level 0 and bounds a bin's count by its mass
+    (level0_count_bound in radix_threshold.cuh): in the subnormal bins by the mantissa sum
+    itself, and "the bin holds one element" from the bound. Rows 0-1: every probability
+    subnormal (below 2^-126); rows 2-3: one element carries 0.95 of the mass, alone in its
+    bin (the search stops after level 0); rows 4-5: that element plus subnormal rest."""
+    rows = 6
+    g = gen(vocab + 3)
+    tiny = torch.rand(rows, vocab, device=DEV, generator=g) * 1e-39  # subnormal float32
+    probs = tiny.clone()
+    probs[2:4] = torch.rand(2, vocab, device=DEV, generator=g) * (0.1 / vocab)
+    probs[2:, 17] = 0.95
+    p = torch.tensor([0.5, 0.95, 0.9, 0.5, 0.94, 0.999], device=DEV)
+    idx = many(rows, 64)
+    got, _ = draw("top_p", probs, None, 0, p, 0.0, idx, 4, 0)
+    want, _ = expect("top_p", probs, None, 0, p, 0.0, idx, 4, 0)
+    assert_same_tokens(got, want, "top_p")
+    torch.testing.assert_close(
+        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=0
     )
 
 

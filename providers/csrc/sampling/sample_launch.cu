@@ -164,23 +164,26 @@ int static_smem_bytes(int device, const char* op) {
 // A floor for short rows, not a measured optimum (rows this short are cheap to read again).
 constexpr std::int64_t kMinGatherCapacity = 256;
 
-// The list holds 1/kGatherShare of the row (see gather_sizes). A lab build may set another
-// share (CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DAOTINFER_LAB_GATHER_SHARE=8", dev/ab_provider_builds.sh).
-#ifdef AOTINFER_LAB_GATHER_SHARE
-constexpr std::int64_t kGatherShare = AOTINFER_LAB_GATHER_SHARE;
-#else
-constexpr std::int64_t kGatherShare = 32;
-#endif
+// From this vocabulary on a row (of floats: 256 KB) is beyond L1's reach between passes.
+constexpr std::int64_t kRowBeyondL1Vocab = 65536;
 
 // The dynamic shared memory of a row kernel of `threads` threads: the draw's segment masses
-// when `segments`, then gathered keys and positions (8 bytes an element) for 1/32 of the row
-// (at least kMinGatherCapacity), within what the SM has for each of its
+// when `segments`, then gathered keys and positions (8 bytes an element) for a share of the
+// row (at least kMinGatherCapacity), within what the SM has for each of its
 // kRowCtasPerSm(threads) CTAs beyond the static part (gathering is off where that is less).
-// Why no more: the rest of the SM's 256 KB is L1 cache, and a row of 32000 floats (128 KB)
-// then stays there between the passes; with all of it as shared memory, top-p at 32000 was
-// 1.07-1.14x slower. A search gathers a bin that fills at most half of it (1/64 of the row);
-// bigger bins (a flat top-p row's is ~1/20) are better not gathered anyway: their appends cost
-// more per element than the passes they save (flat top-p at 128256: 1.02-1.06x slower).
+// A search gathers a bin that fills at most half of the list. The share:
+// - 1/32 where the row stays in L1 between passes (vocab 32000: 128 KB) or two CTAs share an
+//   SM: the rest of the SM's 256 KB is L1 cache. With all of it as shared memory, top-p at
+//   32000 was 1.07-1.14x slower; with 1/8, flat top-p at 128 x 32000 (bin ~5% of the row,
+//   then gathered) 1.05x, and at 512 rows of 128256 (two CTAs per SM) every sampler
+//   1.01-1.03x (3de4732, dev/ab_provider_builds.sh).
+// - 1/8 for one CTA per SM and rows beyond L1: a flat top-p row's crossing bin (~5% of the
+//   row) is then gathered; at 128 x 128256 flat top-p 101.6 -> 95.2 us and top-p renorm
+//   103.0 -> 96.2, the rest unchanged (same A/B).
+std::int64_t gather_share(int threads, std::int64_t vocab) {
+  return kRowCtasPerSm(threads) == 1 && vocab >= kRowBeyondL1Vocab ? 8 : 32;
+}
+
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
@@ -191,7 +194,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-  const std::int64_t want = std::max<std::int64_t>(vocab / kGatherShare, kMinGatherCapacity);
+  const std::int64_t want = std::max<std::int64_t>(vocab / gather_share(threads, vocab), kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
@@ -228,8 +231,6 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
   return launch_with_attributes(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
                                 static_cast<std::size_t>(smem), stream, false, kSliceCtas, p, groups);
 }
-
-constexpr std::int64_t kRenormGatherMinVocab = 65536;
 
 // The row kernels of one filter family, with the gathering the family compiles
 // (sampler_gather / renorm_gather; for renormalisation, `gather` may turn it off).
@@ -277,7 +278,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
       // Gathered only from rows beyond L1's reach: at vocab 32000 (a row stays in L1 between
       // passes) the gather pass cost more than the level-1 pass it replaced (peaked rows
       // 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
-      launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, p.vocab >= kRenormGatherMinVocab, op);
+      launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, p.vocab >= kRowBeyondL1Vocab, op);
     } else {
       launch_renorm_rows<T, FilterFamily::kTopK>(p, input.device, stream, true, op);
     }
