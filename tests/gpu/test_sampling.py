@@ -283,11 +283,11 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_top_p_on_rows_of_subnormal_and_lone_probabilities(vocab, sampling_kernel):
-    """A top-p search adds no counts at level 0 and bounds a bin's count by its mass
-    (level0_count_bound in radix_threshold.cuh): in the subnormal bins by the mantissa sum
-    itself, and "the bin holds one element" from the bound. Rows 0-1: every probability
-    subnormal (below 2^-126); rows 2-3: one element carries 0.95 of the mass, alone in its
-    bin (the search stops after level 0); rows 4-5: that element plus subnormal rest."""
+    """Top-p searches where the fixed-point masses have no implicit bit (subnormal bins,
+    fixed_point.cuh) and where the crossing bin holds one element (the search stops after
+    level 0). Rows 0-1: every probability subnormal (below 2^-126); rows 2-3: one element
+    carries 0.95 of the mass, alone in its bin; rows 4-5: that element and a subnormal rest.
+    Tokens and renorm equal the reference's."""
     rows = 6
     g = gen(vocab + 3)
     tiny = torch.rand(rows, vocab, device=DEV, generator=g) * 1e-39  # subnormal float32

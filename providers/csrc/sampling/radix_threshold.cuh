@@ -93,34 +93,20 @@ struct SliceRadixShared : RadixShared {
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
 // halves (native shared-memory atomics; a 64-bit add is not), split at bit 12 so that neither
 // half's sum over a row can overflow: low parts sum to < V * 2^12, high parts to < 2^29.
-// Without `counted` the count is not added (level 0 of a search by mass: level0_count_bound).
 template <typename Sh>
 __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::uint32_t d,
-                                                 std::uint64_t q, bool counted = true) {
+                                                 std::uint64_t q) {
   if (!takes_part) return;
-  if (counted) atomicAdd(&sh.count[d], 1u);
+  atomicAdd(&sh.count[d], 1u);
   if (q) {
     atomicAdd(&sh.mass_lo[d], static_cast<std::uint32_t>(q & 0xFFFu));
     atomicAdd(&sh.mass_hi[d], static_cast<std::uint32_t>(q >> 12));
   }
 }
 
-// A search by mass adds no counts at level 0 (one shared-memory atomic fewer per element of
-// the row, of three): a level-0 bin holds one exponent and the top two mantissa bits, so each
-// of its normal elements has a mantissa q in [low, low + 2^21) with low = 2^23 + (those bits
-// << 21), and floor(sum / low) bounds its count from above, exactly 1 when it holds one
-// element (two would sum to >= 2 low > low + 2^21). In the subnormal bin q >= 1 (key 0, the
-// zero probability, takes no part), so the sum itself bounds it. The bound serves where the
-// search reads a count: "the bin holds one element" (exact) and "the bin fits the gather
-// list" (an over-estimate by at most 1.25x, which only gathers less).
-__device__ __forceinline__ std::uint64_t level0_count_bound(std::uint64_t mantissa_sum, std::uint32_t bin) {
-  const std::uint32_t field = RadixShared::exponent_field(bin);
-  if (field == 0) return mantissa_sum;
-  return mantissa_sum / ((1u << 23) + ((bin & 3u) << 21));
-}
-
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
+  std::uint64_t count_ge;  // how many participants have key >= key
   std::uint64_t mass_ge;   // their fixed-point mass (when masses are tracked)
   std::uint64_t all_mass;  // the fixed-point mass of all participants (when masses are tracked)
   // With masses or SearchTarget::want_top: 1 + the highest level-0 bin holding a participant
@@ -218,16 +204,11 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       sh.gather_overflow = 0;  // (read only after a gather pass, which follows level 0)
     }
     __syncthreads();
-#ifdef AOTINFER_LAB_LEVEL0_COUNTS  // a lab build that counts as before, for A/B runs
-    const bool counted = true;
-#else
-    const bool counted = level > 0 || !target.by_mass;  // (level0_count_bound)
-#endif
     auto add = [&](std::uint32_t k) {
       const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
       const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
-      add_to_histogram(sh, takes_part, d, q, counted);
+      add_to_histogram(sh, takes_part, d, q);
     };
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
@@ -254,8 +235,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (level == 0 && (masses || target.want_top)) {
       std::uint32_t mine = 0;  // 1 + my highest bin with a participant
       for (int bin = top; bin >= bottom && mine == 0; --bin) {
-        const bool any = counted ? scope.combined_count(sh, bin, bins) != 0 : scope.combined_mass(sh, bin, bins) != 0;
-        if (any) mine = static_cast<std::uint32_t>(bin) + 1;
+        if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
       }
       top_bin = scope.reduce(mine, MaxOp{}, 0u);
       base = search_mass_base(top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u, target.row_length);
@@ -282,7 +262,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint64_t total = target.by_mass ? tot.all_mass : tot.all_count;
       if (total < goal) {
         // Fewer participants (or less mass) than the target: keep them all.
-        return Threshold{0u, tot.all_mass, tot.all_mass, top_bin, base};
+        return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass, top_bin, base};
       }
     }
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
@@ -294,7 +274,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
           sh.digit = static_cast<std::uint32_t>(bin);
           sh.above_count = run_c;
           sh.above_mass = run_m;
-          sh.bin_count = counted ? c : level0_count_bound(scope.combined_mass(sh, bin, bins), static_cast<std::uint32_t>(bin));
+          sh.bin_count = c;
           sh.bin_mass = m;
           sh.found = 1;
           break;
@@ -326,10 +306,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
     if constexpr (Scope::kGathers != GatherMode::kOff) {
-      // (A search by mass has level0_count_bound here, up to 1.25x the count: 5/8 of the
-      // list admits the bins that half of it would by their count.)
-      const std::uint64_t fits = counted ? sh.gather_sizes.capacity / 2 : sh.gather_sizes.capacity * 5ull / 8;
-      if (level == 0 && bin_count <= fits) {
+      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;
         segments_ready = r.segments;
@@ -337,7 +314,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       }
     }
   }
-  return Threshold{prefix, above_mass + bin_mass, all_mass, top_bin, base, segments_ready};
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready};
 }
 
 }  // namespace aotinfer::sampling
