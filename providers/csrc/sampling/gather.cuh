@@ -36,20 +36,25 @@ struct GatherSizes {
 // Views of that memory. Each warp appends to its own slice of capacity / warps entries, with
 // no atomics: one counter for the whole CTA made every append a same-address atomic (a flat
 // row of 128256 gathers ~8500 elements), which cost more than the passes the gather saved.
+// (The slice is divided out once here, not per append: in the gather pass of a flat top-p
+// row that division was ~7% of the kernel's instructions.)
 struct GatherSpace {
   std::uint64_t* segments;  // nullptr: not wanted
   std::uint32_t* keys;
   std::uint32_t* positions;
-  std::uint32_t capacity;
+  std::uint32_t slice_length;  // capacity / warps
+  std::uint32_t begin;         // of this warp's slice
 
   __device__ static GatherSpace of(const GatherSizes& sizes) {
     extern __shared__ std::uint64_t gather_smem[];
     std::uint32_t* keys = reinterpret_cast<std::uint32_t*>(gather_smem + sizes.segments);
-    return GatherSpace{sizes.segments ? gather_smem : nullptr, keys, keys + sizes.capacity, sizes.capacity};
+    const std::uint32_t slice = sizes.capacity / (blockDim.x >> 5);
+    return GatherSpace{sizes.segments ? gather_smem : nullptr, keys, keys + sizes.capacity, slice,
+                       (threadIdx.x >> 5) * slice};
   }
 
-  __device__ std::uint32_t slice() const { return capacity / (blockDim.x >> 5); }
-  __device__ std::uint32_t slice_begin() const { return (threadIdx.x >> 5) * slice(); }
+  __device__ std::uint32_t slice() const { return slice_length; }
+  __device__ std::uint32_t slice_begin() const { return begin; }
 };
 
 // Appends the keys of one group of four elements (positions first .. first + 3) whose bit is
