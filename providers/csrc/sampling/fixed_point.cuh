@@ -40,11 +40,7 @@ struct FixedPointScale {
   // that sum masses per element (the draw, the gather pass).
   __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
     const std::uint32_t field = key >> 23;
-#ifdef AOTINFER_LAB_INTEGER_MASS  // a lab build with the shift only, for A/B runs
-    if (false) {
-#else
     if (field - 1u < 254u) {  // 1 <= field <= 254
-#endif
       if (static_cast<int>(field) + base + 150 <= 0) return 0;  // the product is below 2^-126
       return __float2ull_rz(__uint_as_float(key + (static_cast<std::uint32_t>(base + 150) << 23)));
     }
