@@ -35,9 +35,11 @@ struct FixedPointScale {
   // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len).
   // For a normal key, q is the probability times 2^(150 + base): adding 150 + base to its
   // exponent field and converting to an integer with truncation gives m << shift exactly, or
-  // the floor of m / 2^-shift (0 once the product is below 1, as for the shift). That is the
-  // same integer in a third of the instructions of the variable 64-bit shift, on the passes
-  // that sum masses per element (the draw, the gather pass).
+  // the floor of m / 2^-shift (0 once the product is below 1, as for the shift): the same
+  // integer in fewer instructions than the variable 64-bit shift, on the passes that sum
+  // masses per element (the draw, the gather pass). A/B at 128 rows: plain sampling
+  // 0.90-0.93x, min-p flat 0.94x, top-p flat 0.97x; min-p peaked 1.03-1.05x slower, not
+  // explained (results/history/sampling-35e25a1-float-mass.md).
   __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
     const std::uint32_t field = key >> 23;
     if (field - 1u < 254u) {  // 1 <= field <= 254
