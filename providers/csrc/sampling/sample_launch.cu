@@ -233,17 +233,21 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
-// (sampler_gather / renorm_gather; for renormalisation, `gather` may turn it off).
+// (sampler_gather / renorm_gather).
 template <FilterFamily kFamily>
 void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {
   launch_rows<sample_kernel<kFamily>, sample_kernel<kFamily, kRowThreads / 2>>(p, batch, device, stream,
                                                                                sampler_gather(kFamily), op);
 }
 
+// Renormalisation gathers (top-p only: renorm_gather) from rows beyond L1's reach: at vocab
+// 32000 (a row stays in L1 between passes) the gather pass cost more than the level-1 pass it
+// replaced (peaked rows 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
 template <typename T, FilterFamily kFamily>
-void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, bool gather, const char* op) {
+void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
+  const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? renorm_gather(kFamily) : GatherMode::kOff;
   launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
-      p, p.rows, device, stream, gather ? renorm_gather(kFamily) : GatherMode::kOff, op);
+      p, p.rows, device, stream, gather, op);
 }
 
 template <typename T>
@@ -275,12 +279,9 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
     // stops after level 1, which the gather pass would only replace, at a higher cost.
     if (f.mode == FilterMode::kTopP) {
-      // Gathered only from rows beyond L1's reach: at vocab 32000 (a row stays in L1 between
-      // passes) the gather pass cost more than the level-1 pass it replaced (peaked rows
-      // 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
-      launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, p.vocab >= kRowBeyondL1Vocab, op);
+      launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, op);
     } else {
-      launch_renorm_rows<T, FilterFamily::kTopK>(p, input.device, stream, true, op);
+      launch_renorm_rows<T, FilterFamily::kTopK>(p, input.device, stream, op);
     }
   }
 }
