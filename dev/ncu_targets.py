@@ -4,9 +4,10 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [softmax] [sampling]
+        python3 dev/ncu_targets.py [decode] [latency] [softmax] [sampling]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
+batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
 softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and top-k sampling 128 x 128256
 (bench_sampling's flat and peaked rows).
 """
@@ -41,6 +42,38 @@ def decode_cases(fi):
         )
         fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
         cases.append(("flashinfer tc decode 64x4096", lambda: fw.run(q, cache)))
+    return cases
+
+
+def latency_cases(fi):
+    """The latency-bound decode goals: batch 1 x 1024 (paged) and single decode 32768 (each
+    with FlashInfer's tensor-core path on the same data when it is importable)."""
+    g = torch.Generator().manual_seed(1 * 7 + 1024)
+    cache, indptr, indices, last = paged_setup([1024], g)
+    q = torch.randn(1, HQ, D, dtype=DT, device="cuda")
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD"
+    )
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    qs = torch.randn(HQ, D, dtype=DT, device="cuda")
+    k = torch.randn(32768, HKV, D, dtype=DT, device="cuda")
+    v = torch.randn_like(k)
+    cases = [
+        ("aotinfer decode 1x1024", lambda: w.run(q, cache)),
+        ("aotinfer single 32768", lambda: aotinfer.single_decode_with_kv_cache(qs, k, v)),
+    ]
+    if fi is not None:
+        fw = fi.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=True
+        )
+        fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        cases.append(("flashinfer tc decode 1x1024", lambda: fw.run(q, cache)))
+        cases.append(
+            (
+                "flashinfer tc single 32768",
+                lambda: fi.single_decode_with_kv_cache(qs, k, v, use_tensor_cores=True),
+            )
+        )
     return cases
 
 
@@ -93,6 +126,8 @@ def main():
     cases = []
     if "decode" in want:
         cases += decode_cases(try_import_flashinfer())
+    if "latency" in want:
+        cases += latency_cases(try_import_flashinfer())
     if "softmax" in want:
         cases += softmax_cases()
     if "sampling" in want:

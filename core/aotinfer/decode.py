@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
+import os
+
 import torch
 
 from . import _attention_utils as _u
@@ -200,6 +202,31 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
         alibi_slopes=slopes,
         sinks=None,
     )
+    if split.max_splits > 1 and os.environ.get("AOTINFER_LAB_SINGLE_PAGED") != "1":
+        # chunks of whole rounds of the CTA's four 16-key warp tiles: every warp ends together
+        chunk = -(-split.chunk_pages // 64) * 64
+        split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-kv_len // chunk))
+        partial_out = torch.empty(
+            (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
+        )
+        partial_lse = torch.empty(
+            (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
+        )
+        _launch.launch_batch_decode(
+            kernels,
+            k_cache=k.unsqueeze(0),
+            v_cache=v.unsqueeze(0),
+            page_size=kv_len,
+            indptr=None,
+            indices=None,
+            last_page_len=None,
+            kv_len_scalar=kv_len,
+            partial_out=partial_out,
+            partial_lse=partial_lse,
+            split=split,
+            **common,
+        )
+        return
     if split.max_splits > 1:
         k_pages, page = _launch.contiguous_as_pages(k, kv_layout)
         v_pages, _ = _launch.contiguous_as_pages(v, kv_layout)

@@ -5,8 +5,9 @@ tensors: views become the tensors themselves and every precondition the header s
 asserted before computing the result from the reference.
 
 Split-KV is simulated as the header describes it: without a work list, split s of request
-b covers the pages ``[s * chunk_pages, (s + 1) * chunk_pages)``; with one, request b's
-entries name its pages and partial slots (slot -1: written straight to the output). Each
+b covers the pages ``[s * chunk_pages, (s + 1) * chunk_pages)`` (keys, without a page
+table); with one, request b's entries name its pages and partial slots (slot -1: written
+straight to the output). Each
 piece writes its partial state to ``partial_out``/``partial_lse`` (lse -inf when empty), and
 a merge combines them; sinks join once, after the merge.
 """
@@ -113,7 +114,12 @@ class FakeKernels:
             assert indices is None and last_page_len is None
             assert k_cache.size(0) == 1 and page_size == kv_len_scalar
             batch, pages, kv_lens = 1, [[0]], [kv_len_scalar]
-        else:
+            if max_splits > 1:  # split-KV over the keys: chunk_pages counts keys (pages of one)
+                key_unit = 1
+                assert _ceil_div(kv_len_scalar, chunk_pages) <= max_splits
+        if indptr is not None or max_splits == 1:
+            key_unit = page_size
+        if indptr is not None:
             for t in (indptr, indices, last_page_len):
                 assert t.dtype == torch.int32 and t.dim() == 1
                 assert t.numel() <= 1 or t.stride(0) == 1  # contiguous, as the launcher checks
@@ -150,7 +156,7 @@ class FakeKernels:
             r0 = b * q_len_per_req
             qb = q[r0 : r0 + q_len_per_req]
             states = [
-                ref_attn.attention(qb, k, v, key_range=(lo * page_size, hi * page_size), **params)
+                ref_attn.attention(qb, k, v, key_range=(lo * key_unit, hi * key_unit), **params)
                 for lo, hi in pieces[b]
             ]
             vs = torch.stack([o for o, _ in states], dim=1)  # (q_len, S, Hq, D)

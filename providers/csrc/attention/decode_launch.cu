@@ -241,7 +241,9 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.indptr = a.indptr ? a.indptr->ptr<const std::int32_t>() : nullptr;
   r.indices = a.indices ? a.indices->ptr<const std::int32_t>() : nullptr;
   r.last_page_len = a.last_page_len ? a.last_page_len->ptr<const std::int32_t>() : nullptr;
-  r.page_size = a.indptr ? a.page_size : cache_page_size;
+  // Without a page table the keys are slots of page 0 and a split's chunk_pages counts keys
+  // (single decode), so the kernel's page arithmetic runs with pages of one key.
+  r.page_size = a.indptr ? a.page_size : 1;
   r.kv_len_scalar = a.kv_len_scalar;
   r.num_pages = k.size(0);
   r.out = reinterpret_cast<void*>(out.data);

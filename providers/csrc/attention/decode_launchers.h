@@ -24,7 +24,8 @@
 //   halves of a 5-D cache are views of it). dtype: q's dtype, float8_e4m3fn or float8_e5m2.
 // - indptr (B+1), indices (indptr[B]), last_page_len (B): int32 CSR page table. With indptr
 //   None there is one request whose keys are k_cache[0] rows 0 .. kv_len_scalar-1 (single
-//   decode over contiguous K/V: pages=1, page_size=kv_len).
+//   decode over contiguous K/V: pages=1, page_size=kv_len); split-KV then cuts the keys
+//   into chunks of chunk_pages keys (no page table to read, no page ids on the path).
 // - Request b has kv_len_b = page_size * (pages_b - 1) + last_page_len[b] keys; its query
 //   row r sits at position kv_len_b - q_len_per_req + r and sees key j iff
 //   j <= that position (bottom-right causal) and, with window_left >= 0,

@@ -63,6 +63,31 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
+#ifdef AOTINFER_LAB_MERGE_ONE_PASS
+  const TIn* v1 = p.v + n * p.v_stride_n + h * p.v_stride_h;
+  for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
+    float m1 = -INFINITY, den = 0.f, acc = 0.f;
+#pragma unroll 16
+    for (std::int64_t i = 0; i < p.num_states; ++i) {
+      const float si = s[i * p.s_stride_s];
+      const float vi = to_f32(v1[i * p.v_stride_s + d]);
+      if (si == -INFINITY) continue;
+      if (si > m1) {
+        const float rescale = exp2f(m1 - si);
+        den *= rescale;
+        acc *= rescale;
+        m1 = si;
+      }
+      const float wgt = exp2f(si - m1);
+      den += wgt;
+      acc += wgt * vi;
+    }
+    const MergedRow mr1 = merged_row(m1, den, p.sinks, h, p.v_scale);
+    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(acc * mr1.inv);
+    if (p.s_out && d == 0) p.s_out[n * p.heads + h] = mr1.lse;
+  }
+  if (p.dim > 0) return;
+#endif
   float m = -INFINITY;
 #pragma unroll kMergeUnroll
   for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
