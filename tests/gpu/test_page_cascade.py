@@ -166,7 +166,17 @@ def _close(v, s, ev, es, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 2, 1, 64), (77, 5, 32, 128), (1000, 17, 8, 256)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 2, 1, 64),
+        (77, 5, 32, 128),
+        (1000, 17, 8, 256),
+        (3, 37, 4, 6),  # a head dim not a multiple of 4: one column per lane
+        (2, 64, 32, 128),  # two batches of states per warp
+        (2, 40, 3, 200),  # a second, partial column pass
+    ],
+)
 def test_merge_states(dtype, shape):
     v, s = _states(*shape, dtype, seed=shape[0])
     got_v, got_s = aotinfer.merge_states(v, s)

@@ -91,7 +91,10 @@ cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView
   p.sinks = sinks;
   p.v_scale = v_scale;
   if (p.n == 0 || p.heads == 0) return cudaSuccess;
-  return launch_with_pdl(merge_states_kernel<TIn, TOut>,
+  // Four columns per lane (one vector load) when every state's row starts 4-aligned.
+  const bool vec4 = p.dim % 4 == 0 && p.v_stride_n % 4 == 0 && p.v_stride_s % 4 == 0 && p.v_stride_h % 4 == 0 &&
+                    v.data % (4 * sizeof(TIn)) == 0;
+  return launch_with_pdl(vec4 ? merge_states_kernel<TIn, TOut, 4> : merge_states_kernel<TIn, TOut, 1>,
                          dim3(static_cast<unsigned>(p.n), static_cast<unsigned>(p.heads)), dim3(kMergeThreads), 0,
                          stream, pdl, p);
 }

@@ -42,40 +42,56 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>&
   if (!__syncthreads_or(last)) return;
   __threadfence();  // the other CTAs' partial rows are read after their counts
 
-  // Each thread merges 4 columns of one query row over the splits, in one pass (online
-  // maximum): the splits' loads are independent, so they overlap instead of chaining.
+  // Each thread merges 4 columns of one query row over the splits, kMergeBatch splits per
+  // memory round trip (MergeAccum: loads first, then the arithmetic).
   const int quads = head_dim / 4;
   for (int idx = threadIdx.x; idx < w.rows * quads; idx += blockDim.x) {
     const int r = idx / quads, c = (idx % quads) * 4;
     const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
     const std::int64_t row = w.b * p.q_len + qi;
     const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
-    float m = -INFINITY, denom = 0.f;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
+    MergeAccum<4> st;
+#ifdef AOTINFER_LAB_MERGE_THREE_PASS
     for (std::int64_t s = 0; s < splits; ++s) {
       const std::int64_t at = first + s * p.num_qo_heads;
       const float x = __ldcg(p.partial_lse + at);
       const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
-      if (x == -INFINITY) continue;  // an empty split (window, or past the request's end)
-      if (x > m) {
-        const float rescale = exp2f(m - x);  // 0 for the first state (m = -inf)
-        denom *= rescale;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[i] *= rescale;
-        m = x;
+      if (x == -INFINITY) continue;
+      if (x > st.m) {
+        const float rescale = exp2f(st.m - x);
+        st.l *= rescale;
+        for (int i = 0; i < 4; ++i) st.acc[i] *= rescale;
+        st.m = x;
       }
-      const float wgt = exp2f(x - m);
-      denom += wgt;
-      acc[0] += wgt * v.x;
-      acc[1] += wgt * v.y;
-      acc[2] += wgt * v.z;
-      acc[3] += wgt * v.w;
+      const float wgt = exp2f(x - st.m);
+      st.l += wgt;
+      st.acc[0] += wgt * v.x;
+      st.acc[1] += wgt * v.y;
+      st.acc[2] += wgt * v.z;
+      st.acc[3] += wgt * v.w;
     }
-    const MergedRow mr = merged_row(m, denom, p.sinks, head, p.v_scale);
+    if (splits < 0)
+#endif
+    for (std::int64_t s0 = 0; s0 < splits; s0 += kMergeBatch) {
+      float sk[kMergeBatch], vk[kMergeBatch][4];
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) {
+        // Unconditional loads (a slot past the last split reads the last one and counts as
+        // empty), so no branch separates them. An empty split (window, or past the
+        // request's end) has LSE -inf too: absorb skips both.
+        const bool ok = s0 + k < splits;
+        const std::int64_t at = first + (ok ? s0 + k : splits - 1) * p.num_qo_heads;
+        const float x = __ldcg(p.partial_lse + at);
+        const float4 y = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
+        sk[k] = ok ? x : -INFINITY;
+        vk[k][0] = y.x, vk[k][1] = y.y, vk[k][2] = y.z, vk[k][3] = y.w;
+      }
+      st.absorb(sk, vk);
+    }
+    const MergedRow mr = merged_row(st.m, st.l, p.sinks, head, p.v_scale);
     QT* out = p.out + row * p.out_stride_row + head * p.out_stride_head + c;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(acc[i] * mr.inv);
+    for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(st.acc[i] * mr.inv);
     if (p.lse && c == 0) p.lse[row * p.num_qo_heads + head] = mr.lse;
   }
 }

@@ -52,64 +52,156 @@ __device__ __forceinline__ MergedRow merged_row(float m, float denom, const floa
   return r;
 }
 
-// One CTA per (n, h): weights from the S LSEs, then a weighted sum over D columns.
-// The loops over states are unrolled by kMergeUnroll with their loads made unconditional
-// (every state's slot is in bounds; an empty state's weight is selected away, never
-// multiplied), so a split-KV merge of 16-32 states waits on a few memory round trips
-// rather than one per state: it sits on the critical path of every split decode.
-constexpr int kMergeUnroll = 8;
-template <typename TIn, typename TOut>
+// A running merge of states, V columns wide: max LSE m (base 2), l = sum 2^(s_i - m) and
+// acc[c] = sum 2^(s_i - m) v_i[c].
+//
+// Why batches: a merge sits on the critical path of every split decode and its work is a few
+// loads per state, so its time is the number of memory round trips in a row. absorb() takes
+// kMergeBatch states whose loads were all issued before it (plain predicated loads, no
+// branch between them), so a batch costs one round trip. Folding each state in as soon as
+// it is loaded, with a branch on a new maximum, let the compiler issue one state's loads at
+// a time: measured 1.5x slower than three separate passes (dev/NOTES.md).
+constexpr int kMergeBatch = 8;
+template <int V>
+struct MergeAccum {
+  float m = -INFINITY, l = 0.f, acc[V] = {};
+
+  // Folds in states k < kMergeBatch with LSE s[k] and values v[k]; s[k] = -inf is an empty
+  // state (its values are never multiplied in, so garbage there cannot turn into NaN).
+  __device__ __forceinline__ void absorb(const float (&s)[kMergeBatch], const float (&v)[kMergeBatch][V]) {
+    float mx = m;
+#pragma unroll
+    for (int k = 0; k < kMergeBatch; ++k) mx = fmaxf(mx, s[k]);
+    const float base = mx == -INFINITY ? 0.f : mx;
+    const float rescale = exp2f(m - base);  // 0 while nothing was absorbed (m = -inf)
+    l *= rescale;
+#pragma unroll
+    for (int c = 0; c < V; ++c) acc[c] *= rescale;
+#pragma unroll
+    for (int k = 0; k < kMergeBatch; ++k) {
+      const float w = exp2f(s[k] - base);
+      l += w;
+#pragma unroll
+      for (int c = 0; c < V; ++c) acc[c] += s[k] == -INFINITY ? 0.f : w * v[k][c];
+    }
+    m = mx;
+  }
+};
+
+// V consecutive elements of T at p as floats; V = 4 is one 16-byte (float) or 8-byte
+// (16-bit T) access, so p must be aligned to V elements.
+template <typename T, int V>
+__device__ __forceinline__ void load_cols(float (&out)[V], const T* p) {
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  } else if constexpr (V == 4) {
+    struct alignas(8) Four {
+      T e[4];
+    };
+    const Four x = *reinterpret_cast<const Four*>(p);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) out[c] = to_f32(x.e[c]);
+  } else {
+#pragma unroll
+    for (int c = 0; c < V; ++c) out[c] = to_f32(p[c]);
+  }
+}
+
+// One CTA per (n, h). Warp w merges states w, w + 4, w + 8, ... (kMergeBatch of them per
+// round trip), each lane V adjacent columns of a 32 V-column pass; the four warps' states
+// then merge through shared memory. V = 4 where the launcher finds D and the strides
+// multiples of 4 and the base aligned (merge_dispatch), else 1.
+constexpr int kMergeWarps = kMergeThreads / 32;
+template <typename TIn, typename TOut, int V>
 __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __grid_constant__ MergeParams<TIn, TOut> p) {
+  __shared__ float warp_ml[kMergeWarps][2];
+  __shared__ float warp_acc[kMergeWarps][32 * V];
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
-#ifdef AOTINFER_LAB_MERGE_ONE_PASS
-  const TIn* v1 = p.v + n * p.v_stride_n + h * p.v_stride_h;
-  for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
-    float m1 = -INFINITY, den = 0.f, acc = 0.f;
-#pragma unroll 16
-    for (std::int64_t i = 0; i < p.num_states; ++i) {
-      const float si = s[i * p.s_stride_s];
-      const float vi = to_f32(v1[i * p.v_stride_s + d]);
-      if (si == -INFINITY) continue;
-      if (si > m1) {
-        const float rescale = exp2f(m1 - si);
-        den *= rescale;
-        acc *= rescale;
-        m1 = si;
-      }
-      const float wgt = exp2f(si - m1);
-      den += wgt;
-      acc += wgt * vi;
-    }
-    const MergedRow mr1 = merged_row(m1, den, p.sinks, h, p.v_scale);
-    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(acc * mr1.inv);
-    if (p.s_out && d == 0) p.s_out[n * p.heads + h] = mr1.lse;
-  }
-  if (p.dim > 0) return;
-#endif
-  float m = -INFINITY;
-#pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
-  float denom = 0.f;
-#pragma unroll kMergeUnroll
-  for (std::int64_t i = 0; i < p.num_states; ++i) {
-    const float si = s[i * p.s_stride_s];
-    denom += si == -INFINITY ? 0.f : exp2f(si - m);
-  }
-  const MergedRow mr = merged_row(m, denom, p.sinks, h, p.v_scale);
   const TIn* v = p.v + n * p.v_stride_n + h * p.v_stride_h;
-  for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
-    float accum = 0.f;
-#pragma unroll kMergeUnroll
+#ifdef AOTINFER_LAB_MERGE_THREE_PASS
+  {
+    float m = -INFINITY;
+#pragma unroll 8
+    for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
+    float denom = 0.f;
+#pragma unroll 8
     for (std::int64_t i = 0; i < p.num_states; ++i) {
       const float si = s[i * p.s_stride_s];
-      const float vi = to_f32(v[i * p.v_stride_s + d]);
-      accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;
+      denom += si == -INFINITY ? 0.f : exp2f(si - m);
     }
-    p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * mr.inv);
+    const MergedRow mr = merged_row(m, denom, p.sinks, h, p.v_scale);
+    for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
+      float accum = 0.f;
+#pragma unroll 8
+      for (std::int64_t i = 0; i < p.num_states; ++i) {
+        const float si = s[i * p.s_stride_s];
+        const float vi = to_f32(v[i * p.v_stride_s + d]);
+        accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;
+      }
+      p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * mr.inv);
+    }
+    if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = mr.lse;
+    return;
   }
-  if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = mr.lse;
+#endif
+  for (std::int64_t c0 = 0; c0 < p.dim; c0 += 32 * V) {
+    // Loads are unconditional (a lane past the last column reads column 0, a slot past the
+    // last state reads the last state, then counts as empty): no branch between them.
+    const std::int64_t c = c0 + lane * V < p.dim ? c0 + lane * V : 0;
+    MergeAccum<V> st;
+    for (std::int64_t i0 = warp; i0 < p.num_states; i0 += kMergeWarps * kMergeBatch) {
+      float sk[kMergeBatch], vk[kMergeBatch][V];
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) {
+        const std::int64_t i = i0 + k * kMergeWarps, at = i < p.num_states ? i : p.num_states - 1;
+        const float x = s[at * p.s_stride_s];
+        load_cols<TIn, V>(vk[k], v + at * p.v_stride_s + c);
+        sk[k] = i < p.num_states ? x : -INFINITY;
+      }
+      st.absorb(sk, vk);
+    }
+    if (lane == 0) warp_ml[warp][0] = st.m, warp_ml[warp][1] = st.l;
+#pragma unroll
+    for (int j = 0; j < V; ++j) warp_acc[warp][lane * V + j] = st.acc[j];
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < 32 * V && c0 + t < p.dim) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kMergeWarps; ++w) mx = fmaxf(mx, warp_ml[w][0]);
+      const float base = mx == -INFINITY ? 0.f : mx;
+      float denom = 0.f, x = 0.f;
+#pragma unroll
+      for (int w = 0; w < kMergeWarps; ++w) {
+        const float f = exp2f(warp_ml[w][0] - base);
+        denom += warp_ml[w][1] * f;
+        x += warp_acc[w][t] * f;
+      }
+      const MergedRow mr = merged_row(mx, denom, p.sinks, h, p.v_scale);
+      p.v_out[n * p.o_stride_n + h * p.o_stride_h + c0 + t] = from_f32<TOut>(x * mr.inv);
+      if (p.s_out && c0 == 0 && t == 0) p.s_out[n * p.heads + h] = mr.lse;
+    }
+    __syncthreads();  // warp_acc is rewritten by the next column pass
+  }
+  if (p.dim == 0 && p.s_out && threadIdx.x == 0) {  // no columns: the merged LSE alone
+    MergeAccum<1> st;
+    for (std::int64_t i0 = 0; i0 < p.num_states; i0 += kMergeBatch) {
+      float sk[kMergeBatch], vk[kMergeBatch][1];
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) {
+        const std::int64_t i = i0 + k, at = i < p.num_states ? i : p.num_states - 1;
+        const float x = s[at * p.s_stride_s];
+        sk[k] = i < p.num_states ? x : -INFINITY;
+        vk[k][0] = 0.f;
+      }
+      st.absorb(sk, vk);
+    }
+    p.s_out[n * p.heads + h] = merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;
+  }
 }
 
 template <typename T>
