@@ -72,7 +72,7 @@ def sweep_shape(batch, kv, skewed, real, slots, chunks=None, repeat=1):
             est = estimate(pages, c, HKV, slots)
             print(
                 f"{name}: chunk {c:5d} {us:.1f} us (splits {sp.max_splits}, "
-                f"items {sp.work.shape[0]}, model {est:.0f})"
+                f"items {'-' if sp.work is None else sp.work.shape[0]}, model {est:.0f})"
             )
 
 

@@ -5,9 +5,6 @@ tensors). Nothing here validates: callers have checked every argument.
 
 from __future__ import annotations
 
-import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -186,71 +183,6 @@ def reference_params(
         alibi_slopes=alibi_slopes if scalars.pos_code == 2 else None,
         sinks=sinks,
     )
-
-
-def contiguous_as_pages(k: torch.Tensor, kv_layout: str) -> Tuple[torch.Tensor, int]:
-    """A contiguous single-request K (or V) seen as a paged cache half with full pages.
-
-    ``k`` is ``(kv_len, Hkv, D)`` (NHD) or ``(Hkv, kv_len, D)`` (HND). The page size is
-    ``gcd(kv_len, 64)`` so every page is full and the view stays inside the tensor (a
-    kernel may read whole pages); page p holds keys ``p*P .. p*P + P-1``.
-
-    Returns
-    -------
-    (cache_half, page_size)
-        ``(kv_len/P, P, Hkv, D)`` (NHD) or ``(kv_len/P, Hkv, P, D)`` (HND), a view of ``k``.
-    """
-    if kv_layout == "NHD":
-        kv_len, hkv, d = k.shape
-        s0, s1, s2 = k.stride()
-        p = math.gcd(kv_len, 64)
-        return k.as_strided((kv_len // p, p, hkv, d), (p * s0, s0, s1, s2)), p
-    hkv, kv_len, d = k.shape
-    s0, s1, s2 = k.stride()
-    p = math.gcd(kv_len, 64)
-    return k.as_strided((kv_len // p, hkv, p, d), (p * s1, s0, s1, s2)), p
-
-
-# Identity page tables of single decode, per (device, stream, pages, page size): built once
-# (two arange kernels) and reused, so a repeated eager call launches only the decode and
-# merge kernels; per stream, so a use is always ordered after the build. During CUDA-graph
-# capture the cache is neither read nor written: a graph keeps no reference to the tensors
-# it reads, so a cached table evicted later would leave the graph reading freed memory;
-# tables built during capture live in the graph's private pool, as before.
-_IDENTITY_TABLES: OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = (
-    OrderedDict()
-)
-_IDENTITY_TABLES_KEPT = 32
-_identity_lock = threading.Lock()
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
-def identity_page_table(
-    num_pages: int, page_size: int, device: torch.device
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(indptr [0, num_pages], indices 0..num_pages-1, last_page_len [page_size])``, int32
-    and contiguous on ``device`` (no host copy or sync). Read-only: outside graph capture
-    the same tensors are returned again for the same arguments (the last few kept)."""
-    cached = not _capturing(device)
-    key = (device.index, _views.stream_handle(device), num_pages, page_size)
-    if cached:
-        with _identity_lock:
-            tables = _IDENTITY_TABLES.get(key)
-            if tables is not None:
-                _IDENTITY_TABLES.move_to_end(key)
-                return tables
-    t = torch.arange(max(num_pages, page_size) + 1, dtype=torch.int32, device=device)
-    indptr = torch.arange(0, 2 * num_pages, num_pages, dtype=torch.int32, device=device)
-    tables = (indptr, t[:num_pages], t[page_size : page_size + 1])
-    if cached:
-        with _identity_lock:
-            _IDENTITY_TABLES[key] = tables
-            while len(_IDENTITY_TABLES) > _IDENTITY_TABLES_KEPT:
-                _IDENTITY_TABLES.popitem(last=False)
-    return tables
 
 
 def run_reference(

@@ -15,7 +15,6 @@ FlashInfer); CUDA-graph mode is the one whose graphs survive new page tables.
 
 from __future__ import annotations
 
-import os
 import functools
 import warnings
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ def _merges_in_grid(batch: int) -> bool:
     (batch 1, kv 1024: 10.5 vs 11.8 us); with more requests the in-grid merge overlaps other
     CTAs' streaming and won (batch 16, kv 1024: 25.6 vs 27.0 us uniform, 29.9 vs 32.7
     skewed). Those figures come from two runs (dev/NOTES.md item 22)."""
-    return batch > 1 or os.environ.get("AOTINFER_LAB_GRID_MERGE") == "1"
+    return batch > 1
 
 
 class BatchDecodeWithPagedKVCacheWrapper:

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
-import os
-
 import torch
 
 from . import _attention_utils as _u
@@ -51,6 +49,7 @@ __all__ = [
 
 # Single decode has no user workspace: its partial buffers are allocated per call, capped.
 _SINGLE_MAX_SPLITS = 256
+_SINGLE_CHUNK_KEYS = 64  # four warps x 16-key tiles (decode_tc_kernel.cuh)
 
 
 def single_decode_with_kv_cache(
@@ -177,12 +176,14 @@ def single_decode_with_kv_cache(
 
 
 def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse):
-    """Single decode as a one-request batch: without split-KV over ``k[None]``; with it,
-    over ``k`` seen as full pages of ``gcd(kv_len, 64)`` keys with an identity page table
-    (the planner counts keys, as pages of one key)."""
+    """Single decode as a one-request batch over ``k[None]`` without a page table. With
+    split-KV (the planner counts keys, as pages of one key) the keys are cut into chunks of
+    whole rounds of the CTA's four 16-key warp tiles, so every warp of a split ends together,
+    and a merge kernel combines the splits. No page table means no page ids on the kernel's
+    critical path: measured against the identity page table it replaced (H200, one machine
+    start, A B A B), 32768 keys 49.5 -> 47.3 us, 131072 keys 141.2 -> 138.5 us."""
     kernels = _launch.provider_kernels(q.device)
     num_qo_heads, head_dim = q.shape
-    layout_code = _u.KV_LAYOUTS[kv_layout]
     split = _plan.plan_splits(
         batch=1,
         max_pages=kv_len,
@@ -192,81 +193,37 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
         num_sms=_launch.num_sms(q.device),
         max_splits_allowed=_SINGLE_MAX_SPLITS,
     )
-    common = dict(
-        q=q.unsqueeze(0),
-        layout_code=layout_code,
-        out=out.unsqueeze(0),
-        lse=None if lse is None else lse.unsqueeze(0),
-        q_len_per_req=1,
-        scalars=scalars,
-        alibi_slopes=slopes,
-        sinks=None,
-    )
-    if split.max_splits > 1 and os.environ.get("AOTINFER_LAB_SINGLE_PAGED") != "1":
-        # chunks of whole rounds of the CTA's four 16-key warp tiles: every warp ends together
-        chunk = -(-split.chunk_pages // 64) * 64
+    partial_out = partial_lse = None
+    if split.max_splits > 1:
+        chunk = -(-split.chunk_pages // _SINGLE_CHUNK_KEYS) * _SINGLE_CHUNK_KEYS
         split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-kv_len // chunk))
+    if split.max_splits > 1:
         partial_out = torch.empty(
             (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
         )
         partial_lse = torch.empty(
             (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
         )
-        _launch.launch_batch_decode(
-            kernels,
-            k_cache=k.unsqueeze(0),
-            v_cache=v.unsqueeze(0),
-            page_size=kv_len,
-            indptr=None,
-            indices=None,
-            last_page_len=None,
-            kv_len_scalar=kv_len,
-            partial_out=partial_out,
-            partial_lse=partial_lse,
-            split=split,
-            **common,
-        )
-        return
-    if split.max_splits > 1:
-        k_pages, page = _launch.contiguous_as_pages(k, kv_layout)
-        v_pages, _ = _launch.contiguous_as_pages(v, kv_layout)
-        num_pages = kv_len // page
-        chunk = -(-split.chunk_pages // page)
-        split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-num_pages // chunk))
-    if split.max_splits <= 1:
-        _launch.launch_batch_decode(
-            kernels,
-            k_cache=k.unsqueeze(0),
-            v_cache=v.unsqueeze(0),
-            page_size=kv_len,
-            indptr=None,
-            indices=None,
-            last_page_len=None,
-            kv_len_scalar=kv_len,
-            partial_out=None,
-            partial_lse=None,
-            split=_plan.SplitPlan(chunk_pages=1, max_splits=1),
-            **common,
-        )
-        return
-    indptr, indices, last = _launch.identity_page_table(num_pages, page, q.device)
-    partial_out = torch.empty(
-        (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
-    )
-    partial_lse = torch.empty(
-        (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
-    )
+    else:
+        split = _plan.SplitPlan(chunk_pages=1, max_splits=1)
     _launch.launch_batch_decode(
         kernels,
-        k_cache=k_pages,
-        v_cache=v_pages,
-        page_size=page,
-        indptr=indptr,
-        indices=indices,
-        last_page_len=last,
-        kv_len_scalar=0,
+        q=q.unsqueeze(0),
+        k_cache=k.unsqueeze(0),
+        v_cache=v.unsqueeze(0),
+        layout_code=_u.KV_LAYOUTS[kv_layout],
+        page_size=kv_len,
+        indptr=None,
+        indices=None,
+        last_page_len=None,
+        kv_len_scalar=kv_len,
+        out=out.unsqueeze(0),
+        lse=None if lse is None else lse.unsqueeze(0),
         partial_out=partial_out,
         partial_lse=partial_lse,
         split=split,
-        **common,
+        q_len_per_req=1,
+        scalars=scalars,
+        alibi_slopes=slopes,
+        sinks=None,
     )

@@ -726,35 +726,3 @@ def test_cache_half_views_equal_the_sliced_views(dtype):
         want = _views.view(half)
         assert (got[0], got[1], tuple(got[2]), tuple(got[3])) == want[:4]
         assert got[4] == (-1 if want[4] is None else want[4])  # CPU: no index
-
-
-def test_identity_page_tables_are_built_once_per_shape_and_stream(monkeypatch):
-    from aotinfer import _decode_launch, _views
-
-    monkeypatch.setattr(_decode_launch, "_IDENTITY_TABLES", type(_decode_launch._IDENTITY_TABLES)())
-    stream = [0]
-    monkeypatch.setattr(_views, "stream_handle", lambda device: stream[0])
-    cpu = torch.device("cpu")
-    indptr, indices, last = _decode_launch.identity_page_table(5, 64, cpu)
-    assert (indptr.tolist(), indices.tolist(), last.tolist()) == ([0, 5], list(range(5)), [64])
-    again = _decode_launch.identity_page_table(5, 64, cpu)
-    assert all(a is b for a, b in zip(again, (indptr, indices, last)))
-    stream[0] = 1  # another stream: its own tables, never one built on another stream
-    assert _decode_launch.identity_page_table(5, 64, cpu)[1] is not indices
-    for n in range(2, 2 + _decode_launch._IDENTITY_TABLES_KEPT):  # bounded
-        _decode_launch.identity_page_table(n, 8, cpu)
-    assert len(_decode_launch._IDENTITY_TABLES) == _decode_launch._IDENTITY_TABLES_KEPT
-
-
-def test_identity_page_tables_are_not_cached_during_graph_capture(monkeypatch):
-    """A captured graph keeps no reference to what it reads: it must own its tables."""
-    from aotinfer import _decode_launch, _views
-
-    monkeypatch.setattr(_decode_launch, "_IDENTITY_TABLES", type(_decode_launch._IDENTITY_TABLES)())
-    monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
-    cpu = torch.device("cpu")
-    eager = _decode_launch.identity_page_table(5, 64, cpu)
-    monkeypatch.setattr(_decode_launch, "_capturing", lambda device: True)
-    captured = _decode_launch.identity_page_table(5, 64, cpu)
-    assert captured[1] is not eager[1] and captured[1].tolist() == list(range(5))
-    assert list(_decode_launch._IDENTITY_TABLES.values()) == [eager]

@@ -123,14 +123,8 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
   CtaWork w;
   const std::int64_t rows_total = p.q_len * p.group;
   const std::int64_t heads_blocks = p.num_kv_heads * ((rows_total + kRowBlock - 1) / kRowBlock);
-#ifdef AOTINFER_LAB_HEADS_SLOW
-  const std::int64_t items_total = gridDim.x / heads_blocks;
-  const std::int64_t item = blockIdx.x % items_total;
-  const std::int64_t hb = blockIdx.x / items_total;
-#else
   const std::int64_t item = blockIdx.x / heads_blocks;
   const std::int64_t hb = blockIdx.x % heads_blocks;
-#endif
   if (p.work) {
     // A work-list entry is four int32: b, partial slot, page_lo, page_hi (one 16-byte load).
     const int4 it = reinterpret_cast<const int4*>(p.work)[item];

@@ -51,27 +51,6 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>&
     const std::int64_t row = w.b * p.q_len + qi;
     const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
     MergeAccum<4> st;
-#ifdef AOTINFER_LAB_MERGE_THREE_PASS
-    for (std::int64_t s = 0; s < splits; ++s) {
-      const std::int64_t at = first + s * p.num_qo_heads;
-      const float x = __ldcg(p.partial_lse + at);
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
-      if (x == -INFINITY) continue;
-      if (x > st.m) {
-        const float rescale = exp2f(st.m - x);
-        st.l *= rescale;
-        for (int i = 0; i < 4; ++i) st.acc[i] *= rescale;
-        st.m = x;
-      }
-      const float wgt = exp2f(x - st.m);
-      st.l += wgt;
-      st.acc[0] += wgt * v.x;
-      st.acc[1] += wgt * v.y;
-      st.acc[2] += wgt * v.z;
-      st.acc[3] += wgt * v.w;
-    }
-    if (splits < 0)
-#endif
     for (std::int64_t s0 = 0; s0 < splits; s0 += kMergeBatch) {
       float sk[kMergeBatch], vk[kMergeBatch][4];
 #pragma unroll

@@ -118,36 +118,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
   __shared__ float warp_ml[kMergeWarps][2];
   __shared__ float warp_acc[kMergeWarps][32 * V];
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
+#ifdef AOTINFER_LAB_MERGE_TRIGGER
+  pdl_launch_dependents();
+#endif
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
   const TIn* v = p.v + n * p.v_stride_n + h * p.v_stride_h;
-#ifdef AOTINFER_LAB_MERGE_THREE_PASS
-  {
-    float m = -INFINITY;
-#pragma unroll 8
-    for (std::int64_t i = 0; i < p.num_states; ++i) m = fmaxf(m, s[i * p.s_stride_s]);
-    float denom = 0.f;
-#pragma unroll 8
-    for (std::int64_t i = 0; i < p.num_states; ++i) {
-      const float si = s[i * p.s_stride_s];
-      denom += si == -INFINITY ? 0.f : exp2f(si - m);
-    }
-    const MergedRow mr = merged_row(m, denom, p.sinks, h, p.v_scale);
-    for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
-      float accum = 0.f;
-#pragma unroll 8
-      for (std::int64_t i = 0; i < p.num_states; ++i) {
-        const float si = s[i * p.s_stride_s];
-        const float vi = to_f32(v[i * p.v_stride_s + d]);
-        accum += si == -INFINITY ? 0.f : exp2f(si - m) * vi;
-      }
-      p.v_out[n * p.o_stride_n + h * p.o_stride_h + d] = from_f32<TOut>(accum * mr.inv);
-    }
-    if (p.s_out && threadIdx.x == 0) p.s_out[n * p.heads + h] = mr.lse;
-    return;
-  }
-#endif
   for (std::int64_t c0 = 0; c0 < p.dim; c0 += 32 * V) {
     // Loads are unconditional (a lane past the last column reads column 0, a slot past the
     // last state reads the last state, then counts as empty): no branch between them.
