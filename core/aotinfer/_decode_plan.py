@@ -23,7 +23,8 @@ KV head, and a merge combines their partial states):
     faster than one of two, but not twice as fast);
   - each round costs ``ROUND_OVERHEAD_TOKENS`` more (CTA start, pipeline fill, partial
     writes) and a merge ``MERGE_TOKENS`` plus ``MERGE_TOKENS_PER_SPLIT`` per split of the
-    most-split request (its loop over the splits is a chain of dependent loads).
+    most-split request (the merge loads eight splits per memory round trip, so more
+    splits cost more round trips on the critical path).
 
   Fitted to dev/sweep_decode_plan.py on an H200 (32/8 heads, d128, page 16; chunk sizes
   from a quarter to twice the fair share timed on the benchmark's uniform and skewed batches
@@ -32,7 +33,11 @@ KV head, and a merge combines their partial states):
   1.35x slower on skewed batches and a model without the per-split merge cost 1.35x slower
   at batch 1 (kv 4096: 32 splits 23.0 us, 16 splits 17.0). (Measured: 2 vs 1 CTA per
   multiprocessor, 16 x 16384 in 256 vs 128 pieces, 248 vs 327 us, gives 0.66 for a lone
-  CTA's time; the fit over all shapes preferred 0.85.)
+  CTA's time; the fit over all shapes preferred 0.85.) ``MERGE_TOKENS_PER_SPLIT`` was
+  refitted after the merges began loading eight splits per round trip (merge_states of 32
+  states 9.1 -> 2.7 us): the batch-1 and batch-16 sweep of 1c594a9
+  (history/sweep-decode-plan-1c594a9.txt) put 1 x 16384 at 26.1 us with 32 splits and
+  27.5 us with the 22 that 24 chose; 12 picks 32 there and changes no other benchmark shape.
 
 - **Grid** (:func:`plan_splits`; CUDA-graph mode). The grid and ``chunk_pages`` are baked
   into the captured launch, so the plan must serve any page table that fits the buffers:
@@ -81,13 +86,12 @@ ROW_BLOCK = 16  # query rows per CTA (kRowBlock in decode_common.cuh)
 # Work-list cost model (plan_work; module docstring): the chunks tried, as multiples of the
 # fair share of one round; a lone CTA's time per page relative to one of two sharing a
 # multiprocessor; costs of a round of CTAs and of the merge (fixed, and per split of the
-# most-split request: the merge's loads over the splits are dependent round trips), in keys
-# streamed.
+# most-split request: a round trip per eight splits), in keys streamed.
 CHUNK_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 LONE_CTA_TIME = 0.85
 ROUND_OVERHEAD_TOKENS = 128
 MERGE_TOKENS = 64
-MERGE_TOKENS_PER_SPLIT = 24
+MERGE_TOKENS_PER_SPLIT = 12
 ALIGN = 256  # bytes between carved buffers
 
 

@@ -80,10 +80,11 @@ class _Plan:
 def _merges_in_grid(batch: int) -> bool:
     """Whether a split decode merges inside its grid (the provider's ``arrivals``; a work
     list needs it) rather than in a merge kernel. Not for a single request, whose CTAs all
-    finish together: there the merge kernel, resident early under PDL, was 1.3 us sooner
-    (batch 1, kv 1024: 10.5 vs 11.8 us); with more requests the in-grid merge overlaps other
-    CTAs' streaming and won (batch 16, kv 1024: 25.6 vs 27.0 us uniform, 29.9 vs 32.7
-    skewed). Those figures come from two runs (dev/NOTES.md item 22)."""
+    finish together: there the merge kernel, resident early under PDL, was sooner (batch 1,
+    kv 1024: 10.5 vs 11.8 us, two runs; after both merges began loading eight states per
+    round trip, one run, A B A B: 9.1 vs 9.35 us, and kv 16384 27.1 vs 30.0); with more
+    requests the in-grid merge overlaps other CTAs' streaming and won (batch 16, kv 1024:
+    25.6 vs 27.0 us uniform, 29.9 vs 32.7 skewed; dev/NOTES.md items 22 and 40)."""
     return batch > 1
 
 

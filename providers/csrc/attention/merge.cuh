@@ -57,10 +57,12 @@ __device__ __forceinline__ MergedRow merged_row(float m, float denom, const floa
 //
 // Why batches: a merge sits on the critical path of every split decode and its work is a few
 // loads per state, so its time is the number of memory round trips in a row. absorb() takes
-// kMergeBatch states whose loads were all issued before it (plain predicated loads, no
-// branch between them), so a batch costs one round trip. Folding each state in as soon as
-// it is loaded, with a branch on a new maximum, let the compiler issue one state's loads at
-// a time: measured 1.5x slower than three separate passes (dev/NOTES.md).
+// kMergeBatch states whose loads were all issued before it (unconditional loads from
+// clamped addresses, no branch between them), so a batch costs one round trip. Measured on an H200 against the
+// loops it replaced (three passes over the states, one thread per column): merge_states of
+// 32 states 9.1 -> 2.7 us, single decode of 32768 keys (32 splits) 48.6 -> 39.1 us. Folding
+// each state in as soon as it is loaded, with a branch on a new maximum, let the compiler
+// issue one state's loads at a time: 1.5x slower than the three passes (dev/NOTES.md).
 constexpr int kMergeBatch = 8;
 template <int V>
 struct MergeAccum {
@@ -118,9 +120,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
   __shared__ float warp_ml[kMergeWarps][2];
   __shared__ float warp_acc[kMergeWarps][32 * V];
   pdl_wait_for_prior_grid();  // after a split decode launched with PDL: its partials are complete
-#ifdef AOTINFER_LAB_MERGE_TRIGGER
+  // The next kernel (the next layer's decode, under PDL) may launch now and wait for our
+  // results in its own griddepcontrol.wait: its launch latency hides behind this merge.
+  // Measured at batch 1 x 1024 (graph of 10 calls): 9.15 -> 8.7 us per call.
   pdl_launch_dependents();
-#endif
   const std::int64_t n = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* s = p.s + n * p.s_stride_n + h * p.s_stride_h;
