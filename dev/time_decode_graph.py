@@ -32,7 +32,11 @@ BATCH_CASES = [  # (batch, kv, skewed)
     (16, 16384, False),
     (16, 16384, True),
     (64, 4096, False),
+    (64, 4096, True),
+    (64, 16384, True),
     (256, 1024, False),
+    (256, 4096, False),
+    (256, 4096, True),
 ]
 SINGLE_KV = (32768, 131072)
 MERGE_STATES = (8, 32)

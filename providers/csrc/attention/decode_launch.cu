@@ -20,16 +20,20 @@ namespace {
 
 constexpr const char* kOp = "batch_decode";
 
-void require(bool ok, const std::string& message) {
-  if (!ok) fail_argument(message);
-}
+// A check whose message is built only when it fails: as a function taking std::string, every
+// check allocated its message (and concatenated numbers into it) on every call, and a decode
+// call makes about fifty checks on the host-time budget of an eager run().
+#define REQUIRE(ok, message)             \
+  do {                                   \
+    if (!(ok)) fail_argument(message);   \
+  } while (0)
 
 void check_int32_vector(const TensorView* v, const TensorView& ref, const char* name) {
   if (!v) return;
   check_rank(*v, 1, kOp, name);
   check_dtype(*v, DType::kInt32, kOp, name);
   check_same_device(*v, ref, kOp, name);
-  require(v->size(0) <= 1 || v->stride(0) == 1, std::string(kOp) + ": " + name + " must be contiguous");
+  REQUIRE(v->size(0) <= 1 || v->stride(0) == 1, std::string(kOp) + ": " + name + " must be contiguous");
 }
 
 bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
@@ -37,17 +41,18 @@ bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 // Pipeline depth of the tensor-core kernel: the preferred depth per head dim (tiles in flight
 // per warp; two CTAs per H100/H200 SM at D = 128 either way), lowered until the block fits
 // `smem_limit`; 0 when even two stages do not fit. At D = 128, CTAs that stream at least
-// kLongStreamKeys keys take 2 stages, shorter ones 3: measured on an H200 in one process
-// (benchmarks/results/history/ab-decode-stages-fd9d398.txt), 2 vs 3 stages took 255-258 vs
-// 263 us at 16 x 16384 and 985-992 vs 1001-1035 at 64 x 16384, but 286 vs 277-283 at 256 x
-// 1024 (1024 keys per CTA) and 10.3 vs 10.1 at batch 1; equal at 64 x 4096 (4096 keys).
-constexpr std::int64_t kLongStreamKeys = 8192;
+// kLongStreamKeys keys take 2 stages, shorter ones 3. Measured on an H200 (dev/NOTES.md
+// items 20 and 40): 2 vs 3 stages 255-258 vs 263 us at 16 x 16384 (8192 keys per CTA) and
+// 985-992 vs 1001-1035 at 64 x 16384, but 286 vs 277-283 at 256 x 1024 (1024 keys per CTA)
+// and 10.3 vs 10.1 at batch 1; at 64 x 4096 (4096 keys) equal in one process (255-256 vs
+// 255-257), 248.7 vs 251.7 in the sweep of f30ba84 (history/sweep-decode-f30ba84.txt).
+constexpr std::int64_t kLongStreamKeys = 4096;
 int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta) {
   int stages = d == 64 ? kTcMaxStages : (d == 128 && keys_per_cta >= kLongStreamKeys ? 2 : 3);
   // AOTINFER_DECODE_STAGES=2..4 overrides the preference (dev/sweep_decode.py tunes with it).
   if (const char* env = std::getenv("AOTINFER_DECODE_STAGES")) {
     const int want = std::atoi(env);
-    require(want >= 2 && want <= kTcMaxStages,
+    REQUIRE(want >= 2 && want <= kTcMaxStages,
             std::string("AOTINFER_DECODE_STAGES must be 2..4, got '") + env + "'");
     stages = want;
   }
@@ -63,7 +68,7 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
   const char* pin = std::getenv("AOTINFER_DECODE_KERNEL");
   if (!pin || !*pin) return true;
   const std::string want(pin);
-  require(want == "cuda_cores" || want == "tensor_cores" || want == "auto",
+  REQUIRE(want == "cuda_cores" || want == "tensor_cores" || want == "auto",
           "AOTINFER_DECODE_KERNEL must be cuda_cores, tensor_cores or auto, got '" + want + "'");
   return want != "cuda_cores";
 }
@@ -131,93 +136,93 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   check_rank(q, 3, kOp, "q");
   check_rank(k, 4, kOp, "k_cache");
   check_rank(v, 4, kOp, "v_cache");
-  require(is_half(q.dtype), std::string("batch_decode: q must be float16 or bfloat16, got ") + dtype_name(q.dtype));
-  require(k.dtype == v.dtype, "batch_decode: k_cache and v_cache must have one dtype");
-  require(k.dtype == q.dtype || k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2,
+  REQUIRE(is_half(q.dtype), std::string("batch_decode: q must be float16 or bfloat16, got ") + dtype_name(q.dtype));
+  REQUIRE(k.dtype == v.dtype, "batch_decode: k_cache and v_cache must have one dtype");
+  REQUIRE(k.dtype == q.dtype || k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2,
           std::string("batch_decode: KV dtype must be q's dtype or float8, got ") + dtype_name(k.dtype));
-  require(k.shape == v.shape, "batch_decode: k_cache and v_cache must have one shape");
+  REQUIRE(k.shape == v.shape, "batch_decode: k_cache and v_cache must have one shape");
   check_same_device(k, q, kOp, "k_cache");
   check_same_device(v, q, kOp, "v_cache");
   const bool nhd = a.layout == KvLayout::kNHD;
   const std::int64_t D = q.size(2), Hq = q.size(1);
   const std::int64_t Hkv = nhd ? k.size(2) : k.size(1);
   const std::int64_t cache_page_size = nhd ? k.size(1) : k.size(2);
-  require(k.size(3) == D, "batch_decode: head dim of k_cache (" + std::to_string(k.size(3)) + ") differs from q's (" +
+  REQUIRE(k.size(3) == D, "batch_decode: head dim of k_cache (" + std::to_string(k.size(3)) + ") differs from q's (" +
                               std::to_string(D) + ")");
-  require(D == 64 || D == 128 || D == 256,
+  REQUIRE(D == 64 || D == 128 || D == 256,
           "batch_decode: head_dim " + std::to_string(D) + " is not built; this provider has 64, 128, 256");
-  require(Hkv > 0 && Hq % Hkv == 0, "batch_decode: num_qo_heads (" + std::to_string(Hq) +
+  REQUIRE(Hkv > 0 && Hq % Hkv == 0, "batch_decode: num_qo_heads (" + std::to_string(Hq) +
                                         ") must be a multiple of num_kv_heads (" + std::to_string(Hkv) + ")");
-  require(q.stride(2) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+  REQUIRE(q.stride(2) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
           "batch_decode: q, k_cache and v_cache need a contiguous last dimension");
-  require(q.data % 16 == 0 && k.data % 16 == 0 && v.data % 16 == 0 && q.stride(1) % 8 == 0 &&
+  REQUIRE(q.data % 16 == 0 && k.data % 16 == 0 && v.data % 16 == 0 && q.stride(1) % 8 == 0 &&
               q.stride(0) % 8 == 0,
           "batch_decode: q and the KV cache must be 16-byte aligned");
   for (const TensorView* t : {&k, &v}) {
     const std::int64_t elem_per_16 = (t->dtype == DType::kFloat8E4M3 || t->dtype == DType::kFloat8E5M2) ? 16 : 8;
     for (int d = 0; d < 3; ++d)
-      require(t->stride(d) % elem_per_16 == 0, "batch_decode: KV cache strides must keep rows 16-byte aligned");
+      REQUIRE(t->stride(d) % elem_per_16 == 0, "batch_decode: KV cache strides must keep rows 16-byte aligned");
   }
-  require(a.q_len_per_req >= 1, "batch_decode: q_len_per_req must be at least 1");
-  require(q.size(0) % a.q_len_per_req == 0, "batch_decode: q rows must be a multiple of q_len_per_req");
+  REQUIRE(a.q_len_per_req >= 1, "batch_decode: q_len_per_req must be at least 1");
+  REQUIRE(q.size(0) % a.q_len_per_req == 0, "batch_decode: q rows must be a multiple of q_len_per_req");
   const std::int64_t batch = q.size(0) / a.q_len_per_req;
   if (a.indptr) {
-    require(a.indices && a.last_page_len, "batch_decode: indptr needs indices and last_page_len");
+    REQUIRE(a.indices && a.last_page_len, "batch_decode: indptr needs indices and last_page_len");
     check_int32_vector(a.indptr, q, "indptr");
     check_int32_vector(a.indices, q, "indices");
     check_int32_vector(a.last_page_len, q, "last_page_len");
-    require(a.indptr->size(0) == batch + 1, "batch_decode: indptr must have batch_size + 1 = " +
+    REQUIRE(a.indptr->size(0) == batch + 1, "batch_decode: indptr must have batch_size + 1 = " +
                                                 std::to_string(batch + 1) + " entries, got " +
                                                 std::to_string(a.indptr->size(0)));
-    require(a.last_page_len->size(0) == batch, "batch_decode: last_page_len must have batch_size entries");
-    require(a.page_size == cache_page_size, "batch_decode: page_size differs from the cache's");
+    REQUIRE(a.last_page_len->size(0) == batch, "batch_decode: last_page_len must have batch_size entries");
+    REQUIRE(a.page_size == cache_page_size, "batch_decode: page_size differs from the cache's");
   } else {
-    require(batch == 1, "batch_decode: without a page table there is one request");
-    require(a.kv_len_scalar >= 0 && a.kv_len_scalar <= cache_page_size, "batch_decode: kv_len out of range");
+    REQUIRE(batch == 1, "batch_decode: without a page table there is one request");
+    REQUIRE(a.kv_len_scalar >= 0 && a.kv_len_scalar <= cache_page_size, "batch_decode: kv_len out of range");
   }
   const TensorView& out = *a.out;
   check_rank(out, 3, kOp, "out");
-  require(out.shape == q.shape && out.dtype == q.dtype && out.stride(2) == 1, "batch_decode: out must match q");
+  REQUIRE(out.shape == q.shape && out.dtype == q.dtype && out.stride(2) == 1, "batch_decode: out must match q");
   check_same_device(out, q, kOp, "out");
   if (a.lse) {
     check_rank(*a.lse, 2, kOp, "lse");
     check_dtype(*a.lse, DType::kFloat32, kOp, "lse");
-    require(a.lse->size(0) == q.size(0) && a.lse->size(1) == Hq && a.lse->stride(1) == 1 && a.lse->stride(0) == Hq,
+    REQUIRE(a.lse->size(0) == q.size(0) && a.lse->size(1) == Hq && a.lse->stride(1) == 1 && a.lse->stride(0) == Hq,
             "batch_decode: lse must be contiguous (rows, num_qo_heads)");
   }
   const std::int64_t splits = a.max_splits < 1 ? 1 : a.max_splits;
   if (splits > 1) {
-    require(a.chunk_pages >= 1, "batch_decode: chunk_pages must be at least 1 with split-KV");
-    require(a.partial_out && a.partial_lse, "batch_decode: split-KV needs partial_out and partial_lse");
+    REQUIRE(a.chunk_pages >= 1, "batch_decode: chunk_pages must be at least 1 with split-KV");
+    REQUIRE(a.partial_out && a.partial_lse, "batch_decode: split-KV needs partial_out and partial_lse");
     check_dtype(*a.partial_out, DType::kFloat32, kOp, "partial_out");
     check_dtype(*a.partial_lse, DType::kFloat32, kOp, "partial_lse");
     const std::int64_t need_o = q.size(0) * splits * Hq * D, need_s = q.size(0) * splits * Hq;
     std::int64_t have_o = 1, have_s = 1;
     for (auto x : a.partial_out->shape) have_o *= x;
     for (auto x : a.partial_lse->shape) have_s *= x;
-    require(have_o >= need_o && have_s >= need_s, "batch_decode: split-KV buffers too small");
+    REQUIRE(have_o >= need_o && have_s >= need_s, "batch_decode: split-KV buffers too small");
   }
   const std::int64_t row_blocks = (a.q_len_per_req * (Hq / Hkv) + kRowBlock - 1) / kRowBlock;
   if (a.arrivals) {
     check_int32_vector(a.arrivals, q, "arrivals");
-    require(a.arrivals->size(0) >= batch * row_blocks * Hkv,
+    REQUIRE(a.arrivals->size(0) >= batch * row_blocks * Hkv,
             "batch_decode: arrivals needs batch_size x row blocks x num_kv_heads = " +
                 std::to_string(batch * row_blocks * Hkv) + " entries, got " + std::to_string(a.arrivals->size(0)));
   }
   std::int64_t items = batch;  // grid items: requests, or work-list entries
   if (a.work) {
-    require(a.indptr != nullptr, "batch_decode: a work list needs a page table");
-    require(a.split_counts != nullptr && a.arrivals != nullptr,
+    REQUIRE(a.indptr != nullptr, "batch_decode: a work list needs a page table");
+    REQUIRE(a.split_counts != nullptr && a.arrivals != nullptr,
             "batch_decode: a work list needs split_counts and arrivals");
     check_rank(*a.work, 2, kOp, "work");
     check_dtype(*a.work, DType::kInt32, kOp, "work");
     check_same_device(*a.work, q, kOp, "work");
-    require(a.work->size(1) == 4 && a.work->stride(1) == 1 && (a.work->size(0) <= 1 || a.work->stride(0) == 4) &&
+    REQUIRE(a.work->size(1) == 4 && a.work->stride(1) == 1 && (a.work->size(0) <= 1 || a.work->stride(0) == 4) &&
                 a.work->data % 16 == 0,
             "batch_decode: work must be a contiguous, 16-byte aligned (items, 4) int32 tensor");
-    require(a.work->size(0) >= batch, "batch_decode: the work list must cover every request");
+    REQUIRE(a.work->size(0) >= batch, "batch_decode: the work list must cover every request");
     check_int32_vector(a.split_counts, q, "split_counts");
-    require(a.split_counts->size(0) == batch, "batch_decode: split_counts must have batch_size entries");
+    REQUIRE(a.split_counts->size(0) == batch, "batch_decode: split_counts must have batch_size entries");
     items = a.work->size(0);
   }
   const std::int64_t group = Hq / Hkv;
@@ -225,9 +230,9 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     if (!t) continue;
     check_rank(*t, 1, kOp, "per-head parameter");
     check_dtype(*t, DType::kFloat32, kOp, "per-head parameter");
-    require(t->size(0) == Hq && (Hq == 1 || t->stride(0) == 1), "batch_decode: per-head parameters need num_qo_heads entries");
+    REQUIRE(t->size(0) == Hq && (Hq == 1 || t->stride(0) == 1), "batch_decode: per-head parameters need num_qo_heads entries");
   }
-  require(a.pos_encoding != PosEncoding::kAlibi || a.alibi_slopes, "batch_decode: ALiBi needs slopes");
+  REQUIRE(a.pos_encoding != PosEncoding::kAlibi || a.alibi_slopes, "batch_decode: ALiBi needs slopes");
 
   RawDecode r{};
   r.q = reinterpret_cast<const void*>(q.data);
@@ -277,7 +282,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   // Heads (and query-row blocks) vary fastest, then requests or work items (cta_work); without
   // a work list splits slowest.
   const std::int64_t grid_x = items * Hkv * row_blocks;
-  require(grid_x <= 0x7fffffff, "batch_decode: batch_size x num_kv_heads is too large for one grid");
+  REQUIRE(grid_x <= 0x7fffffff, "batch_decode: batch_size x num_kv_heads is too large for one grid");
   const dim3 grid(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(a.work ? 1 : splits));
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   DeviceGuard guard(q.device);
@@ -299,7 +304,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
                              : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
                                         : decode_smem_dim<256>(q.dtype, k.dtype);
-    require(smem <= static_cast<std::size_t>(smem_limit),
+    REQUIRE(smem <= static_cast<std::size_t>(smem_limit),
             "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(k.dtype) + " KV needs " +
                 std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
                 std::to_string(smem_limit / 1024) + " KB");
@@ -326,14 +331,14 @@ void launch_merge_states(const TensorView& v, const TensorView& s, const TensorV
   check_rank(s, 3, op, "s");
   check_dtype(s, DType::kFloat32, op, "s");
   check_rank(v_out, 3, op, "v_out");
-  require(v.stride(3) == 1 && v_out.stride(2) == 1, "merge_states: v needs a contiguous last dimension");
-  require(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.size(2) == v.size(2), "merge_states: s must be (N, S, H)");
-  require(v_out.size(0) == v.size(0) && v_out.size(1) == v.size(2) && v_out.size(2) == v.size(3),
+  REQUIRE(v.stride(3) == 1 && v_out.stride(2) == 1, "merge_states: v needs a contiguous last dimension");
+  REQUIRE(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.size(2) == v.size(2), "merge_states: s must be (N, S, H)");
+  REQUIRE(v_out.size(0) == v.size(0) && v_out.size(1) == v.size(2) && v_out.size(2) == v.size(3),
           "merge_states: v_out must be (N, H, D)");
   if (s_out) {
     check_rank(*s_out, 2, op, "s_out");
     check_dtype(*s_out, DType::kFloat32, op, "s_out");
-    require(s_out->size(0) == v.size(0) && s_out->size(1) == v.size(2) && s_out->stride(1) == 1 &&
+    REQUIRE(s_out->size(0) == v.size(0) && s_out->size(1) == v.size(2) && s_out->stride(1) == 1 &&
                 s_out->stride(0) == v.size(2),
             "merge_states: s_out must be contiguous (N, H)");
   }
@@ -352,10 +357,10 @@ void launch_merge_state_in_place(const TensorView& v, const TensorView& s, const
   check_rank(s_other, 2, op, "s_other");
   check_dtype(s, DType::kFloat32, op, "s");
   check_dtype(s_other, DType::kFloat32, op, "s_other");
-  require(v.shape == v_other.shape && v.dtype == v_other.dtype, "merge_state_in_place: v and v_other must match");
-  require(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.shape == s_other.shape,
+  REQUIRE(v.shape == v_other.shape && v.dtype == v_other.dtype, "merge_state_in_place: v and v_other must match");
+  REQUIRE(s.size(0) == v.size(0) && s.size(1) == v.size(1) && s.shape == s_other.shape,
           "merge_state_in_place: s and s_other must be (N, H)");
-  require(v.stride(2) == 1 && v_other.stride(2) == 1, "merge_state_in_place: v needs a contiguous last dimension");
+  REQUIRE(v.stride(2) == 1 && v_other.stride(2) == 1, "merge_state_in_place: v needs a contiguous last dimension");
   if (mask) {
     check_rank(*mask, 1, op, "mask");
     check_dtype(*mask, DType::kBool, op, "mask");
@@ -392,21 +397,21 @@ void launch_append_paged_kv_cache(const TensorView& key, const TensorView& value
   check_rank(value, 3, op, "append_value");
   check_rank(k_cache, 4, op, "k_cache");
   check_rank(v_cache, 4, op, "v_cache");
-  require(key.shape == value.shape, "append_paged_kv_cache: append_key and append_value must have one shape");
-  require(key.dtype == k_cache.dtype && value.dtype == v_cache.dtype,
+  REQUIRE(key.shape == value.shape, "append_paged_kv_cache: append_key and append_value must have one shape");
+  REQUIRE(key.dtype == k_cache.dtype && value.dtype == v_cache.dtype,
           "append_paged_kv_cache: appended keys/values must have the cache's dtype");
-  require(key.stride(2) == 1 && value.stride(2) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
+  REQUIRE(key.stride(2) == 1 && value.stride(2) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
           "append_paged_kv_cache: last dimensions must be contiguous");
   const bool nhd = layout == KvLayout::kNHD;
   const std::int64_t heads = nhd ? k_cache.size(2) : k_cache.size(1);
-  require(key.size(1) == heads && key.size(2) == k_cache.size(3), "append_paged_kv_cache: heads/head_dim mismatch");
-  require((nhd ? k_cache.size(1) : k_cache.size(2)) == page_size, "append_paged_kv_cache: page_size mismatch");
+  REQUIRE(key.size(1) == heads && key.size(2) == k_cache.size(3), "append_paged_kv_cache: heads/head_dim mismatch");
+  REQUIRE((nhd ? k_cache.size(1) : k_cache.size(2)) == page_size, "append_paged_kv_cache: page_size mismatch");
   for (const TensorView* t : {&batch_indices, &positions, &indices, &indptr}) {
     check_rank(*t, 1, op, "page table");
     check_dtype(*t, DType::kInt32, op, "page table");
-    require(t->size(0) <= 1 || t->stride(0) == 1, "append_paged_kv_cache: index tensors must be contiguous");
+    REQUIRE(t->size(0) <= 1 || t->stride(0) == 1, "append_paged_kv_cache: index tensors must be contiguous");
   }
-  require(batch_indices.size(0) == key.size(0) && positions.size(0) == key.size(0),
+  REQUIRE(batch_indices.size(0) == key.size(0) && positions.size(0) == key.size(0),
           "append_paged_kv_cache: batch_indices and positions need one entry per appended token");
   const std::int64_t nnz = key.size(0);
   if (nnz == 0) return;
@@ -454,3 +459,5 @@ void launch_append_paged_kv_cache(const TensorView& key, const TensorView& value
 }
 
 }  // namespace aotinfer::attention
+
+#undef REQUIRE
