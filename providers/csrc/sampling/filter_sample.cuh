@@ -170,15 +170,13 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if (need_mass) {
       // Renormalisation without a filter: the mass of every participant, in the searches'
       // unit (per element here; a search floors a bin more than S - 24 binades down as a whole).
-      const int base = kept.base;
+      const FixedPointScale unit{kept.base};
       std::uint64_t local = 0;
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const std::uint32_t kk = prob_key(v[j]);
-          if (kk >= kept.min_key) {
-            local += shifted_mass(FixedPointScale::mantissa(kk), FixedPointScale::biased_exponent(kk) + base);
-          }
+          if (kk >= kept.min_key) local += unit.mass(kk);
         }
       });
       kept.mass = scope.reduce(local, SumOp{}, std::uint64_t{0});

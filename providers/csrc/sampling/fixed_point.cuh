@@ -11,6 +11,11 @@
 
 namespace aotinfer::sampling {
 
+// S for a row of n elements: the bit length of the largest mass, so n masses sum below 2^63.
+__device__ __forceinline__ int mass_bits(std::int64_t n) {
+  return 63 - (64 - __clzll(static_cast<long long>(n > 0 ? n : 1)));
+}
+
 // The fixed-point unit of one row: q(key) = mantissa shifted by (biased exponent + base).
 struct FixedPointScale {
   int base;
@@ -26,10 +31,9 @@ struct FixedPointScale {
 
   // max_key: the key (bit pattern) of the row's largest kept probability; n: the row length.
   __device__ __forceinline__ static FixedPointScale of(std::uint32_t max_key, std::int64_t n) {
-    const int s = 63 - (64 - __clzll(static_cast<long long>(n > 0 ? n : 1)));
     const std::uint32_t m = mantissa(max_key);
     const int len = m ? 32 - __clz(static_cast<int>(m)) : 0;
-    return FixedPointScale{s - len - biased_exponent(max_key)};
+    return FixedPointScale{mass_bits(n) - len - biased_exponent(max_key)};
   }
 
   // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len).
@@ -56,8 +60,7 @@ struct FixedPointScale {
 // only its bin): the draw's unit for a normal largest key; for a subnormal one the shift of a
 // 24-bit mantissa, which keeps every mass below 2^S as well.
 __device__ __forceinline__ int search_mass_base(std::uint32_t top_exponent_field, std::int64_t n) {
-  const int s = 63 - (64 - __clzll(static_cast<long long>(n > 0 ? n : 1)));
-  return s - 24 - static_cast<int>(top_exponent_field > 0 ? top_exponent_field : 1);
+  return mass_bits(n) - 24 - static_cast<int>(top_exponent_field > 0 ? top_exponent_field : 1);
 }
 
 // sum << shift, or the floor of sum / 2^-shift.
