@@ -40,13 +40,15 @@ bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 // Pipeline depth of the tensor-core kernel: the preferred depth per head dim (tiles in flight
 // per warp; two CTAs per H100/H200 SM at D = 128 either way), lowered until the block fits
-// `smem_limit`; 0 when even two stages do not fit. At D = 128, CTAs that stream at least
-// kLongStreamKeys keys take 2 stages, shorter ones 3. Measured on an H200 (dev/NOTES.md
-// items 20 and 40): 2 vs 3 stages 255-258 vs 263 us at 16 x 16384 (8192 keys per CTA) and
-// 985-992 vs 1001-1035 at 64 x 16384, but 286 vs 277-283 at 256 x 1024 (1024 keys per CTA)
-// and 10.3 vs 10.1 at batch 1; at 64 x 4096 (4096 keys) equal in one process (255-256 vs
-// 255-257), 248.7 vs 251.7 in the sweep of f30ba84 (history/sweep-decode-f30ba84.txt).
-constexpr std::int64_t kLongStreamKeys = 4096;
+// `smem_limit`; 0 when even two stages do not fit. At D = 128, a launch whose longest CTA
+// streams at least kLongStreamKeys keys takes 2 stages, shorter ones 3. Measured on an H200
+// (dev/NOTES.md items 20 and 40): 2 vs 3 stages 255-258 vs 263 us at 16 x 16384 (8192 keys
+// per CTA) and 985-992 vs 1001-1035 at 64 x 16384, but 286 vs 277-283 at 256 x 1024 (1024
+// keys per CTA) and 10.3 vs 10.1 at batch 1. A threshold of 4096 was tried and reverted
+// (history/decode-a03e786-stages-from-4096-reverted.md): 64 x 4096 uniform gained 0.3%, but
+// skewed batches, whose many short pieces share the launch with one long one, lost 1.2-1.4%
+// (64 x 16384 and 256 x 4096 skewed).
+constexpr std::int64_t kLongStreamKeys = 8192;
 int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta) {
   int stages = d == 64 ? kTcMaxStages : (d == 128 && keys_per_cta >= kLongStreamKeys ? 2 : 3);
   // AOTINFER_DECODE_STAGES=2..4 overrides the preference (dev/sweep_decode.py tunes with it).
