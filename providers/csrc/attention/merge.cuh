@@ -58,11 +58,12 @@ __device__ __forceinline__ MergedRow merged_row(float m, float denom, const floa
 // Why batches: a merge sits on the critical path of every split decode and its work is a few
 // loads per state, so its time is the number of memory round trips in a row. absorb() takes
 // kMergeBatch states whose loads were all issued before it (unconditional loads from
-// clamped addresses, no branch between them), so a batch costs one round trip. Measured on an H200 against the
-// loops it replaced (three passes over the states, one thread per column): merge_states of
-// 32 states 9.1 -> 2.7 us, single decode of 32768 keys (32 splits) 48.6 -> 39.1 us. Folding
-// each state in as soon as it is loaded, with a branch on a new maximum, let the compiler
-// issue one state's loads at a time: 1.5x slower than the three passes (dev/NOTES.md).
+// clamped addresses, no branch between them), so a batch costs one round trip. Measured on
+// an H200 against the loops it replaced (three passes over the states, one thread per
+// column): merge_states of 32 states 9.1 -> 2.7 us, single decode of 32768 keys (32 splits)
+// 48.6 -> 39.1 us. Folding each state in as soon as it is loaded, with a branch on a new
+// maximum, let the compiler issue one state's loads at a time: 1.5x slower than the three
+// passes (dev/NOTES.md item 40).
 constexpr int kMergeBatch = 8;
 template <int V>
 struct MergeAccum {
