@@ -193,10 +193,10 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
         num_sms=_launch.num_sms(q.device),
         max_splits_allowed=_SINGLE_MAX_SPLITS,
     )
-    partial_out = partial_lse = None
-    if split.max_splits > 1:
+    if split.max_splits > 1:  # (rounding the chunk up may leave a single split)
         chunk = -(-split.chunk_pages // _SINGLE_CHUNK_KEYS) * _SINGLE_CHUNK_KEYS
         split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-kv_len // chunk))
+    partial_out = partial_lse = None
     if split.max_splits > 1:
         partial_out = torch.empty(
             (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
@@ -204,8 +204,6 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
         partial_lse = torch.empty(
             (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
         )
-    else:
-        split = _plan.SplitPlan(chunk_pages=1, max_splits=1)
     _launch.launch_batch_decode(
         kernels,
         q=q.unsqueeze(0),

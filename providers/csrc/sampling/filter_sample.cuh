@@ -127,7 +127,7 @@ __device__ std::uint32_t largest_key(const Scope& scope) {
 // row reads its maximum.
 template <typename Sh, typename Scope>
 __device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& t) {
-  const std::uint32_t field = Sh::exponent_field(t.top_bin - 1);
+  const std::uint32_t field = Sh::top_exponent_field(t.top_bin);
   return KeptSet{0u, field != 0u ? field << 23 : largest_key(scope), 0, t.mass_base, true, t.segments_ready};
 }
 

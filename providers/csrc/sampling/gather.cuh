@@ -42,8 +42,8 @@ struct GatherSpace {
   std::uint64_t* segments;  // nullptr: not wanted
   std::uint32_t* keys;
   std::uint32_t* positions;
-  std::uint32_t slice_length;  // capacity / warps
-  std::uint32_t begin;         // of this warp's slice
+  std::uint32_t slice;        // entries per warp: capacity / warps
+  std::uint32_t slice_begin;  // of this warp's slice
 
   __device__ static GatherSpace of(const GatherSizes& sizes) {
     extern __shared__ std::uint64_t gather_smem[];
@@ -52,9 +52,6 @@ struct GatherSpace {
     return GatherSpace{sizes.segments ? gather_smem : nullptr, keys, keys + sizes.capacity, slice,
                        (threadIdx.x >> 5) * slice};
   }
-
-  __device__ std::uint32_t slice() const { return slice_length; }
-  __device__ std::uint32_t slice_begin() const { return begin; }
 };
 
 // Appends the keys of one group of four elements (positions first .. first + 3) whose bit is
@@ -73,7 +70,7 @@ __device__ __forceinline__ void gather_append_group(const GatherSpace& space, st
   std::uint32_t at = count + static_cast<std::uint32_t>(__popc(b0 & below) + 2 * __popc(b1 & below) +
                                                         4 * __popc(b2 & below));
   count += static_cast<std::uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2));
-  const std::uint32_t slice = space.slice(), begin = space.slice_begin();
+  const std::uint32_t slice = space.slice, begin = space.slice_begin;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     if ((match >> j) & 1u) {

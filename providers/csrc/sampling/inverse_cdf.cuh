@@ -148,7 +148,7 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   const GatherSpace space = GatherSpace::of(sizes);
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
-  const std::uint32_t first = space.slice_begin();  // this warp's slice, `gathered` long
+  const std::uint32_t first = space.slice_begin;  // this warp's slice, `gathered` long
   for (std::uint32_t i = first + (threadIdx.x & 31); i < first + gathered; i += 32) {
     const std::uint32_t k = space.keys[i];
     if (k >= min_key) {

@@ -60,6 +60,11 @@ struct RadixShared {
   __host__ __device__ static constexpr std::uint32_t exponent_field(std::uint32_t bin) {
     return bin >> (23 - shift(0));
   }
+  // The exponent field of the row's largest key, from level 0's top_bin (the highest
+  // non-empty bin + 1; 0: no participant, field 0).
+  __host__ __device__ static constexpr std::uint32_t top_exponent_field(std::uint32_t top_bin) {
+    return top_bin > 0 ? exponent_field(top_bin - 1) : 0u;
+  }
   union {
     struct {
       std::uint32_t count[kBins];
@@ -145,7 +150,7 @@ template <typename Scope, typename KeyFn, typename Sh>
 __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit,
                                             std::uint32_t top_bin, std::int64_t n, Sh& sh) {
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
-  const std::uint32_t field = top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u;
+  const std::uint32_t field = Sh::top_exponent_field(top_bin);
   const bool fuse = Scope::kGathers == GatherMode::kSearchAndDraw && space.segments != nullptr && field != 0u;
   const FixedPointScale fx = FixedPointScale::of(field << 23, n);
   std::uint32_t count = 0;  // this warp's (sh.gather_overflow was cleared with level 0's bins)
@@ -166,7 +171,7 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   });
   if ((threadIdx.x & 31) == 0) {
     sh.gathered[threadIdx.x >> 5] = count;
-    if (count > space.slice()) sh.gather_overflow = 1;
+    if (count > space.slice) sh.gather_overflow = 1;
   }
   __syncthreads();
   const bool listed = sh.gather_overflow == 0;
@@ -212,7 +217,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     };
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
-      const std::uint32_t* keys = gather.keys + gather.slice_begin();
+      const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
@@ -238,7 +243,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
       }
       top_bin = scope.reduce(mine, MaxOp{}, 0u);
-      base = search_mass_base(top_bin > 0 ? Sh::exponent_field(top_bin - 1) : 0u, target.row_length);
+      base = search_mass_base(Sh::top_exponent_field(top_bin), target.row_length);
     }
     // A bin's mass: its mantissa sum shifted once by its exponent (level 0: the bin's own
     // exponent field; later levels split one level-0 bin, whose exponent the prefix holds).
