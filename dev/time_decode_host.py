@@ -1,0 +1,147 @@
+"""Kernel lab: host time of one eager decode run() and of its parts, to find where the
+decode host-time goal (15 us per eager run()) is lost.
+
+For each shape: the whole run() (with and without ``out``), the provider call alone on the
+exact arguments run() passes (recorded once), the same call on a zero-row batch (every
+check and the argument packing, no launch: the launcher returns before it launches), and
+the pieces run() adds in Python (output allocation, views, stream query). Then floors that
+say how fast this host is: a trivial provider call, a torch in-place add (torch's own
+dispatch and launch), ``torch.empty``, and a pure-Python loop (to compare hosts).
+
+The GPU is held busy by a long ``torch.cuda._sleep`` first, so every timed call only
+enqueues: the figures are CPU time per call, not kernel time.
+
+    python dev/time_decode_host.py        (on a GPU machine, provider installed)
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import host_us  # noqa: E402
+from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
+
+import aotinfer  # noqa: E402
+from aotinfer import _decode_launch, _views  # noqa: E402
+
+SHAPES = [(1, 1024), (16, 1024), (64, 4096)]
+
+
+def recorded_provider_args(w, q, cache):
+    """The positional arguments run() passes to kernels.batch_decode, recorded from one call."""
+    seen = {}
+    kernels = w._plan.kernels
+
+    class Recorder:
+        def batch_decode(self, *args):
+            seen["args"] = args
+            kernels.batch_decode(*args)
+
+    w._plan.kernels = Recorder()
+    try:
+        w.run(q, cache)
+    finally:
+        w._plan.kernels = kernels
+    return seen["args"]
+
+
+def zero_row_args(args):
+    """``args`` with q, out and the page table cut to zero requests (views are 5-tuples:
+    ptr, dtype, shape, strides, device), so the launcher checks and packs but launches
+    nothing. Positions follow kernels.batch_decode's signature."""
+    args = list(args)
+
+    def rows0(v, shape0):
+        return None if v is None else (v[0], v[1], (shape0,) + tuple(v[2][1:]), v[3], v[4])
+
+    args[0] = rows0(args[0], 0)  # q
+    args[5] = rows0(args[5], 1)  # indptr: batch + 1 entries
+    args[7] = rows0(args[7], 0)  # last_page_len
+    args[9] = rows0(args[9], 0)  # out
+    args[10] = None  # lse
+    args[13] = rows0(args[13], 0) if args[13] is not None else None  # work list
+    args[14] = rows0(args[14], 0) if args[14] is not None else None  # split_counts
+    return tuple(args)
+
+
+def python_loop_us(n: int = 1000) -> float:
+    """A fixed pure-Python workload (attribute reads, a call, tuple building), to compare
+    this host's interpreter speed with another's."""
+
+    class Box:
+        a, b = 1, 2
+
+    def f(x):
+        return (x.a, x.b, x.a + x.b)
+
+    box = Box()
+    t = time.perf_counter()
+    for _ in range(n):
+        f(box)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def main() -> None:
+    dev = torch.device("cuda", 0)
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
+    for batch, kv in SHAPES:
+        g = torch.Generator().manual_seed(batch + kv)
+        cache, indptr, indices, last = paged_setup([kv] * batch, g)
+        q = torch.randn(batch, HQ, D, dtype=DT, device=dev)
+        out = torch.empty_like(q)
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+        w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        p = w._plan
+        args = recorded_provider_args(w, q, cache)
+        args0 = zero_row_args(args)
+        k = p.kernels
+        parts = {
+            "run(q, cache)": lambda: w.run(q, cache),
+            "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
+            "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
+            "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
+            "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),
+            "views of q and out + cache halves": lambda: (
+                _views.view(q),
+                _views.view(out),
+                _decode_launch.cache_half_views(cache),
+            ),
+            "stream_handle": lambda: _views.stream_handle(dev),
+        }
+        print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
+              f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
+        for name, fn in parts.items():
+            print(f"{host_us(fn, n=300, hold_gpu=True):8.2f}  {name}", flush=True)
+        if batch == 1:
+            torch.cuda._sleep(2_000_000_000)
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(500):
+                w.run(q, cache)
+            profile.disable()
+            torch.cuda.synchronize()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+        del cache
+        torch.cuda.empty_cache()
+    tiny = torch.zeros(4, device=dev)
+    floors = {
+        "kernels.runtime_info() (pybind call, two runtime queries)": k.runtime_info,
+        "tiny.add_(1) (torch dispatch + one launch)": lambda: tiny.add_(1),
+        "torch.empty(4) on the GPU": lambda: torch.empty(4, device=dev),
+    }
+    print("floors")
+    for name, fn in floors.items():
+        print(f"{host_us(fn, n=300, hold_gpu=True):8.2f}  {name}", flush=True)
+    print(f"{min(python_loop_us() for _ in range(20)):8.3f}  pure-Python loop step (compare hosts)")
+
+
+if __name__ == "__main__":
+    main()
