@@ -62,20 +62,33 @@ def graph_time_ms(fn, reps: int = 50, calls: int = 1, args_list=None) -> float:
     return time_ms(graph.replay, reps=reps, warmup=3) / calls
 
 
-def host_us(fn, n: int = 300, hold_gpu: bool = False) -> float:
+def host_us(fn, n: int = 300, hold_gpu: bool = False, sleep_cycles: int = 2_000_000_000) -> float:
     """CPU microseconds per call of fn, the GPU keeping up (or, ``hold_gpu``, held busy by a
-    long sleep kernel first, so that every call only enqueues)."""
+    sleep kernel of ``sleep_cycles`` first (2e9: ~1 s), so that every call only enqueues;
+    it must outlast the n calls)."""
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
     if hold_gpu:
-        torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time
+        torch.cuda._sleep(sleep_cycles)
     t = time.perf_counter()
     for _ in range(n):
         fn()
     dt = (time.perf_counter() - t) / n
     torch.cuda.synchronize()
     return dt * 1e6
+
+
+def print_host_times(parts: dict, rounds: int = 3) -> None:
+    """Prints each part's host time (host_us with the GPU held busy): the median of
+    ``rounds`` rounds of 200 calls, the rounds interleaved across the parts so that a slow
+    spell of the host does not land on one part, with the range."""
+    times = {name: [] for name in parts}
+    for _ in range(rounds):
+        for name, fn in parts.items():
+            times[name].append(host_us(fn, n=200, hold_gpu=True, sleep_cycles=400_000_000))
+    for name, ts in times.items():
+        print(f"{statistics.median(ts):8.2f}  ({min(ts):6.2f}-{max(ts):6.2f})  {name}", flush=True)
 
 
 def rotation_graph_us(fn, sets, min_calls: int = 10) -> float:

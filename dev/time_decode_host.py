@@ -4,7 +4,9 @@ decode host-time goal (15 us per eager run()) is lost.
 For each shape: the whole run() (with and without ``out``), the provider call alone on the
 exact arguments run() passes (recorded once), the same call on a zero-row batch (every
 check and the argument packing, no launch: the launcher returns before it launches), and
-the pieces run() adds in Python (output allocation, views, stream query). Then floors that
+the pieces run() adds in Python (output allocation, views, stream query); where a plan
+merges in the grid only when eager (one split request), the same run() on the merge kernel.
+Each figure is the median of three interleaved rounds of 200 calls. Then floors that
 say how fast this host is: a trivial provider call, a torch in-place add (torch's own
 dispatch and launch), ``torch.empty``, and a pure-Python loop (to compare hosts).
 
@@ -25,7 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import host_us  # noqa: E402
+from bench_common import print_host_times  # noqa: E402
 from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 import aotinfer  # noqa: E402
@@ -103,6 +105,13 @@ def main() -> None:
         args = recorded_provider_args(w, q, cache)
         args0 = zero_row_args(args)
         k = p.kernels
+        merge_kernel = None
+        if p.eager_split_args is not None:  # the same plan, eager calls on the merge kernel
+            merge_kernel = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+                ws, "NHD", use_tensor_cores=True
+            )
+            merge_kernel.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+            merge_kernel._plan.eager_split_args = None
         parts = {
             "run(q, cache)": lambda: w.run(q, cache),
             "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
@@ -116,10 +125,13 @@ def main() -> None:
             ),
             "stream_handle": lambda: _views.stream_handle(dev),
         }
+        if merge_kernel is not None:
+            parts["run(q, cache), eager merge kernel instead of in-grid"] = lambda: merge_kernel.run(
+                q, cache
+            )
         print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
               f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
-        for name, fn in parts.items():
-            print(f"{host_us(fn, n=300, hold_gpu=True):8.2f}  {name}", flush=True)
+        print_host_times(parts)
         if batch == 1:
             torch.cuda._sleep(2_000_000_000)
             profile = cProfile.Profile()
@@ -138,8 +150,7 @@ def main() -> None:
         "torch.empty(4) on the GPU": lambda: torch.empty(4, device=dev),
     }
     print("floors")
-    for name, fn in floors.items():
-        print(f"{host_us(fn, n=300, hold_gpu=True):8.2f}  {name}", flush=True)
+    print_host_times(floors)
     print(f"{min(python_loop_us() for _ in range(20)):8.3f}  pure-Python loop step (compare hosts)")
 
 

@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import host_us  # noqa: E402
+from bench_common import print_host_times  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _rng, _views  # noqa: E402
@@ -55,9 +55,8 @@ def main() -> None:
         ),
         "_views.view(tensor)": lambda: _views.view(probs),
     }
-    print(f"host time per call, GPU busy (torch {torch.__version__})")
-    for name, fn in parts.items():
-        print(f"{host_us(fn, n=200, hold_gpu=True):8.2f} us  {name}", flush=True)
+    print(f"host time per call in us, GPU busy (torch {torch.__version__})")
+    print_host_times(parts)
     # Where the time of a seeded top-k call goes (cProfile adds its own overhead per call).
     call = parts["top_k_sampling_from_probs, seed=, offset="]
     torch.cuda._sleep(2_000_000_000)

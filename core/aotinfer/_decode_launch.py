@@ -42,6 +42,12 @@ def use_reference(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (tests replace this to drive
+    both sides of a choice that depends on it on CPU)."""
+    return torch.cuda.is_current_stream_capturing()
+
+
 def provider_kernels(device: torch.device):
     """The chosen provider's kernel module for a CUDA device (imports it on first use)."""
     from ._providers import provider_for_device
@@ -60,14 +66,47 @@ def num_sms(device: torch.device) -> int:
     return _sm_counts[index]
 
 
-def cache_half_views(cache: torch.Tensor) -> Tuple[tuple, tuple]:
+def cache_half_views(cache: torch.Tensor, strides: Optional[tuple] = None) -> Tuple[tuple, tuple]:
     """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache, computed
-    from its shape and strides (slicing costs microseconds per call)."""
-    ptr, st, s = cache.data_ptr(), cache.stride(), cache.shape
+    from its shape and strides (slicing costs microseconds per call); ``strides`` is
+    ``cache.stride()`` when the caller has it already."""
+    ptr, st, s = cache.data_ptr(), strides or cache.stride(), cache.shape
     code, dev = _views.DTYPE_CODES[cache.dtype], cache.get_device()
     shape, strides = (s[0], s[2], s[3], s[4]), (st[0], st[2], st[3], st[4])
     v_ptr = ptr + st[1] * cache.element_size()
     return (ptr, code, shape, strides, dev), (v_ptr, code, shape, strides, dev)
+
+
+# kernels.batch_decode's arguments, in the header's order, come in groups: q, k_cache,
+# v_cache; the table group; out, lse; the split group; the scalar group; sinks, stream. A
+# wrapper's plan() builds the table and split groups (and the scalar group of its planned
+# options) once, so run() passes them as ready tuples.
+
+
+def table_args(layout_code: int, page_size: int, table_views: tuple, kv_len_scalar: int) -> tuple:
+    """kv_layout, page_size, indptr, indices, last_page_len, kv_len_scalar."""
+    return (layout_code, page_size, *table_views, kv_len_scalar)
+
+
+def split_args(partial_views: tuple, work_views: tuple, split: SplitPlan, q_len_per_req: int) -> tuple:
+    """partial_out, partial_lse, work, split_counts, arrivals, chunk_pages, max_splits,
+    q_len_per_req."""
+    return (*partial_views, *work_views, split.chunk_pages, split.max_splits, q_len_per_req)
+
+
+def scalar_args(s: DecodeScalars, alibi_view) -> tuple:
+    """sm_scale through v_scale (the ALiBi slopes only where the mode uses them)."""
+    return (
+        s.sm_scale,
+        s.logits_soft_cap,
+        s.window_left,
+        s.pos_code,
+        s.rope_scale,
+        s.rope_theta,
+        alibi_view if s.pos_code == 2 else None,
+        s.k_scale,
+        s.v_scale,
+    )
 
 
 def call_batch_decode(
@@ -95,26 +134,11 @@ def call_batch_decode(
         q_view,
         k_view,
         v_view,
-        layout_code,
-        page_size,
-        *table_views,
-        kv_len_scalar,
+        *table_args(layout_code, page_size, table_views, kv_len_scalar),
         out_view,
         lse_view,
-        *partial_views,
-        *work_views,
-        split.chunk_pages,
-        split.max_splits,
-        q_len_per_req,
-        s.sm_scale,
-        s.logits_soft_cap,
-        s.window_left,
-        s.pos_code,
-        s.rope_scale,
-        s.rope_theta,
-        alibi_view if s.pos_code == 2 else None,
-        s.k_scale,
-        s.v_scale,
+        *split_args(partial_views, work_views, split, q_len_per_req),
+        *scalar_args(s, alibi_view),
         sinks_view,
         stream,
     )

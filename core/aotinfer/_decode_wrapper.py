@@ -29,6 +29,7 @@ from . import _decode_plan as _plan
 from . import _views
 
 _BACKENDS_OURS = ("auto", "fa2")
+_F32 = _views.DTYPE_CODES[torch.float32]
 _BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
 
 # Nominal multiprocessor count for plans made on CPU (the reference path ignores splits;
@@ -75,6 +76,21 @@ class _Plan:
     work: Optional[torch.Tensor] = None  # device copy of split.work then split.split_counts
     work_views: tuple = (None, None, None)  # work, split_counts, arrivals
     alibi_view: object = None
+    # kernels.batch_decode's argument groups (_decode_launch.table_args, split_args,
+    # scalar_args of the planned options); eager_split_args: the split group of an eager
+    # call where it differs (a split single request merges in its grid, _eager_merges_in_grid).
+    launch_table: tuple = ()
+    launch_split: tuple = ()
+    eager_split_args: Optional[tuple] = None
+    launch_scalars: tuple = ()
+    # What run() puts into the views it builds itself: the device index (-1: CPU), the
+    # dtype codes of q and out, the contiguous strides of out and lse.
+    device_index: int = -1
+    q_code: int = 0
+    o_code: int = 0
+    out_strides: Tuple[int, ...] = ()
+    lse_shape: Tuple[int, ...] = ()
+    lse_strides: Tuple[int, ...] = ()
 
 
 def _merges_in_grid(batch: int) -> bool:
@@ -86,6 +102,16 @@ def _merges_in_grid(batch: int) -> bool:
     requests the in-grid merge overlaps other CTAs' streaming and won (batch 16, kv 1024:
     25.6 vs 27.0 us uniform, 29.9 vs 32.7 skewed; dev/NOTES.md items 22 and 40)."""
     return batch > 1
+
+
+def _eager_merges_in_grid(batch: int) -> bool:
+    """Whether an eager (not captured) call of a split decode merges in its grid although
+    :func:`_merges_in_grid` says the merge kernel. An eager call's time is the host's: the
+    merge kernel's launch costs as much host time as the decode's (~4-5 us each on the H200
+    host, dev/time_decode_host.py), far more than the in-grid merge costs the GPU (0.25 us at
+    batch 1, kv 1024). Inside a CUDA graph there is no launch cost, so captures keep the merge
+    kernel. Both merges combine the same partial states in the same order."""
+    return batch == 1
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -422,7 +448,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             plan.kernels = _launch.provider_kernels(self.device)
             plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
             arrivals = None
-            if _merges_in_grid(batch) and (split.max_splits > 1 or split.work is not None):
+            splits_or_work = split.max_splits > 1 or split.work is not None
+            if splits_or_work and (_merges_in_grid(batch) or _eager_merges_in_grid(batch)):
                 blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
                 arrivals = view(self._arrivals_for(batch * blocks * num_kv_heads))
             if split.work is not None:
@@ -431,10 +458,28 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 plan.work = ints.to(self.device, non_blocking=non_blocking)
                 plan.work_views = (view(plan.work[:n].view(-1, 4)), view(plan.work[n:]), arrivals)
             else:
-                plan.work_views = (None, None, arrivals)
+                plan.work_views = (None, None, arrivals if _merges_in_grid(batch) else None)
             plan.alibi_view = view(plan.alibi_slopes)
             self._carve_views(plan)
+            self._launch_groups(plan, arrivals)
         self._plan = plan
+
+    def _launch_groups(self, p: _Plan, arrivals) -> None:
+        """The plan's ready argument groups and view constants for run() (provider path)."""
+        p.launch_table = _launch.table_args(self._layout_code, p.page_size, p.table_views, 0)
+        p.launch_split = _launch.split_args(p.partial_views, p.work_views, p.split, p.q_len)
+        if p.work_views[2] is None and arrivals is not None:
+            p.eager_split_args = _launch.split_args(
+                p.partial_views, (None, None, arrivals), p.split, p.q_len
+            )
+        p.launch_scalars = _launch.scalar_args(p.default_scalars, p.alibi_view)
+        p.device_index = -1 if self.device.index is None else self.device.index  # as get_device()
+        p.q_code = _views.DTYPE_CODES[p.q_dtype]
+        p.o_code = _views.DTYPE_CODES[p.o_dtype]
+        rows, heads, dim = p.q_shape
+        p.out_strides = (heads * dim, dim, 1)
+        p.lse_shape = (rows, heads)
+        p.lse_strides = (heads, 1)
 
     @staticmethod
     def _scalars(p: _Plan, opts: dict, scales: tuple) -> _launch.DecodeScalars:
@@ -576,13 +621,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
             not isinstance(q, torch.Tensor)
             or q.dtype is not p.q_dtype
             or q.shape != p.q_shape
-            or q.device != dev
+            or q.get_device() != p.device_index
         ):
             _c.check_q(p, q, dev)
         if opts or scales != (None, None, None):
             scalars = self._scalars(p, opts, scales)
         else:
-            scalars = p.default_scalars
+            scalars = None  # the planned ones
         if sinks is not None:
             sinks = _c.check_sinks(p, sinks, dev)
         if out is None:
@@ -610,7 +655,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 p.last_page_len,
                 kv_layout=self._kv_layout,
                 q_len_per_req=p.q_len,
-                scalars=scalars,
+                scalars=p.default_scalars if scalars is None else scalars,
                 alibi_slopes=p.alibi_slopes,
                 sinks=sinks,
                 out=out,
@@ -618,37 +663,39 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
             return (out, lse) if return_lse else out
 
+        # Every view below is built from what the checks above established (shape, dtype,
+        # device, contiguity): each torch accessor not called is host time saved per call.
+        index = p.device_index
         cache = paged_kv_cache
+        views = None
         if (
             isinstance(cache, torch.Tensor)
             and cache.dtype is p.kv_dtype
             and cache.shape[1:] == p.cache_tail
-            and cache.stride(-1) == 1
-            and cache.device == dev
+            and cache.get_device() == index
         ):
-            k_view, v_view = _launch.cache_half_views(cache)
-        else:
+            strides = cache.stride()
+            if strides[-1] == 1:
+                views = _launch.cache_half_views(cache, strides)
+        if views is None:
             k_cache, v_cache = _c.check_cache(p, cache, self._kv_layout, dev)
-            k_view, v_view = _views.view(k_cache), _views.view(v_cache)
-        view = _views.view
-        _launch.call_batch_decode(
-            p.kernels,
-            view(q if q.stride(-1) == 1 else q.contiguous()),
-            k_view,
-            v_view,
-            self._layout_code,
-            p.page_size,
-            p.table_views,
-            0,
-            view(out),
-            None if lse is None else view(lse),
-            p.partial_views,
-            p.work_views,
-            p.split,
-            p.q_len,
-            scalars,
-            p.alibi_view,
-            None if sinks is None else view(sinks),
+            views = (_views.view(k_cache), _views.view(v_cache))
+        q_strides = q.stride()
+        if q_strides[-1] != 1:
+            q = q.contiguous()
+            q_strides = q.stride()
+        split = p.launch_split
+        if p.eager_split_args is not None and not _launch.capturing():
+            split = p.eager_split_args
+        p.kernels.batch_decode(
+            (q.data_ptr(), p.q_code, p.q_shape, q_strides, index),
+            *views,
+            *p.launch_table,
+            (out.data_ptr(), p.o_code, p.q_shape, p.out_strides, index),
+            None if lse is None else (lse.data_ptr(), _F32, p.lse_shape, p.lse_strides, index),
+            *split,
+            *(p.launch_scalars if scalars is None else _launch.scalar_args(scalars, p.alibi_view)),
+            None if sinks is None else _views.view(sinks),
             _views.stream_handle(dev),
         )
         return (out, lse) if return_lse else out

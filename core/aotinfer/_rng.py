@@ -59,8 +59,23 @@ def advance_state(state: torch.Tensor, increment: int) -> Tuple[torch.Tensor, in
     return new_state, seed, offset
 
 
+# Default generators by the torch.device a sampling call passes (its input's), so the hot
+# path skips building a device object; torch keeps one generator object per device for the
+# life of the process (manual_seed reseeds it in place).
+_defaults_by_device = {}
+
+
 def default_generator(device: Union[torch.device, str, None]) -> torch.Generator:
     """The default generator of ``device`` (None: the current CUDA device)."""
+    if type(device) is torch.device and device.index is not None:
+        gen = _defaults_by_device.get(device)
+        if gen is None:
+            gen = _defaults_by_device.setdefault(device, _default_generator(device))
+        return gen
+    return _default_generator(device)
+
+
+def _default_generator(device: Union[torch.device, str, None]) -> torch.Generator:
     dev = torch.device("cuda") if device is None else torch.device(device)
     if dev.type == "cpu":
         return torch.default_generator
@@ -68,6 +83,15 @@ def default_generator(device: Union[torch.device, str, None]) -> torch.Generator
         raise ValueError(f"device must be a CUDA or CPU device, got {dev}")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     return torch.cuda.default_generators[index]
+
+
+def _stream_capturing() -> bool:
+    """Whether the current CUDA stream is capturing; False where torch has no CUDA (a
+    stand-in generator in the CPU tests). Cheaper than asking ``is_available`` first."""
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except (RuntimeError, AssertionError):
+        return False
 
 
 def get_seed_and_offset(
@@ -97,7 +121,7 @@ def get_seed_and_offset(
     if gen.device.type == "cpu":
         seed = torch.randint(0, 1 << CPU_SEED_BITS, (1,), dtype=torch.int64, generator=gen)
         return int(seed), 0
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    if _stream_capturing():
         raise ValueError(
             "seed, offset: a CUDA generator cannot be read or advanced during CUDA graph "
             "capture; pass seed and offset as int64 tensors (rewrite them between replays)"

@@ -34,6 +34,7 @@ from .reference.philox import MASK64
 from .reference.sampling import FilterMode
 
 _LIB = torch.library.Library("aotinfer", "FRAGMENT")
+_BOOL_CODE = _views.DTYPE_CODES[torch.bool]
 
 # The random-number tail shared by the two seeded ops' schemas.
 _RANDOM = (
@@ -188,9 +189,13 @@ def _sample_impl(
     valid = torch.empty(batch, dtype=torch.bool, device=input.device)
     if batch == 0:
         return samples, valid
-    v = _views.view
+    v, index = _views.view, input.get_device()
     _kernels(input.device).sample(
-        v(input), bool(is_logits), v(indices), v(samples), v(valid), int(filter_mode),
+        v(input), bool(is_logits), v(indices),
+        # the outputs' views from what was just allocated (host time: no accessor calls)
+        (samples.data_ptr(), _views.DTYPE_CODES[out_dtype], (batch,), (1,), index),
+        (valid.data_ptr(), _BOOL_CODE, (batch,), (1,), index),
+        int(filter_mode),
         v(top_k_arr), int(top_k), v(top_p_arr), float(top_p), v(min_p_arr), float(min_p),
         v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64,
         _views.stream_handle(input.device),

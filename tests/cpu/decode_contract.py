@@ -14,6 +14,7 @@ a merge combines them; sinks join once, after the merge.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -34,11 +35,33 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+_CODE_DTYPES = {code: dtype for dtype, code in _views.DTYPE_CODES.items()}
+
+
+def tensor_from_view(v):
+    """A CPU tensor over the memory a provider view names (the views run() builds itself
+    from the checked tensors' pointers, strides and the plan's dtype codes); anything that
+    is not a view (a tensor, None) as it is. Writes go to the viewed memory, as a kernel's
+    would."""
+    if not isinstance(v, tuple):
+        return v
+    ptr, code, shape, strides, device = v
+    assert device == -1, f"a CPU tensor's view names device -1, got {device}"
+    dtype = _CODE_DTYPES[code]
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype)
+    itemsize = dtype.itemsize
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    raw = (ctypes.c_char * (extent * itemsize)).from_address(ptr)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, strides)
+
+
 class FakeKernels:
     """Records every call (name, args) in ``calls`` and computes what the kernel would."""
 
     def __init__(self):
         self.calls = []
+        self.capturing = False  # what _decode_launch.capturing() answers
 
     def batch_decode(
         self,
@@ -73,6 +96,7 @@ class FakeKernels:
         sinks,
         stream,
     ):
+        q, k_cache, v_cache, out, lse = map(tensor_from_view, (q, k_cache, v_cache, out, lse))
         self.calls.append(("batch_decode", dict(locals())))
         rows, hq, d = q.shape
         assert q.dtype in Q_DTYPES and q.stride(-1) == 1
@@ -263,7 +287,10 @@ def install(monkeypatch, num_sms: int = 132) -> FakeKernels:
     monkeypatch.setattr(_decode_launch, "use_reference", lambda device: False)
     monkeypatch.setattr(_decode_launch, "provider_kernels", lambda device: fake)
     monkeypatch.setattr(_decode_launch, "num_sms", lambda device: num_sms)
+    monkeypatch.setattr(_decode_launch, "capturing", lambda: fake.capturing)
     monkeypatch.setattr(_views, "view", lambda t: t)
     monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
-    monkeypatch.setattr(_decode_launch, "cache_half_views", lambda c: (c[:, 0], c[:, 1]))
+    monkeypatch.setattr(
+        _decode_launch, "cache_half_views", lambda c, strides=None: (c[:, 0], c[:, 1])
+    )
     return fake

@@ -671,6 +671,34 @@ def test_provider_path_work_list_with_two_row_blocks(monkeypatch, chunk):
     close(out, lse, eo, el)
 
 
+def test_split_single_request_merges_in_grid_when_eager_and_in_the_merge_kernel_when_captured(
+    monkeypatch,
+):
+    """One request split over the grid: an eager call passes the merge counters (one launch,
+    the merge in the grid: host time), a call under capture passes none (the provider's
+    merge kernel: GPU time); both give the reference's result. Batch 2 merges in the grid
+    either way."""
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):
+        monkeypatch.setattr(_decode_plan, cost, 0)
+    fake = decode_contract.install(monkeypatch, num_sms=16)
+    for lens in ([300], [300, 40]):
+        q, cache, indptr, indices, last = make_batch(lens)
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+        eo, el = expected(q, cache, indptr, indices, last)
+        seen = []
+        for capturing in (False, True):
+            fake.capturing = capturing
+            out, lse = w.run(q, cache, return_lse=True)
+            args = fake.calls[-1][1]
+            assert args["max_splits"] > 1 or args["work"] is not None
+            seen.append(args["arrivals"] is not None)
+            close(out, lse, eo, el)
+        assert seen == ([True, False] if len(lens) == 1 else [True, True])
+    fake.capturing = False
+
+
 def test_provider_path_workspace_bounds_splits(monkeypatch):
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
     for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):

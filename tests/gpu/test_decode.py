@@ -525,6 +525,37 @@ def test_cuda_graph_replay_after_rewriting_page_tables(layout, max_pages):
         check(out, lse, oracle(q, cache, *tables, layout), torch.float16)
 
 
+@pytest.mark.parametrize("kv_len", [1024, 16384])
+def test_split_single_request_eager_and_captured(kv_len):
+    """One request split over the grid merges in the grid when eager and in the merge kernel
+    when captured (aotinfer._decode_wrapper._eager_merges_in_grid): both match the oracle,
+    and the eager calls leave the merge counters at 0."""
+    q, cache, indptr, indices, last = make_batch([kv_len], dtype=torch.bfloat16, seed=kv_len)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
+    assert w._plan.split.max_splits > 1 and w._plan.eager_split_args is not None
+    want = oracle(q, cache, indptr, indices, last)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+    w.run(q, cache, out=out, lse=lse)
+    torch.cuda.synchronize()
+    assert not w._arrivals.any()
+    check(out, lse, want, torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        w.run(q, cache, out=out, lse=lse)  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, cache, out=out, lse=lse)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, lse, want, torch.bfloat16)
+
+
 # ---------------------------------------------------------------- single decode
 
 
