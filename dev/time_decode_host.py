@@ -31,7 +31,7 @@ from bench_common import print_host_times  # noqa: E402
 from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 import aotinfer  # noqa: E402
-from aotinfer import _decode_launch, _views  # noqa: E402
+from aotinfer import _views  # noqa: E402
 
 SHAPES = [(1, 1024), (16, 1024), (64, 4096)]
 
@@ -73,6 +73,18 @@ def zero_row_args(args):
     return tuple(args)
 
 
+def warm_up_host(dev, seconds: float = 3.0) -> None:
+    """Keeps the host busy launching small kernels for a few seconds before anything is
+    timed: the first shape of an earlier run read 30-60% slower in every part, torch's own
+    allocation included, than the same parts later in the process."""
+    x = torch.zeros(4, device=dev)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(100):
+            x.add_(1)
+        torch.cuda.synchronize()
+
+
 def python_loop_us(n: int = 1000) -> float:
     """A fixed pure-Python workload (attribute reads, a call, tuple building), to compare
     this host's interpreter speed with another's."""
@@ -94,6 +106,7 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
+    warm_up_host(dev)
     for batch, kv in SHAPES:
         g = torch.Generator().manual_seed(batch + kv)
         cache, indptr, indices, last = paged_setup([kv] * batch, g)
@@ -118,10 +131,9 @@ def main() -> None:
             "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
             "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
             "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),
-            "views of q and out + cache halves": lambda: (
+            "_views.view of q and out (run() builds its own, cheaper)": lambda: (
                 _views.view(q),
                 _views.view(out),
-                _decode_launch.cache_half_views(cache),
             ),
             "stream_handle": lambda: _views.stream_handle(dev),
         }
@@ -143,6 +155,14 @@ def main() -> None:
             pstats.Stats(profile).sort_stats("tottime").print_stats(15)
         del cache
         torch.cuda.empty_cache()
+    single = {}
+    for kv in (1024, 32768):
+        qs = torch.randn(HQ, D, dtype=DT, device=dev)
+        ks, vs = (torch.randn(kv, HKV, D, dtype=DT, device=dev) for _ in range(2))
+        single[f"single_decode_with_kv_cache, kv {kv}"] = (
+            lambda qs=qs, ks=ks, vs=vs: aotinfer.single_decode_with_kv_cache(qs, ks, vs)
+        )
+    print_host_times(single)
     tiny = torch.zeros(4, device=dev)
     floors = {
         "kernels.runtime_info() (pybind call, two runtime queries)": k.runtime_info,

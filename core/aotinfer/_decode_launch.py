@@ -66,15 +66,16 @@ def num_sms(device: torch.device) -> int:
     return _sm_counts[index]
 
 
-def cache_half_views(cache: torch.Tensor, strides: Optional[tuple] = None) -> Tuple[tuple, tuple]:
-    """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache, computed
-    from its shape and strides (slicing costs microseconds per call); ``strides`` is
-    ``cache.stride()`` when the caller has it already."""
-    ptr, st, s = cache.data_ptr(), strides or cache.stride(), cache.shape
-    code, dev = _views.DTYPE_CODES[cache.dtype], cache.get_device()
-    shape, strides = (s[0], s[2], s[3], s[4]), (st[0], st[2], st[3], st[4])
-    v_ptr = ptr + st[1] * cache.element_size()
-    return (ptr, code, shape, strides, dev), (v_ptr, code, shape, strides, dev)
+def cache_half_views(
+    ptr: int, shape: tuple, strides: tuple, code: int, itemsize: int, device: int
+) -> Tuple[tuple, tuple]:
+    """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache from its
+    pointer, shape, strides, dtype code, element size and device index (slicing the tensor
+    costs microseconds per call; run() has all of these from its checks)."""
+    half = (shape[0], shape[2], shape[3], shape[4])
+    half_strides = (strides[0], strides[2], strides[3], strides[4])
+    v_ptr = ptr + strides[1] * itemsize
+    return (ptr, code, half, half_strides, device), (v_ptr, code, half, half_strides, device)
 
 
 # kernels.batch_decode's arguments, in the header's order, come in groups: q, k_cache,

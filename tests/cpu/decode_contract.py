@@ -290,7 +290,4 @@ def install(monkeypatch, num_sms: int = 132) -> FakeKernels:
     monkeypatch.setattr(_decode_launch, "capturing", lambda: fake.capturing)
     monkeypatch.setattr(_views, "view", lambda t: t)
     monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
-    monkeypatch.setattr(
-        _decode_launch, "cache_half_views", lambda c, strides=None: (c[:, 0], c[:, 1])
-    )
     return fake

@@ -749,7 +749,10 @@ def test_cache_half_views_equal_the_sliced_views(dtype):
     from aotinfer import _decode_launch, _views
 
     cache = torch.zeros(9, 2, 16, 4, 64).to(dtype)[1:8]  # an offset, non-zero storage start
-    k_view, v_view = _decode_launch.cache_half_views(cache)
+    k_view, v_view = _decode_launch.cache_half_views(
+        cache.data_ptr(), cache.shape, cache.stride(), _views.DTYPE_CODES[dtype],
+        cache.element_size(), cache.get_device(),
+    )  # fmt: skip
     for got, half in ((k_view, cache[:, 0]), (v_view, cache[:, 1])):
         want = _views.view(half)
         assert (got[0], got[1], tuple(got[2]), tuple(got[3])) == want[:4]
