@@ -26,6 +26,7 @@ Differences from FlashInfer, by design:
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple, Union
 
 import torch
@@ -50,6 +51,7 @@ __all__ = [
 # Single decode has no user workspace: its partial buffers are allocated per call, capped.
 _SINGLE_MAX_SPLITS = 256
 _SINGLE_CHUNK_KEYS = 64  # four warps x 16-key tiles (decode_tc_kernel.cuh)
+_F32 = _views.DTYPE_CODES[torch.float32]
 
 
 def single_decode_with_kv_cache(
@@ -181,47 +183,73 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
     whole rounds of the CTA's four 16-key warp tiles, so every warp of a split ends together,
     and a merge kernel combines the splits. No page table means no page ids on the kernel's
     critical path: measured against the identity page table it replaced (H200, one machine
-    start, A B A B), 32768 keys 49.5 -> 47.3 us, 131072 keys 141.2 -> 138.5 us."""
+    start, A B A B), 32768 keys 49.5 -> 47.3 us, 131072 keys 141.2 -> 138.5 us.
+
+    Host time: the views of the batch of one are built from each tensor's own (a leading
+    dimension of 1, no unsqueeze), the split plan is remembered per shape, and the partial
+    buffers are one allocation."""
     kernels = _launch.provider_kernels(q.device)
     num_qo_heads, head_dim = q.shape
+    index = q.get_device()
+    split = _single_split(kv_len, num_kv_heads, _launch.num_sms(q.device))
+    partial_views = (None, None)
+    if split.max_splits > 1:
+        splits = split.max_splits
+        n_out = splits * num_qo_heads * head_dim
+        buf = torch.empty(n_out + splits * num_qo_heads, dtype=torch.float32, device=q.device)
+        ptr = buf.data_ptr()  # partial_out, then partial_lse (16-byte aligned: D % 4 == 0)
+        partial_views = (
+            (ptr, _F32, (1, splits, num_qo_heads, head_dim), (n_out, num_qo_heads * head_dim, head_dim, 1), index),
+            (ptr + 4 * n_out, _F32, (1, splits, num_qo_heads), (splits * num_qo_heads, num_qo_heads, 1), index),
+        )  # fmt: skip
+    _launch.call_batch_decode(
+        kernels,
+        _batch_of_one(q, index),
+        _batch_of_one(k, index),
+        _batch_of_one(v, index),
+        _u.KV_LAYOUTS[kv_layout],
+        kv_len,
+        (None, None, None),
+        kv_len,
+        _batch_of_one(out, index),
+        None if lse is None else _batch_of_one(lse, index),
+        partial_views,
+        (None, None, None),
+        split,
+        1,
+        scalars,
+        None if slopes is None else _views.view(slopes),
+        None,
+        _views.stream_handle(q.device),
+    )
+
+
+def _batch_of_one(t: torch.Tensor, index: int) -> tuple:
+    """The provider view of ``t.unsqueeze(0)``, from ``t``'s own pointer, shape and strides."""
+    shape, strides = t.shape, t.stride()
+    return (
+        t.data_ptr(),
+        _views.DTYPE_CODES[t.dtype],
+        (1, *shape),
+        (shape[0] * strides[0], *strides),
+        index,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _single_split(kv_len: int, num_kv_heads: int, num_sms: int) -> _plan.SplitPlan:
+    """The split of one request of ``kv_len`` keys (remembered: the planner's cost model
+    costs microseconds of host time per call)."""
     split = _plan.plan_splits(
         batch=1,
         max_pages=kv_len,
         total_pages=kv_len,
         page_size=1,
         num_kv_heads=num_kv_heads,
-        num_sms=_launch.num_sms(q.device),
+        num_sms=num_sms,
         max_splits_allowed=_SINGLE_MAX_SPLITS,
     )
     if split.max_splits > 1:  # (rounding the chunk up may leave a single split)
         chunk = -(-split.chunk_pages // _SINGLE_CHUNK_KEYS) * _SINGLE_CHUNK_KEYS
         split = _plan.SplitPlan(chunk_pages=chunk, max_splits=-(-kv_len // chunk))
-    partial_out = partial_lse = None
-    if split.max_splits > 1:
-        partial_out = torch.empty(
-            (1, split.max_splits, num_qo_heads, head_dim), dtype=torch.float32, device=q.device
-        )
-        partial_lse = torch.empty(
-            (1, split.max_splits, num_qo_heads), dtype=torch.float32, device=q.device
-        )
-    _launch.launch_batch_decode(
-        kernels,
-        q=q.unsqueeze(0),
-        k_cache=k.unsqueeze(0),
-        v_cache=v.unsqueeze(0),
-        layout_code=_u.KV_LAYOUTS[kv_layout],
-        page_size=kv_len,
-        indptr=None,
-        indices=None,
-        last_page_len=None,
-        kv_len_scalar=kv_len,
-        out=out.unsqueeze(0),
-        lse=None if lse is None else lse.unsqueeze(0),
-        partial_out=partial_out,
-        partial_lse=partial_lse,
-        split=split,
-        q_len_per_req=1,
-        scalars=scalars,
-        alibi_slopes=slopes,
-        sinks=None,
-    )
+    return split

@@ -96,7 +96,9 @@ class FakeKernels:
         sinks,
         stream,
     ):
-        q, k_cache, v_cache, out, lse = map(tensor_from_view, (q, k_cache, v_cache, out, lse))
+        q, k_cache, v_cache, out, lse, partial_out, partial_lse = map(
+            tensor_from_view, (q, k_cache, v_cache, out, lse, partial_out, partial_lse)
+        )
         self.calls.append(("batch_decode", dict(locals())))
         rows, hq, d = q.shape
         assert q.dtype in Q_DTYPES and q.stride(-1) == 1

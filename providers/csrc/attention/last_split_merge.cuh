@@ -2,8 +2,10 @@
 // block, KV head) to finish its split merges every split's partial state into the output,
 // so no merge kernel follows the decode. With several requests this merge overlaps other
 // CTAs' streaming and measured faster than the merge kernel; a single request's CTAs finish
-// together and the merge kernel, resident early under PDL, was faster there, so the core
-// passes `arrivals` only for batches of two or more (figures in _decode_wrapper.py plan()).
+// together and the merge kernel, resident early under PDL, was faster there on the GPU, so
+// for one request the core passes `arrivals` only to eager calls, whose time is the host's
+// (one launch instead of two), and captures keep the merge kernel (figures in
+// _decode_wrapper.py, _merges_in_grid and _eager_merges_in_grid).
 //
 // Ordering: each CTA writes its partial rows, fences them device-wide and only then counts
 // itself in (atomicAdd on the group's counter); the CTA that brings the count to the
