@@ -42,9 +42,16 @@ def use_reference(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+# torch's own query behind torch.cuda.is_current_stream_capturing, without the Python frame
+# around it (0.3-0.6 us per call on the H200 host for the public function).
+_raw_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def capturing() -> bool:
     """Whether the current CUDA stream is capturing a graph (tests replace this to drive
     both sides of a choice that depends on it on CPU)."""
+    if _raw_capturing is not None:
+        return _raw_capturing()
     return torch.cuda.is_current_stream_capturing()
 
 

