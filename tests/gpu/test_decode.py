@@ -525,11 +525,14 @@ def test_cuda_graph_replay_after_rewriting_page_tables(layout, max_pages):
         check(out, lse, oracle(q, cache, *tables, layout), torch.float16)
 
 
+@pytest.mark.parametrize("cluster_merge", ["on", "off"])
 @pytest.mark.parametrize("kv_len", [1024, 16384])
-def test_split_single_request_eager_and_captured(kv_len):
+def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypatch):
     """One request split over the grid merges in the grid when eager and in the merge kernel
-    when captured (aotinfer._decode_wrapper._eager_merges_in_grid): both match the oracle,
-    and the eager calls leave the merge counters at 0."""
+    when captured (aotinfer._decode_wrapper._eager_merges_in_grid), or, with 8 splits or
+    fewer on sm_90+, in thread-block clusters either way: every path matches the oracle, and
+    the eager calls leave the merge counters at 0."""
+    monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", cluster_merge)
     q, cache, indptr, indices, last = make_batch([kv_len], dtype=torch.bfloat16, seed=kv_len)
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
     w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
@@ -554,6 +557,47 @@ def test_split_single_request_eager_and_captured(kv_len):
     graph.replay()
     torch.cuda.synchronize()
     check(out, lse, want, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "d, dtype, splits, q_len, window, sinks",
+    [
+        (128, torch.bfloat16, 8, 1, -1, False),
+        (128, torch.float16, 2, 1, -1, True),
+        (64, torch.float16, 5, 2, -1, False),
+        (256, torch.bfloat16, 3, 1, -1, True),
+        (128, torch.bfloat16, 8, 1, 100, False),  # a window: the first splits are empty
+        (128, torch.float16, 7, 4, 300, True),
+    ],
+)
+def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
+    d, dtype, splits, q_len, window, sinks, monkeypatch
+):
+    """One request in 2..8 splits (fixed_split_size), merged in thread-block clusters through
+    distributed shared memory (sm_90+, cluster_merge.cuh) and, pinned off, by the in-grid
+    merge: both match the oracle (LSE included) and each other."""
+    kv_len = 1000
+    pages = -(-kv_len // 16)
+    chunk = -(-pages // splits)
+    q, cache, indptr, indices, last = make_batch(
+        [kv_len], d=d, dtype=dtype, q_len=q_len, seed=splits * 10 + d
+    )
+    sink_t = torch.randn(32, generator=_gen(3), device=DEV) if sinks else None
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
+    w.plan(indptr, indices, last, 32, 8, d, 16, q_data_type=dtype, fixed_split_size=chunk,
+           window_left=window, q_len_per_req=q_len)  # fmt: skip
+    assert w._plan.split.max_splits == -(-pages // chunk) > 1
+    want = oracle(q, cache, indptr, indices, last, q_len=q_len, window_left=window, sinks=sink_t)
+    got = {}
+    for pin in ("on", "off"):
+        monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+        w.run(q, cache, out=out, lse=lse, sinks=sink_t)
+        check(out, lse, want, dtype)
+        got[pin] = (out.float(), lse)
+    torch.testing.assert_close(got["on"][0], got["off"][0], rtol=0, atol=TOL[dtype])
+    torch.testing.assert_close(got["on"][1], got["off"][1], rtol=0, atol=1e-4)
 
 
 # ---------------------------------------------------------------- single decode

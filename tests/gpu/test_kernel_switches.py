@@ -27,6 +27,22 @@ def _single_decode_inputs(kv_len=300, seed=0):
     return q, k, v
 
 
+def _one_request_decode(kv_len):
+    """A batch decode of one bf16 request of kv_len keys (32/8 heads, d128, pages of 16)."""
+    g = torch.Generator(device=DEV).manual_seed(kv_len)
+    pages = -(-kv_len // 16)
+    cache = torch.randn(pages, 2, 16, 8, 128, device=DEV, generator=g).to(torch.bfloat16)
+    indptr = torch.tensor([0, pages], dtype=torch.int32, device=DEV)
+    indices = torch.arange(pages, dtype=torch.int32, device=DEV)
+    last = torch.tensor([kv_len - 16 * (pages - 1)], dtype=torch.int32, device=DEV)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(64 << 20, dtype=torch.uint8, device=DEV), use_tensor_cores=True
+    )
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
+    q = torch.randn(1, 32, 128, device=DEV, generator=g).to(torch.bfloat16)
+    return w.run(q, cache)
+
+
 @pytest.mark.parametrize(
     "name, call",
     [
@@ -51,6 +67,8 @@ def _single_decode_inputs(kv_len=300, seed=0):
             "AOTINFER_SAMPLING_GATHER",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
+        # One request in 8 splits (kv 1024, pages of 16): the cluster merge's launcher branch.
+        ("AOTINFER_DECODE_CLUSTER_MERGE", lambda: _one_request_decode(1024)),
         ("AOTINFER_SOFTMAX_KERNEL", lambda: aotinfer.softmax(_probs())),
         # A shape the split pair serves (sm_90+), so the launcher reads its chunk switch.
         ("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", lambda: aotinfer.softmax(_probs(100, 20000))),
@@ -59,6 +77,8 @@ def _single_decode_inputs(kv_len=300, seed=0):
 def test_unknown_switch_values_are_refused(name, call, monkeypatch):
     if name == "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the split softmax needs sm_90")
+    if name == "AOTINFER_DECODE_CLUSTER_MERGE" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster merge needs sm_90")
     monkeypatch.setenv(name, "bogus")
     with pytest.raises(ValueError, match=name):
         call()

@@ -53,8 +53,10 @@ cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t s
   const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
   cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D>>(smem, r.device);
   if (err != cudaSuccess) return err;
-  return launch_with_pdl(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
-                         p);
+  // A cluster merge groups the splits (grid z) of each (request, row block, KV head).
+  const dim3 cluster(1, 1, r.cluster_merge ? grid.z : 1);
+  return launch_in_clusters(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
+                            cluster, p);
 }
 
 // The tensor-core kernel for one head dim: KV in q's dtype (fp16 or bf16).

@@ -75,6 +75,21 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
   return want != "cuda_cores";
 }
 
+// Whether a split decode merges its splits inside thread-block clusters (cluster_merge.cuh):
+// the tensor-core kernel on sm_90+, one request without a work list, 2..kMaxClusterSplits
+// splits (batch 1 x 1024 at d128: 8). It replaces the merge kernel (or the in-grid merge) there.
+// Not for more requests: unmeasured, and their splits overlap other CTAs' streaming anyway.
+// AOTINFER_DECODE_CLUSTER_MERGE=off|on (default on) pins it off for tests and A/B runs.
+bool use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list) {
+  if (cc_major < 9 || !tensor_cores || batch != 1 || work_list || splits < 2 || splits > kMaxClusterSplits)
+    return false;
+  const char* pin = std::getenv("AOTINFER_DECODE_CLUSTER_MERGE");
+  const std::string want = pin ? pin : "";
+  REQUIRE(want.empty() || want == "on" || want == "off",
+          "AOTINFER_DECODE_CLUSTER_MERGE must be on or off, got '" + want + "'");
+  return want != "off";
+}
+
 template <typename TIn, typename TOut>
 cudaError_t run_merge(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,
                       const float* sinks, float v_scale, bool pdl, cudaStream_t stream) {
@@ -311,12 +326,13 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
                 std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
                 std::to_string(smem_limit / 1024) + " KB");
   }
+  r.cluster_merge = use_cluster_merge(major, tensor_cores, batch, splits, a.work != nullptr) ? 1 : 0;
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, tensor_cores, grid, stream);
   throw_on_cuda_error(err, kOp, q.device);
-  if (splits > 1 && !a.arrivals) {
+  if (splits > 1 && !a.arrivals && !r.cluster_merge) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
     const std::int64_t rows = q.size(0);
     TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};

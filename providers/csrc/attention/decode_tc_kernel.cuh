@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cluster_merge.cuh"
 #include "decode_common.cuh"
 #include "last_split_merge.cuh"
 
@@ -475,6 +476,10 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     }
   }
   __syncthreads();
+  // With a cluster merge the CTA's normalised partial rows stay in shared memory: over warp
+  // 0's slice of `red` (each (row, column) pair is read and then written by one thread) and,
+  // for the LSE, over the page-id ring (idle since the last tile).
+  float* cluster_lse = reinterpret_cast<float*>(spid);
   for (int idx = tid; idx < rows * (D / 2); idx += kTcThreads) {
     const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
     const float mm = row_max(r);
@@ -486,6 +491,12 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
       x += v.x;
       y += v.y;
     }
+    if (p.cluster_merge) {
+      const float inv = ll > 0.f ? 1.f / ll : 0.f;
+      *reinterpret_cast<float2*>(red + r * D + c) = make_float2(x * inv, y * inv);
+      if (c == 0) cluster_lse[r] = ll > 0.f ? mm + log2f(ll) : -INFINITY;
+      continue;
+    }
     const RowOut<T> ro = row_out(p, b, split, kv_head, row0 + r, D, mm, ll);
     if (ro.partial) {
       *reinterpret_cast<float2*>(ro.partial + c) = make_float2(x * ro.scale, y * ro.scale);
@@ -495,7 +506,11 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     }
     if (ro.lse_at && c == 0) *ro.lse_at = ro.lse;
   }
-  if (p.arrivals && p.splits > 1 && split >= 0) merge_if_last_split(p, work, D);
+  if (p.cluster_merge) {
+    merge_splits_in_cluster(p, work, red, cluster_lse, D);
+  } else if (p.arrivals && p.splits > 1 && split >= 0) {
+    merge_if_last_split(p, work, D);
+  }
 #endif
 }
 

@@ -22,10 +22,11 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // Launches kernel(args...) on `stream`; with enable_pdl, as a programmatic dependent launch,
-// and with cluster_x > 1, in thread-block clusters of cluster_x CTAs along x (sm_90+).
+// and with a cluster shape other than (1, 1, 1), in thread-block clusters of that shape
+// (sm_90+; the grid a multiple of it in every dimension).
 template <typename Kernel, typename... Args>
-cudaError_t launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                   bool enable_pdl, unsigned cluster_x, const Args&... args) {
+cudaError_t launch_in_clusters(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               bool enable_pdl, dim3 cluster, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -33,11 +34,11 @@ cudaError_t launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, size_t 
   config.stream = stream;
   cudaLaunchAttribute attributes[2];
   unsigned n = 0;
-  if (cluster_x > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     attributes[n].id = cudaLaunchAttributeClusterDimension;
-    attributes[n].val.clusterDim.x = cluster_x;
-    attributes[n].val.clusterDim.y = 1;
-    attributes[n].val.clusterDim.z = 1;
+    attributes[n].val.clusterDim.x = cluster.x;
+    attributes[n].val.clusterDim.y = cluster.y;
+    attributes[n].val.clusterDim.z = cluster.z;
     ++n;
   }
   if (enable_pdl) {
@@ -50,10 +51,17 @@ cudaError_t launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, size_t 
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
+// With cluster_x > 1: in clusters of cluster_x CTAs along x.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                   bool enable_pdl, unsigned cluster_x, const Args&... args) {
+  return launch_in_clusters(kernel, grid, block, smem, stream, enable_pdl, dim3(cluster_x, 1, 1), args...);
+}
+
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                             bool enable_pdl, const Args&... args) {
-  return launch_with_attributes(kernel, grid, block, smem, stream, enable_pdl, 1u, args...);
+  return launch_in_clusters(kernel, grid, block, smem, stream, enable_pdl, dim3(1, 1, 1), args...);
 }
 
 }  // namespace aotinfer
