@@ -39,6 +39,7 @@ set -e
   echo "- GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | head -1)"
   echo "- provider: aotinfer-$arch; torch $($PY -c 'import torch; print(torch.__version__)')"
   echo "- command: ci/gpu-test.sh $*"
+  echo "- tests: ${GPU_TESTS:-tests/gpu}"
   echo
   echo '```'
   grep -E "passed|failed|error|skipped" "$log" | tail -n 15
