@@ -103,7 +103,11 @@ def _merges_in_grid(batch: int) -> bool:
     kv 1024: 10.5 vs 11.8 us, two runs; after both merges began loading eight states per
     round trip, one run, A B A B: 9.1 vs 9.35 us, and kv 16384 27.1 vs 30.0); with more
     requests the in-grid merge overlaps other CTAs' streaming and won (batch 16, kv 1024:
-    25.6 vs 27.0 us uniform, 29.9 vs 32.7 skewed; dev/NOTES.md items 22 and 40)."""
+    25.6 vs 27.0 us uniform, 29.9 vs 32.7 skewed; dev/NOTES.md items 22 and 40).
+
+    Either way, on sm_90+ a single request in 2..8 splits is merged by the provider in
+    thread-block clusters (decode_launchers.h; batch 1 x 1024 8.8 -> 8.1 us, item 42),
+    whichever of the two the core asks for."""
     return batch > 1
 
 

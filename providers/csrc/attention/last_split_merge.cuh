@@ -5,7 +5,8 @@
 // together and the merge kernel, resident early under PDL, was faster there on the GPU, so
 // for one request the core passes `arrivals` only to eager calls, whose time is the host's
 // (one launch instead of two), and captures keep the merge kernel (figures in
-// _decode_wrapper.py, _merges_in_grid and _eager_merges_in_grid).
+// _decode_wrapper.py, _merges_in_grid and _eager_merges_in_grid). A request in 2..8 splits
+// on sm_90+ merges in thread-block clusters instead of either (cluster_merge.cuh).
 //
 // Ordering: each CTA writes its partial rows, fences them device-wide and only then counts
 // itself in (atomicAdd on the group's counter); the CTA that brings the count to the
