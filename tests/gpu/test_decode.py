@@ -472,6 +472,20 @@ def test_run_does_not_sync():
 # ---------------------------------------------------------------- CUDA graphs
 
 
+def captured_run(w, q, cache, out, lse):
+    """A CUDA graph of ``w.run(q, cache, out=out, lse=lse)``, after one warm-up call on a side
+    stream (as torch's capture recipe asks)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        w.run(q, cache, out=out, lse=lse)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, cache, out=out, lse=lse)
+    return graph
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("max_pages", [64, 4096])
 def test_cuda_graph_replay_after_rewriting_page_tables(layout, max_pages):
@@ -505,14 +519,7 @@ def test_cuda_graph_replay_after_rewriting_page_tables(layout, max_pages):
     tables = new_tables()
     w.plan(*tables, hq, hkv, d, ps)
     q.copy_(torch.randn(batch, hq, d, generator=_gen(2), device=DEV))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        w.run(q, cache, out=out, lse=lse)  # warm-up outside the graph
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        w.run(q, cache, out=out, lse=lse)
+    graph = captured_run(w, q, cache, out, lse)
     for step in range(4):
         if step:
             tables = new_tables()
@@ -544,14 +551,7 @@ def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypa
     torch.cuda.synchronize()
     assert not w._arrivals.any()
     check(out, lse, want, torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        w.run(q, cache, out=out, lse=lse)  # warm-up outside the graph
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        w.run(q, cache, out=out, lse=lse)
+    graph = captured_run(w, q, cache, out, lse)
     out.fill_(float("nan"))
     lse.fill_(float("nan"))
     graph.replay()
