@@ -8,7 +8,8 @@ calls back to back, rotating over enough KV caches (same page table, up to 32 co
 round overflows the 50 MB L2, and a replay's time is divided by its calls (host launch latency
 excluded; what a serving loop of layers sees). "eager" = one call, host time included.
 "host" = CPU time of one eager run() (output allocated by run()) with the GPU held busy, so
-the call only enqueues: the host-time goal's figure (issue #5: at most 15 us). Skewed lengths hold the uniform case's total tokens (one request 4x, the rest smaller), so
+the call only enqueues: the host-time goal's figure (issue #5: at most 15 us). Skewed
+lengths hold the uniform case's total tokens (one request 4x, the rest smaller), so
 "skewed / uniform TB/s" is the load-balance goal's ratio; batch 1 has no skewed case.
 
     python benchmarks/bench_decode.py [--quick]

@@ -10,7 +10,6 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _views
 from ._decode_plan import SplitPlan
 from .reference import attention as _ref
 
@@ -149,53 +148,6 @@ def call_batch_decode(
         *scalar_args(s, alibi_view),
         sinks_view,
         stream,
-    )
-
-
-def launch_batch_decode(
-    kernels,
-    *,
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    layout_code: int,
-    page_size: int,
-    indptr: Optional[torch.Tensor],
-    indices: Optional[torch.Tensor],
-    last_page_len: Optional[torch.Tensor],
-    kv_len_scalar: int,
-    out: torch.Tensor,
-    lse: Optional[torch.Tensor],
-    partial_out: Optional[torch.Tensor],
-    partial_lse: Optional[torch.Tensor],
-    split: SplitPlan,
-    q_len_per_req: int,
-    scalars: DecodeScalars,
-    alibi_slopes: Optional[torch.Tensor],
-    sinks: Optional[torch.Tensor],
-) -> None:
-    """:func:`call_batch_decode` on tensors (views taken here)."""
-    view = _views.view
-    split_views = (view(partial_out), view(partial_lse)) if split.max_splits > 1 else (None, None)
-    call_batch_decode(
-        kernels,
-        view(q),
-        view(k_cache),
-        view(v_cache),
-        layout_code,
-        page_size,
-        (view(indptr), view(indices), view(last_page_len)),
-        kv_len_scalar,
-        view(out),
-        view(lse),
-        split_views,
-        (None, None, None),
-        split,
-        q_len_per_req,
-        scalars,
-        view(alibi_slopes),
-        view(sinks),
-        _views.stream_handle(q.device),
     )
 
 

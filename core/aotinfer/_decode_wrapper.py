@@ -29,8 +29,8 @@ from . import _decode_plan as _plan
 from . import _views
 
 _BACKENDS_OURS = ("auto", "fa2")
-_F32 = _views.DTYPE_CODES[torch.float32]
 _BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
+_F32 = _views.DTYPE_CODES[torch.float32]  # the lse view's dtype code
 
 # Nominal multiprocessor count for plans made on CPU (the reference path ignores splits;
 # this only makes CPU plans and workspace_size deterministic). An H100/H200 has 132.

@@ -1,8 +1,10 @@
 """A simulated provider for the decode-attention family: providers/csrc/attention/
 decode_launchers.h read as Python. The CPU tests install it (``install``) so that the
 core's CUDA path (argument order, workspace carving, split plans, page tables) runs on CPU
-tensors: views become the tensors themselves and every precondition the header states is
-asserted before computing the result from the reference.
+tensors: ``_views.view`` returns the tensor itself, the views run() builds by hand (q, the
+cache halves, out, lse; single decode's batch of one and partial buffers) are read back into
+tensors over the same memory (``tensor_from_view``), and every precondition the header
+states is asserted before computing the result from the reference.
 
 Split-KV is simulated as the header describes it: without a work list, split s of request
 b covers the pages ``[s * chunk_pages, (s + 1) * chunk_pages)`` (keys, without a page
