@@ -79,6 +79,18 @@ def host_us(fn, n: int = 300, hold_gpu: bool = False, sleep_cycles: int = 2_000_
     return dt * 1e6
 
 
+def warm_up_host(seconds: float = 3.0) -> None:
+    """Keeps the host busy launching small kernels for a few seconds before host time is
+    measured: on the H200 machine the first shape of a process read 30-60% slower in every
+    part, torch's own allocation included, than the same parts later (dev/NOTES.md item 41)."""
+    x = torch.zeros(4, device="cuda")
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(100):
+            x.add_(1)
+        torch.cuda.synchronize()
+
+
 def print_host_times(parts: dict, rounds: int = 3) -> None:
     """Prints each part's host time (host_us with the GPU held busy): the median of
     ``rounds`` rounds of 200 calls, the rounds interleaved across the parts so that a slow

@@ -27,7 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import print_host_times  # noqa: E402
+from bench_common import print_host_times, warm_up_host  # noqa: E402
 from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 import aotinfer  # noqa: E402
@@ -73,18 +73,6 @@ def zero_row_args(args):
     return tuple(args)
 
 
-def warm_up_host(dev, seconds: float = 3.0) -> None:
-    """Keeps the host busy launching small kernels for a few seconds before anything is
-    timed: the first shape of an earlier run read 30-60% slower in every part, torch's own
-    allocation included, than the same parts later in the process."""
-    x = torch.zeros(4, device=dev)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(100):
-            x.add_(1)
-        torch.cuda.synchronize()
-
-
 def python_loop_us(n: int = 1000) -> float:
     """A fixed pure-Python workload (attribute reads, a call, tuple building), to compare
     this host's interpreter speed with another's."""
@@ -106,7 +94,7 @@ def main() -> None:
     dev = torch.device("cuda", 0)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
-    warm_up_host(dev)
+    warm_up_host()
     for batch, kv in SHAPES:
         g = torch.Generator().manual_seed(batch + kv)
         cache, indptr, indices, last = paged_setup([kv] * batch, g)
