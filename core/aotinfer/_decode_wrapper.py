@@ -83,6 +83,7 @@ class _Plan:
     launch_split: tuple = ()
     eager_split_args: Optional[tuple] = None
     launch_scalars: tuple = ()
+    arrivals_view: object = None  # the merge counters (work list or eager), or None
     # What run() puts into the views it builds itself: the device index (-1: CPU), the
     # dtype codes of q, out and the cache (and the cache's element size), the contiguous
     # strides of out and lse.
@@ -468,18 +469,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
             else:
                 plan.work_views = (None, None, arrivals if _merges_in_grid(batch) else None)
             plan.alibi_view = view(plan.alibi_slopes)
+            plan.arrivals_view = arrivals
+            self._launch_groups(plan)
             self._carve_views(plan)
-            self._launch_groups(plan, arrivals)
         self._plan = plan
 
-    def _launch_groups(self, p: _Plan, arrivals) -> None:
-        """The plan's ready argument groups and view constants for run() (provider path)."""
+    def _launch_groups(self, p: _Plan) -> None:
+        """The plan's ready argument groups and view constants for run() (provider path);
+        the split groups follow the partial buffers (_carve_views)."""
         p.launch_table = _launch.table_args(self._layout_code, p.page_size, p.table_views, 0)
-        p.launch_split = _launch.split_args(p.partial_views, p.work_views, p.split, p.q_len)
-        if p.work_views[2] is None and arrivals is not None:
-            p.eager_split_args = _launch.split_args(
-                p.partial_views, (None, None, arrivals), p.split, p.q_len
-            )
         p.launch_scalars = _launch.scalar_args(p.default_scalars, p.alibi_view)
         p.device_index = -1 if self.device.index is None else self.device.index  # as get_device()
         p.q_code = _views.DTYPE_CODES[p.q_dtype]
@@ -504,8 +502,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
 
     def _carve_views(self, p: _Plan) -> None:
-        if p.split.max_splits > 1 and not _launch.use_reference(self.device):
+        """The views of the plan's partial buffers and the split argument groups that hold
+        them (plan(), and again after reset_workspace_buffer carves new buffers)."""
+        if _launch.use_reference(self.device):
+            return
+        if p.split.max_splits > 1:
             p.partial_views = (_views.view(p.partial_out), _views.view(p.partial_lse))
+        p.launch_split = _launch.split_args(p.partial_views, p.work_views, p.split, p.q_len)
+        if p.work_views[2] is None and p.arrivals_view is not None:
+            p.eager_split_args = _launch.split_args(
+                p.partial_views, (None, None, p.arrivals_view), p.split, p.q_len
+            )
 
     begin_forward = plan
 

@@ -699,6 +699,31 @@ def test_split_single_request_merges_in_grid_when_eager_and_in_the_merge_kernel_
     fake.capturing = False
 
 
+@pytest.mark.parametrize("lens", [[300], [300, 40]])
+def test_reset_workspace_buffer_moves_the_launch_to_the_new_buffer(monkeypatch, lens):
+    """After reset_workspace_buffer every run() (eager and captured, so both split argument
+    groups plan() prepared) writes its partial states into the new buffer."""
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):
+        monkeypatch.setattr(_decode_plan, cost, 0)
+    fake = decode_contract.install(monkeypatch, num_sms=16)
+    q, cache, indptr, indices, last = make_batch(lens)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    new = workspace()
+    w.reset_workspace_buffer(new, None)
+    lo, hi = new.data_ptr(), new.data_ptr() + new.numel()
+    for capturing in (False, True):
+        fake.capturing = capturing
+        out = w.run(q, cache)
+        args = fake.calls[-1][1]
+        assert args["max_splits"] > 1 or args["work"] is not None
+        for t in (args["partial_out"], args["partial_lse"]):
+            assert lo <= t.data_ptr() and t.data_ptr() + t.numel() * 4 <= hi
+        close(out, None, expected(q, cache, indptr, indices, last)[0], None)
+    fake.capturing = False
+
+
 def test_provider_path_workspace_bounds_splits(monkeypatch):
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
     for cost in ("ROUND_OVERHEAD_TOKENS", "MERGE_TOKENS", "MERGE_TOKENS_PER_SPLIT"):
