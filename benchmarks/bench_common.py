@@ -91,14 +91,20 @@ def warm_up_host(seconds: float = 3.0) -> None:
         torch.cuda.synchronize()
 
 
+def busy_host_us(fn) -> float:
+    """One round of host_us for an eager call: 200 calls enqueued behind a ~0.2 s sleep
+    kernel, so each call's CPU time is measured without the GPU in the way."""
+    return host_us(fn, n=200, hold_gpu=True, sleep_cycles=400_000_000)
+
+
 def print_host_times(parts: dict, rounds: int = 3) -> None:
-    """Prints each part's host time (host_us with the GPU held busy): the median of
-    ``rounds`` rounds of 200 calls, the rounds interleaved across the parts so that a slow
-    spell of the host does not land on one part, with the range."""
+    """Prints each part's host time (busy_host_us): the median of ``rounds`` rounds, the
+    rounds interleaved across the parts so that a slow spell of the host does not land on
+    one part, with the range."""
     times = {name: [] for name in parts}
     for _ in range(rounds):
         for name, fn in parts.items():
-            times[name].append(host_us(fn, n=200, hold_gpu=True, sleep_cycles=400_000_000))
+            times[name].append(busy_host_us(fn))
     for name, ts in times.items():
         print(f"{statistics.median(ts):8.2f}  ({min(ts):6.2f}-{max(ts):6.2f})  {name}", flush=True)
 

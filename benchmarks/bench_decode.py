@@ -23,8 +23,8 @@ import statistics
 import torch
 from bench_common import (
     copy_bandwidth_bytes_per_s,
+    busy_host_us,
     environment,
-    host_us,
     rotation_graph_us,
     time_ms,
     try_import_flashinfer,
@@ -89,9 +89,7 @@ def run_host_us(run) -> float:
     """Host time of one eager run() (output allocated by run(), as a caller without ``out``
     gets it): median of 3 rounds of 200 calls with the GPU held busy, so each call only
     enqueues (the goal of issue #5: at most 15 us)."""
-    return statistics.median(
-        host_us(run, n=200, hold_gpu=True, sleep_cycles=400_000_000) for _ in range(3)
-    )
+    return statistics.median(busy_host_us(run) for _ in range(3))
 
 
 def bench_batch(batch, kv, skewed, fi, copy_bw, rows):

@@ -45,27 +45,13 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeParams<QT, K
   for (int idx = rank * blockDim.x + threadIdx.x; idx < items; idx += splits * blockDim.x) {
     const int r = idx / quads, c = (idx % quads) * 4;
     MergeAccum<4> st;
-    for (int s0 = 0; s0 < splits; s0 += kMergeBatch) {
-      float sk[kMergeBatch], vk[kMergeBatch][4];
-#pragma unroll
-      for (int k = 0; k < kMergeBatch; ++k) {
-        // Unconditional loads (a slot past the last split reads the last one, then counts as
-        // empty): the batch's DSMEM loads are all in flight before the arithmetic.
-        const int s = s0 + k < splits ? s0 + k : splits - 1;
-        const float x = *cluster.map_shared_rank(part_lse + r, s);
-        const float4 y = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part_o + r * head_dim + c, s));
-        sk[k] = s0 + k < splits ? x : -INFINITY;
-        vk[k][0] = y.x, vk[k][1] = y.y, vk[k][2] = y.z, vk[k][3] = y.w;
-      }
-      st.absorb(sk, vk);
-    }
-    const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
-    const std::int64_t row = w.b * p.q_len + qi;
-    const MergedRow mr = merged_row(st.m, st.l, p.sinks, head, p.v_scale);
-    QT* out = p.out + row * p.out_stride_row + head * p.out_stride_head + c;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(st.acc[i] * mr.inv);
-    if (p.lse && c == 0) p.lse[row * p.num_qo_heads + head] = mr.lse;
+    st.absorb_states(0, 1, splits, [&](int split, float (&cols)[4]) {
+      const float x = *cluster.map_shared_rank(part_lse + r, split);
+      const float4 y = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part_o + r * head_dim + c, split));
+      cols[0] = y.x, cols[1] = y.y, cols[2] = y.z, cols[3] = y.w;
+      return x;
+    });
+    store_merged_quad(p, w, r, c, st);
   }
   cluster.sync();  // no CTA exits (freeing its shared memory) while another still reads it
 #endif

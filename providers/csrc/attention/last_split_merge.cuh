@@ -53,28 +53,16 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>&
     const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
     const std::int64_t row = w.b * p.q_len + qi;
     const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
+    // An empty split (window, or past the request's end) has LSE -inf: absorb skips it.
     MergeAccum<4> st;
-    for (std::int64_t s0 = 0; s0 < splits; s0 += kMergeBatch) {
-      float sk[kMergeBatch], vk[kMergeBatch][4];
-#pragma unroll
-      for (int k = 0; k < kMergeBatch; ++k) {
-        // Unconditional loads (a slot past the last split reads the last one and counts as
-        // empty), so no branch separates them. An empty split (window, or past the
-        // request's end) has LSE -inf too: absorb skips both.
-        const bool ok = s0 + k < splits;
-        const std::int64_t at = first + (ok ? s0 + k : splits - 1) * p.num_qo_heads;
-        const float x = __ldcg(p.partial_lse + at);
-        const float4 y = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
-        sk[k] = ok ? x : -INFINITY;
-        vk[k][0] = y.x, vk[k][1] = y.y, vk[k][2] = y.z, vk[k][3] = y.w;
-      }
-      st.absorb(sk, vk);
-    }
-    const MergedRow mr = merged_row(st.m, st.l, p.sinks, head, p.v_scale);
-    QT* out = p.out + row * p.out_stride_row + head * p.out_stride_head + c;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(st.acc[i] * mr.inv);
-    if (p.lse && c == 0) p.lse[row * p.num_qo_heads + head] = mr.lse;
+    st.absorb_states(std::int64_t{0}, std::int64_t{1}, splits, [&](std::int64_t split, float (&cols)[4]) {
+      const std::int64_t at = first + split * p.num_qo_heads;
+      const float x = __ldcg(p.partial_lse + at);
+      const float4 y = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
+      cols[0] = y.x, cols[1] = y.y, cols[2] = y.z, cols[3] = y.w;
+      return x;
+    });
+    store_merged_quad(p, w, r, c, st);
   }
 }
 

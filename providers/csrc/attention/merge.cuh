@@ -89,6 +89,24 @@ struct MergeAccum {
     }
     m = mx;
   }
+
+  // Absorbs states begin, begin + step, ... below count, kMergeBatch per memory round trip:
+  // load(i, v) returns state i's LSE and fills its V columns into v. Every slot of a batch is
+  // loaded (a slot past the last state loads the last one and counts as empty), so no branch
+  // separates the loads of a batch.
+  template <typename Index, typename Load>
+  __device__ __forceinline__ void absorb_states(Index begin, Index step, Index count, Load load) {
+    for (Index i0 = begin; i0 < count; i0 += step * kMergeBatch) {
+      float sk[kMergeBatch], vk[kMergeBatch][V];
+#pragma unroll
+      for (int k = 0; k < kMergeBatch; ++k) {
+        const Index i = i0 + k * step;
+        const float x = load(i < count ? i : count - 1, vk[k]);
+        sk[k] = i < count ? x : -INFINITY;
+      }
+      absorb(sk, vk);
+    }
+  }
 };
 
 // V consecutive elements of T at p as floats; V = 4 is one 16-byte (float) or 8-byte
@@ -134,17 +152,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
     // last state reads the last state, then counts as empty): no branch between them.
     const std::int64_t c = c0 + lane * V < p.dim ? c0 + lane * V : 0;
     MergeAccum<V> st;
-    for (std::int64_t i0 = warp; i0 < p.num_states; i0 += kMergeWarps * kMergeBatch) {
-      float sk[kMergeBatch], vk[kMergeBatch][V];
-#pragma unroll
-      for (int k = 0; k < kMergeBatch; ++k) {
-        const std::int64_t i = i0 + k * kMergeWarps, at = i < p.num_states ? i : p.num_states - 1;
-        const float x = s[at * p.s_stride_s];
-        load_cols<TIn, V>(vk[k], v + at * p.v_stride_s + c);
-        sk[k] = i < p.num_states ? x : -INFINITY;
-      }
-      st.absorb(sk, vk);
-    }
+    st.absorb_states(std::int64_t{warp}, std::int64_t{kMergeWarps}, p.num_states,
+                     [&](std::int64_t at, float (&cols)[V]) {
+                       const float x = s[at * p.s_stride_s];
+                       load_cols<TIn, V>(cols, v + at * p.v_stride_s + c);
+                       return x;
+                     });
     if (lane == 0) warp_ml[warp][0] = st.m, warp_ml[warp][1] = st.l;
 #pragma unroll
     for (int j = 0; j < V; ++j) warp_acc[warp][lane * V + j] = st.acc[j];
@@ -170,17 +183,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
   }
   if (p.dim == 0 && p.s_out && threadIdx.x == 0) {  // no columns: the merged LSE alone
     MergeAccum<1> st;
-    for (std::int64_t i0 = 0; i0 < p.num_states; i0 += kMergeBatch) {
-      float sk[kMergeBatch], vk[kMergeBatch][1];
-#pragma unroll
-      for (int k = 0; k < kMergeBatch; ++k) {
-        const std::int64_t i = i0 + k, at = i < p.num_states ? i : p.num_states - 1;
-        const float x = s[at * p.s_stride_s];
-        sk[k] = i < p.num_states ? x : -INFINITY;
-        vk[k][0] = 0.f;
-      }
-      st.absorb(sk, vk);
-    }
+    st.absorb_states(std::int64_t{0}, std::int64_t{1}, p.num_states, [&](std::int64_t at, float (&cols)[1]) {
+      cols[0] = 0.f;
+      return s[at * p.s_stride_s];
+    });
     p.s_out[n * p.heads + h] = merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;
   }
 }

@@ -51,13 +51,6 @@ cudaError_t launch_in_clusters(Kernel kernel, dim3 grid, dim3 block, size_t smem
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-// With cluster_x > 1: in clusters of cluster_x CTAs along x.
-template <typename Kernel, typename... Args>
-cudaError_t launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                   bool enable_pdl, unsigned cluster_x, const Args&... args) {
-  return launch_in_clusters(kernel, grid, block, smem, stream, enable_pdl, dim3(cluster_x, 1, 1), args...);
-}
-
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                             bool enable_pdl, const Args&... args) {

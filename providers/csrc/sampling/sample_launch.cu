@@ -228,8 +228,8 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
   const int smem = static_cast<int>(groups * 16);
   const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
   if (err != cudaSuccess) return err;
-  return launch_with_attributes(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
-                                static_cast<std::size_t>(smem), stream, false, kSliceCtas, p, groups);
+  return launch_in_clusters(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
+                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles

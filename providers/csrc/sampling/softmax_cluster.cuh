@@ -135,8 +135,8 @@ cudaError_t softmax_cluster(const SoftmaxParams<T>& params, int elems, bool enab
     case 64: kernel = detail::softmax_cluster_kernel<T, 64>; break;
     default: return cudaErrorInvalidValue;
   }
-  return launch_with_attributes(kernel, dim3(static_cast<unsigned>(params.rows * kClusterCtas)),
-                                dim3(kClusterThreads), 0, stream, enable_pdl, kClusterCtas, params);
+  return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * kClusterCtas)), dim3(kClusterThreads), 0,
+                            stream, enable_pdl, dim3(kClusterCtas, 1, 1), params);
 }
 
 }  // namespace aotinfer::sampling
