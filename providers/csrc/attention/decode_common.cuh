@@ -97,6 +97,14 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// A global load the compiler must issue where it stands: a plain load used on one side of a
+// branch is sunk into that branch, after the loads the branch waits for.
+__device__ __forceinline__ std::int32_t load_now(const std::int32_t* at) {
+  std::int32_t v;
+  asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(at));
+  return v;
+}
+
 }  // namespace detail
 
 // Programmatic dependent launch (sm_90+, launched so by the host): wait for the previous
@@ -161,9 +169,16 @@ __device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, co
   KeyRange r{0, 0, 0, 0};
   const int row0 = w.row0;
   if (p.indptr) {
+    // The three loads are issued together (last_page_len unconditionally: it has an entry
+    // for every request), so the page table costs one round trip, not two.
     r.page_begin = p.indptr[w.b];
     const std::int64_t pages = p.indptr[w.b + 1] - r.page_begin;
+#ifdef AOTINFER_LAB_OLD_PROLOGUE
     r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[w.b] : 0;
+#else
+    const std::int64_t last = detail::load_now(p.last_page_len + w.b);
+    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + last : 0;
+#endif
     if (r.kv_len > pages * p.page_size) r.kv_len = pages * p.page_size;  // last_page_len too large
     if (r.kv_len < 0) r.kv_len = 0;
   } else {

@@ -188,9 +188,9 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
-  const KeyRange rg = key_range(p, work);
 
-  // q rows into shared memory (zeros for absent rows: their scores are 0 and never written).
+#ifdef AOTINFER_LAB_OLD_PROLOGUE
+  const KeyRange rg = key_range(p, work);
   for (int idx = tid; idx < kRowBlock * kChunks; idx += kTcThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
     uint4 val = make_uint4(0, 0, 0, 0);
@@ -201,6 +201,24 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     }
     *reinterpret_cast<uint4*>(sq + tc::at<D>(r, c)) = val;
   }
+#else
+  // q rows into shared memory (zeros for absent rows: their scores are 0 and never written),
+  // by cp.async and before the page table is read: the copies are in flight with the
+  // key_range loads and land with the prologue's page ids (its cp_async_wait<0>). A plain
+  // load and store here made each thread wait for q before it issued the page-table loads.
+  // Row indices fit 32 bits (q_len * group rows): no 64-bit division on the critical path.
+  for (int idx = tid; idx < kRowBlock * kChunks; idx += kTcThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const T* src = p.q;
+    if (r < rows) {
+      const unsigned gr = static_cast<unsigned>(row0 + r), group = static_cast<unsigned>(p.group);
+      const std::int64_t qi = gr / group, head = kv_head * p.group + gr % group;
+      src = p.q + (b * p.q_len + qi) * p.q_stride_row + head * p.q_stride_head + c * 8;
+    }
+    detail::cp_async16(sq + tc::at<D>(r, c), src, r < rows);
+  }
+  const KeyRange rg = key_range(p, work);
+#endif
 
   const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
   const float scale_log2 = p.sm_scale * kLog2e;
