@@ -173,12 +173,8 @@ __device__ __forceinline__ KeyRange key_range(const DecodeParams<QT, KVT>& p, co
     // for every request), so the page table costs one round trip, not two.
     r.page_begin = p.indptr[w.b];
     const std::int64_t pages = p.indptr[w.b + 1] - r.page_begin;
-#ifdef AOTINFER_LAB_OLD_PROLOGUE
-    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.last_page_len[w.b] : 0;
-#else
     const std::int64_t last = detail::load_now(p.last_page_len + w.b);
     r.kv_len = pages > 0 ? (pages - 1) * p.page_size + last : 0;
-#endif
     if (r.kv_len > pages * p.page_size) r.kv_len = pages * p.page_size;  // last_page_len too large
     if (r.kv_len < 0) r.kv_len = 0;
   } else {

@@ -189,19 +189,6 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
   const int row0 = work.row0, rows = work.rows;
 
-#ifdef AOTINFER_LAB_OLD_PROLOGUE
-  const KeyRange rg = key_range(p, work);
-  for (int idx = tid; idx < kRowBlock * kChunks; idx += kTcThreads) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      const std::int64_t gr = row0 + r, qi = gr / p.group, head = kv_head * p.group + gr % p.group;
-      const T* qrow = p.q + (b * p.q_len + qi) * p.q_stride_row + head * p.q_stride_head;
-      val = *reinterpret_cast<const uint4*>(qrow + c * 8);
-    }
-    *reinterpret_cast<uint4*>(sq + tc::at<D>(r, c)) = val;
-  }
-#else
   // q rows into shared memory (zeros for absent rows: their scores are 0 and never written),
   // by cp.async and before the page table is read: the copies are in flight with the
   // key_range loads and land with the prologue's page ids (its cp_async_wait<0>). A plain
@@ -218,7 +205,6 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     detail::cp_async16(sq + tc::at<D>(r, c), src, r < rows);
   }
   const KeyRange rg = key_range(p, work);
-#endif
 
   const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
   const float scale_log2 = p.sm_scale * kLog2e;
