@@ -39,6 +39,22 @@ KV head, and a merge combines their partial states):
   (history/sweep-decode-plan-1c594a9.txt) put 1 x 16384 at 26.1 us with 32 splits and
   27.5 us with the 22 that 24 chose; 12 picks 32 there and changes no other benchmark shape.
 
+- **Runs of entries** (:func:`_plan_runs`, tried by :func:`plan_work` for two or more
+  requests). Pieces cut at request ends cannot balance a skewed batch in one wave: at 16 x
+  4096 with one 4x request, every chunk either leaves a long piece (the 4x request's) or
+  spills a second wave of short ones (a 3-split uniform batch ran 88.6 us against 71.3 for
+  2 splits in one wave; the best chunk of the skewed batch 85.3 against the uniform 71.5:
+  history/sweep-decode-plan-1c594a9.txt). So plan_work can also give each of the one wave's
+  ``WAVES * num_sms / units`` CTA groups a *run* of entries that the CTAs take in turn:
+  the requests, in order, are laid end to end and cut into runs of about the same pages
+  (a run takes the rest of a request when it overshoots by less than ``MIN_CHUNK_TOKENS``,
+  and ends early rather than start a piece shorter than that). A request then spans a few
+  runs, its pieces merge as before (the last to finish merges), and every CTA streams about
+  the fair share. Its estimate is the longest run plus ``RUN_ENTRY_TOKENS`` per entry after
+  the first (each entry starts with its dependent loads again), a round's overhead and the
+  merge; plan_work takes it when it is below ``RUNS_MARGIN`` times the best chunk's.
+  ``AOTINFER_DECODE_WORK_RUNS=auto|always|off`` (README) overrides the choice.
+
 - **Grid** (:func:`plan_splits`; CUDA-graph mode). The grid and ``chunk_pages`` are baked
   into the captured launch, so the plan must serve any page table that fits the buffers:
   the kernel runs ``B * Hkv * max_splits`` CTAs and split s of request b handles pages
@@ -73,9 +89,10 @@ split 27.1 us.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -92,6 +109,13 @@ LONE_CTA_TIME = 0.85
 ROUND_OVERHEAD_TOKENS = 128
 MERGE_TOKENS = 64
 MERGE_TOKENS_PER_SPLIT = 12
+# Runs of entries (plan_work; module docstring): each entry of a CTA's run after its first
+# costs this many keys (its start: the dependent loads of q, the page table and the first
+# tiles, not hidden by the last entry's streaming); runs replace the chunked plan only when
+# their estimate is below RUNS_MARGIN times its estimate (the model is least sure there).
+RUN_ENTRY_TOKENS = 64
+RUNS_MARGIN = 0.95
+ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 ALIGN = 256  # bytes between carved buffers
 
 
@@ -101,8 +125,10 @@ class SplitPlan:
     ``max_splits`` splits per request (1: no split-KV).
 
     With a work list (:func:`plan_work`), ``work`` is the ``(items, 4)`` int32 host table of
-    (request, partial slot or -1, first page, end page) in launch order, ``split_counts`` the
-    ``(batch,)`` int32 splits per request, and ``chunk_pages`` the largest item's pages."""
+    (request, partial slot or -1, first page, end page) in launch order, or ``(items,
+    entries, 4)`` when each CTA group runs several entries in turn (padded with request -1),
+    ``split_counts`` the ``(batch,)`` int32 splits per request, and ``chunk_pages`` the
+    largest entry's pages."""
 
     chunk_pages: int
     max_splits: int
@@ -228,6 +254,93 @@ def _estimated_time(
     return t
 
 
+def work_runs_mode() -> str:
+    """``AOTINFER_DECODE_WORK_RUNS=auto|always|off`` (README switch table): whether plan_work
+    gives CTAs runs of entries where the cost model prefers them (``auto``, the default),
+    wherever they apply (``always``: tests and A/B runs) or never."""
+    value = os.environ.get(ENV_WORK_RUNS, "auto").strip().lower() or "auto"
+    if value not in ("auto", "always", "off"):
+        raise ValueError(f"{ENV_WORK_RUNS} must be auto, always or off, got {value!r}")
+    return value
+
+
+def _cut_runs(host, target: int, least: int) -> List[List[Tuple[int, int, int]]]:
+    """Requests of ``host`` pages, in order, cut into runs of about ``target`` pages each:
+    lists of (request, first page, end page). A run takes the rest of a request when it
+    overshoots by at most ``least`` pages, and ends early rather than start a piece shorter
+    than ``least`` (a piece that short costs more to start and merge than it streams)."""
+    runs, run, room = [], [], target
+    for b, p in enumerate(host):
+        if p == 0:  # (plan() refuses empty requests; a CTA would write zeros, LSE -inf)
+            run.append((b, 0, 0))
+            continue
+        lo = 0
+        while lo < p:
+            left = p - lo
+            if left <= room + least:
+                run.append((b, lo, p))
+                room, lo = room - left, p
+            elif room < least and run:
+                room = 0
+            else:
+                run.append((b, lo, lo + room))
+                lo, room = lo + room, 0
+            if room <= 0:
+                runs.append(run)
+                run, room = [], target
+    if run:
+        runs.append(run)
+    return runs
+
+
+def _plan_runs(host, units: int, slots: int, page_size: int, allowed: int):
+    """Runs of entries for one wave of CTA groups with about equal pages each (module
+    docstring), as (estimated time in _estimated_time's units, runs, pieces per request),
+    or None where they do not apply: one request, more requests than groups (whole
+    requests then balance over the rounds: skewed batches of 64 and 256 ran at 0.98-1.02x
+    of uniform), a group wider than half a wave, or a request cut into more pieces than
+    the workspace holds."""
+    groups = slots // units
+    total = sum(host)
+    if not 2 <= len(host) <= groups or total == 0:
+        return None
+    least = _ceil_div(MIN_CHUNK_TOKENS, page_size)
+    target = max(_ceil_div(total, groups), least)
+    runs = _cut_runs(host, target, least)
+    while len(runs) > groups:  # runs that ended early spilled past the wave
+        target += _ceil_div(target, 32)
+        runs = _cut_runs(host, target, least)
+    pieces = Counter(b for run in runs for b, _, _ in run)
+    splits = max(pieces.values())
+    if splits > allowed:
+        return None
+    entry_pages = RUN_ENTRY_TOKENS / page_size
+    longest = max(sum(hi - lo for _, lo, hi in run) + (len(run) - 1) * entry_pages for run in runs)
+    t = longest + ROUND_OVERHEAD_TOKENS / page_size
+    if splits > 1:
+        t += (MERGE_TOKENS + MERGE_TOKENS_PER_SPLIT * splits) / page_size
+    return t, runs, pieces
+
+
+def _runs_work_list(runs, pieces: Counter, batch: int) -> SplitPlan:
+    """The ``(groups, entries, 4)`` work list of ``runs`` (the longest run first, each
+    padded with request -1) and its split counts; a request's pieces take slots 0, 1, ...
+    in page order, a request in one piece slot -1."""
+    entries = max(len(run) for run in runs)
+    slot_of, rows = Counter(), []
+    for run in sorted(runs, key=lambda r: -sum(hi - lo for _, lo, hi in r)):
+        for b, lo, hi in run:
+            rows.append((b, -1 if pieces[b] == 1 else slot_of[b], lo, hi))
+            slot_of[b] += 1
+        rows += [(-1, 0, 0, 0)] * (entries - len(run))
+    return SplitPlan(
+        chunk_pages=max(max(hi - lo for _, _, lo, hi in rows), 1),
+        max_splits=max(pieces.values()),
+        work=torch.tensor(rows, dtype=torch.int32).view(len(runs), entries, 4),
+        split_counts=torch.tensor([pieces[b] for b in range(batch)], dtype=torch.int32),
+    )
+
+
 def plan_work(
     pages: torch.Tensor,
     *,
@@ -239,26 +352,31 @@ def plan_work(
     force_chunk: Optional[int] = None,
 ) -> SplitPlan:
     """The work-list plan of the module docstring for requests of ``pages`` pages (host
-    int tensor). ``force_chunk`` skips the cost model (dev/sweep_decode_plan.py measures
-    each candidate with it)."""
+    int tensor). ``force_chunk`` skips the cost model and the runs (dev/sweep_decode_plan.py
+    measures each candidate with it)."""
     host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
     slots = WAVES * num_sms
     allowed = max(max_splits_allowed, 1)
     max_pages = max(max(host, default=1), 1)
+    runs = None
     if force_chunk is None:
         min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
         fair = _ceil_div(sum(host) * units, slots)
         candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
         candidates = sorted(candidates | {max_pages}, reverse=True)
-        force_chunk = candidates[0]
-        if len(candidates) > 1:
-            hist = Counter(host)
-            # ties keep the larger chunk (fewer CTAs, no merge)
-            force_chunk = min(
-                candidates,
-                key=lambda c: _estimated_time(hist, c, units, slots, page_size, allowed),
-            )
+        hist = Counter(host)
+        # ties keep the larger chunk (fewer CTAs, no merge)
+        best = min(
+            ((_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in candidates),
+            key=lambda tc: tc[0],
+        )
+        force_chunk = best[1]
+        mode = work_runs_mode()
+        if mode != "off":
+            runs = _plan_runs(host, units, slots, page_size, allowed)
+        if runs is not None and (mode == "always" or runs[0] < RUNS_MARGIN * best[0]):
+            return _runs_work_list(runs[1], runs[2], len(host))
     chunk = max(force_chunk, 1)
 
     # Request b in n pieces [s * p // n, (s + 1) * p // n), s < n: never empty when p >= n.

@@ -465,7 +465,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 n = split.work.numel()
                 ints = torch.cat([split.work.view(-1), split.split_counts])
                 plan.work = ints.to(self.device, non_blocking=non_blocking)
-                plan.work_views = (view(plan.work[:n].view(-1, 4)), view(plan.work[n:]), arrivals)
+                plan.work_views = (view(plan.work[:n].view(split.work.shape)), view(plan.work[n:]), arrivals)
             else:
                 plan.work_views = (None, None, arrivals if _merges_in_grid(batch) else None)
             plan.alibi_view = view(plan.alibi_slopes)

@@ -213,12 +213,22 @@ class FakeKernels:
                 for _ in range(batch)
             ]
         assert work.dtype == split_counts.dtype == torch.int32
-        assert work.dim() == 2 and work.shape[1] == 4 and work.is_contiguous()
+        assert work.dim() in (2, 3) and work.shape[-1] == 4 and work.is_contiguous()
         assert split_counts.shape == (batch,)
         counts = split_counts.tolist()
         assert max(counts) == max_splits
+        # A CTA group runs its entries in turn; request -1 ends its run (decode_launchers.h).
+        runs = work.tolist() if work.dim() == 3 else [[e] for e in work.tolist()]
+        entries = []
+        for run in runs:
+            ends = [i for i, e in enumerate(run) if e[0] < 0]
+            assert not ends or ends[0] > 0, "a run starts with an entry"
+            if ends:
+                assert all(e == [-1, 0, 0, 0] for e in run[ends[0] :]), "padding ends a run"
+                run = run[: ends[0]]
+            entries += run
         mine = [[] for _ in range(batch)]
-        for b, slot, lo, hi in work.tolist():
+        for b, slot, lo, hi in entries:
             assert 0 <= b < batch and 0 <= lo <= hi <= len(pages[b]) and hi - lo <= chunk_pages
             mine[b].append((slot, lo, hi))
         out = []

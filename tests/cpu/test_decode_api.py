@@ -671,6 +671,24 @@ def test_provider_path_work_list_with_two_row_blocks(monkeypatch, chunk):
     close(out, lse, eo, el)
 
 
+@pytest.mark.parametrize("lens", [[2000, 40, 300, 17, 4, 5], [900, 900, 5, 600]])
+def test_provider_path_runs_of_entries(monkeypatch, lens):
+    """Runs of entries forced (AOTINFER_DECODE_WORK_RUNS=always) on a small card, two 16-row
+    blocks per KV head, a window and the LSE: the simulated provider gets an (items, entries,
+    4) list whose runs cover every page once, and the result matches the reference."""
+    monkeypatch.setenv("AOTINFER_DECODE_WORK_RUNS", "always")
+    fake = decode_contract.install(monkeypatch, num_sms=64)  # 8 groups of 16 CTAs a wave
+    hq, hkv, q_len = 64, 8, 4
+    q, cache, indptr, indices, last = make_batch(lens, hq=hq, hkv=hkv, q_len=q_len, seed=len(lens))
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, hq, hkv, D, PS, q_len_per_req=q_len, window_left=150)
+    out, lse = w.run(q, cache, return_lse=True)
+    work = fake.calls[-1][1]["work"]
+    assert work.dim() == 3 and work.shape[1] > 1
+    eo, el = expected(q, cache, indptr, indices, last, q_len=q_len, window_left=150)
+    close(out, lse, eo, el)
+
+
 def test_split_single_request_merges_in_grid_when_eager_and_in_the_merge_kernel_when_captured(
     monkeypatch,
 ):

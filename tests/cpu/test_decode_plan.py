@@ -130,14 +130,28 @@ def work_plan(lens, page_size=16, hkv=8, row_blocks=1, allowed=10_000, **kw):
     )
 
 
+def run_entries(p):
+    """The runs of a work list (one entry each for an (items, 4) list), padding dropped."""
+    assert p.work.dtype == torch.int32 and p.work.shape[-1] == 4 and p.work.is_contiguous()
+    if p.work.dim() == 2:
+        return [[e] for e in p.work.tolist()]
+    assert p.work.dim() == 3
+    runs = []
+    for run in p.work.tolist():
+        n = next((i for i, e in enumerate(run) if e[0] < 0), len(run))
+        assert n >= 1 and all(e == [-1, 0, 0, 0] for e in run[n:])
+        runs.append(run[:n])
+    return runs
+
+
 def check_work(pages, p):
     """Each request's pages are cut into split_counts[b] contiguous, non-empty pieces that
-    cover it exactly, slot -1 alone or slots 0..n-1, largest pieces first."""
-    work = p.work.tolist()
-    assert p.work.dtype == torch.int32 and p.work.shape[1] == 4 and p.work.is_contiguous()
-    sizes = [hi - lo for _, _, lo, hi in work]
+    cover it exactly, slot -1 alone or slots 0..n-1; largest pieces (or runs) first."""
+    runs = run_entries(p)
+    work = [e for run in runs for e in run]
+    sizes = [sum(hi - lo for _, _, lo, hi in run) for run in runs]
     assert sizes == sorted(sizes, reverse=True)
-    assert p.chunk_pages == max(max(sizes), 1)
+    assert p.chunk_pages == max(max(hi - lo for _, _, lo, hi in work), 1)
     counts = p.split_counts.tolist()
     assert p.max_splits == max(counts)
     for b, n in enumerate(pages.tolist()):
@@ -194,3 +208,97 @@ def test_work_list_choices():
     # a long request among short ones is cut smaller than its fair share of one round
     pages, p = work_plan([4096] + [819] * 15)
     assert p.split_counts[0] > 1 and p.chunk_pages < 256
+
+
+# ---------------------------------------------------------------- runs of entries
+
+SKEWED_16x4096 = [16384] + [3277] * 14 + [3262]  # bench_decode's shape: one 4x request
+
+
+@pytest.mark.parametrize(
+    "lens",
+    [
+        SKEWED_16x4096,
+        [16384] * 16,
+        [4096] + [819] * 15,
+        [1, 17, 300, 5000, 2048],
+        [0, 16, 4096, 0],
+        [65536, 16],
+    ],
+)
+def test_runs_cover_every_page_once(monkeypatch, lens):
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
+    pages, p = work_plan(lens)
+    check_work(pages, p)
+    assert p.work.dim() == 3
+    groups = 2 * SMS // 8  # one wave of 8-CTA groups
+    assert p.work.shape[0] <= groups
+
+
+def test_runs_balance_a_skewed_batch_in_one_wave(monkeypatch):
+    """16 x 4096 with one 4x request: the chunked plan (pieces end at request ends) needs a
+    second wave or CTAs of 1.4x the fair share; runs give every group about the fair share
+    in one wave."""
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
+    pages, p = work_plan(SKEWED_16x4096)
+    groups = 2 * SMS // 8
+    fair = sum(pages.tolist()) / groups
+    least = dp.MIN_CHUNK_TOKENS // 16
+    loads = [sum(hi - lo for _, _, lo, hi in run) for run in run_entries(p)]
+    assert max(loads) <= fair + least + 1
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "off")
+    _, chunked = work_plan(SKEWED_16x4096)
+    assert chunked.work.dim() == 2
+    assert chunked.work.shape[0] > groups or chunked.chunk_pages > 1.4 * fair
+
+
+def test_runs_where_the_cost_model_prefers_them():
+    pages, p = work_plan(SKEWED_16x4096)
+    assert p.work.dim() == 3
+    pages, p = work_plan([65536] + [16384] * 15)  # 16 x 16384 skewed-like
+    assert p.work.dim() == 3
+    # uniform batches and full grids keep the chunked list (equal pieces already)
+    for lens in ([4096] * 16, [16384] * 16, [4096] * 64, [1024] * 256, [1024]):
+        assert work_plan(lens)[1].work.dim() == 2
+
+
+def test_runs_skip_what_they_cannot_serve(monkeypatch):
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
+    # one request: the grid splits serve it (and its merge choices)
+    assert work_plan([1024])[1].work.dim() == 2
+    # more pieces of a request than the workspace holds
+    pages, p = work_plan(SKEWED_16x4096, allowed=3)
+    check_work(pages, p)
+    assert p.work.dim() == 2 and p.max_splits <= 3
+    # a forced chunk is what the sweeps time: never runs
+    assert work_plan(SKEWED_16x4096, force_chunk=64)[1].work.dim() == 2
+
+
+def test_cut_runs_never_starts_a_piece_shorter_than_least():
+    runs = dp._cut_runs([100, 3, 100, 50], target=60, least=8)
+    flat = [e for run in runs for e in run]
+    # the short request stays whole; no other piece is shorter than least
+    assert all(hi - lo >= 8 or (lo, hi) == (0, 3) for _, lo, hi in flat)
+    assert sorted((b, lo, hi) for b, lo, hi in flat) == sorted(
+        (b, lo, hi) for b, lo, hi in flat
+    )
+    for b, n in enumerate([100, 3, 100, 50]):
+        mine = sorted((lo, hi) for rb, lo, hi in flat if rb == b)
+        assert mine[0][0] == 0 and mine[-1][1] == n
+        assert all(x[1] == y[0] for x, y in zip(mine, mine[1:]))
+    assert all(sum(hi - lo for _, lo, hi in run) <= 60 + 8 for run in runs)
+
+
+@pytest.mark.parametrize("value", ["", "auto", "ALWAYS", " off "])
+def test_work_runs_switch_values(monkeypatch, value):
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, value)
+    expected = value.strip().lower() or "auto"
+    assert dp.work_runs_mode() == expected
+    pages, p = work_plan(SKEWED_16x4096)
+    assert (p.work.dim() == 3) == (expected != "off")
+
+
+def test_work_runs_switch_rejects_other_values(monkeypatch):
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "yes")
+    with pytest.raises(ValueError, match="AOTINFER_DECODE_WORK_RUNS must be auto, always or off, got 'yes'"):
+        work_plan(SKEWED_16x4096)

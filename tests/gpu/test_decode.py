@@ -376,6 +376,43 @@ def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
     check(out, lse, want, dtype)
 
 
+@pytest.mark.parametrize(
+    "d, hq, q_len, kv_dtype",
+    [
+        (128, 32, 1, None),
+        (64, 32, 2, None),
+        (256, 64, 4, None),
+        (128, 32, 1, torch.float8_e4m3fn),  # the CUDA-core kernel
+    ],
+)
+def test_runs_of_entries_agree(d, hq, q_len, kv_dtype, decode_kernel, monkeypatch):
+    """Runs of entries forced (AOTINFER_DECODE_WORK_RUNS=always): CTAs that take the end of
+    one request and the start of the next give the reference, for a skewed batch with a
+    window, sinks and the LSE; a second call agrees bit for bit (its merge counters were
+    left at 0)."""
+    monkeypatch.setenv("AOTINFER_DECODE_WORK_RUNS", "always")
+    lens = [20000, 5, 700, 3000, max(q_len, 2), 1500, 16, 9000, 333]
+    dtype = torch.bfloat16
+    q, cache, indptr, indices, last = make_batch(
+        lens, q_len=q_len, hq=hq, d=d, dtype=dtype, kv_dtype=kv_dtype, seed=d + q_len
+    )
+    sinks = torch.randn(hq, generator=_gen(d), device=DEV)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
+    w.plan(
+        indptr, indices, last, hq, 8, d, 16, q_data_type=dtype, kv_data_type=kv_dtype or dtype,
+        q_len_per_req=q_len, window_left=6000,
+    )
+    assert w._plan.split.work.dim() == 3 and w._plan.split.work.shape[1] > 1
+    out = torch.full((q.size(0), hq, d), float("nan"), dtype=dtype, device=DEV)
+    lse = torch.full((q.size(0), hq), float("nan"), device=DEV)
+    w.run(q, cache, out=out, lse=lse, sinks=sinks)
+    want = oracle(q, cache, indptr, indices, last, q_len=q_len, window_left=6000, sinks=sinks)
+    check(out, lse, want, dtype, fp8=kv_dtype is not None)
+    again, lse2 = w.run(q, cache, return_lse=True, sinks=sinks)
+    torch.testing.assert_close(again, out, rtol=0, atol=0)
+    torch.testing.assert_close(lse2, lse, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("use_cuda_graph", [False, True])
 def test_split_merge_counters_return_to_zero(use_cuda_graph, decode_kernel):
     """The last split of each (request, head) to finish merges the others and resets its

@@ -38,10 +38,12 @@ struct DecodeParams {
   float* lse;  // (rows, Hq) contiguous or nullptr
   float* partial_out;  // (rows, splits, Hq, D) contiguous, when splits > 1
   float* partial_lse;  // (rows, splits, Hq)
-  // The planner's work list (cta_work reads it: one entry per heads x row-blocks CTAs, in
-  // launch order), or nullptr: then the grid is requests x heads x splits and split s covers
-  // pages [s * chunk_pages, (s + 1) * chunk_pages).
+  // The planner's work list (cta_work reads it: work_entries entries per heads x row-blocks
+  // CTAs, in launch order, which each CTA runs one after another), or nullptr: then the grid
+  // is requests x heads x splits and split s covers pages [s * chunk_pages, (s + 1) *
+  // chunk_pages).
   const std::int32_t* work;
+  int work_entries;  // 1 without a work list
   const std::int32_t* split_counts;  // with a work list: pieces of each request
   // Split-KV without a merge kernel: per (request, row block, KV head) the number of its
   // splits that have finished; the last one merges them (merge_if_last_split) and resets it
@@ -127,7 +129,7 @@ struct CtaWork {
 };
 
 template <typename QT, typename KVT>
-__device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
+__device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p, int entry) {
   // blockIdx.x = kv_head + num_kv_heads * (row_block + row_blocks * item): the KV heads of one
   // request are launched together and stream the same pages at about the same time. In the
   // NHD layout one token's row of a page holds every head (8 heads x 256 B at d128), so the
@@ -139,8 +141,9 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
   const std::int64_t item = blockIdx.x / heads_blocks;
   const std::int64_t hb = blockIdx.x % heads_blocks;
   if (p.work) {
-    // A work-list entry is four int32: b, partial slot, page_lo, page_hi (one 16-byte load).
-    const int4 it = reinterpret_cast<const int4*>(p.work)[item];
+    // A work-list entry is four int32: b, partial slot, page_lo, page_hi (one 16-byte load);
+    // b < 0 pads a CTA's run of entries.
+    const int4 it = reinterpret_cast<const int4*>(p.work)[item * p.work_entries + entry];
     w.b = it.x;
     w.split = it.y;
     w.page_lo = it.z;
@@ -156,6 +159,29 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams<QT, KVT>& p) {
   w.row0 = static_cast<int>(row_block * kRowBlock);
   w.rows = static_cast<int>(rows_total - w.row0 < kRowBlock ? rows_total - w.row0 : kRowBlock);
   return w;
+}
+
+// Runs piece(work) for each of this CTA's work entries, in order (one without a work list).
+// The first entry is read before the wait on the previous grid: the work list is plan()'s
+// copy, never a kernel's output, so the dependent loads after the wait start one round trip
+// sooner. Between entries a barrier frees the shared memory the last one used (q, page ids,
+// the merge buffer). A run of entries lets a CTA take the end of one request and the start
+// of the next, so a skewed batch's CTAs can get equal work in one wave (_decode_plan.py).
+template <typename QT, typename KVT, typename Piece>
+__device__ __forceinline__ void for_each_work_entry(const DecodeParams<QT, KVT>& p, Piece&& piece) {
+  CtaWork work = cta_work(p, 0);
+  decode_pdl_prologue();
+#ifdef AOTINFER_LAB_ONE_ENTRY
+  piece(work);
+  return;
+#endif
+  for (int e = 0;;) {
+    piece(work);
+    if (++e >= p.work_entries) return;
+    work = cta_work(p, e);
+    if (work.b < 0) return;
+    __syncthreads();
+  }
 }
 
 // The keys one CTA attends to: request b's keys [k_begin, k_end) of its split, the window

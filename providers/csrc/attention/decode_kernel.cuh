@@ -63,17 +63,14 @@ struct DecodeSmem {
   float l[kRowBlock];
 };
 
+// One work entry of a decode_kernel CTA: its keys, its rows' output or partial state, and the
+// merge when it is the last split of its request.
 template <typename QT, typename KVT, int D>
-__global__ void __launch_bounds__(kDecodeThreads)
-    decode_kernel(const __grid_constant__ DecodeParams<QT, KVT> p) {
+__device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, const CtaWork& work) {
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
   using Layout = detail::TileLayout<KVT, D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<DecodeSmem<QT, KVT, D>*>(smem_raw);
-  // The work list is plan()'s copy, never a kernel's output: read it before waiting on the
-  // previous grid, so the dependent loads after the wait start one round trip sooner.
-  const CtaWork work = cta_work(p);
-  decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const std::int64_t b = work.b, kv_head = work.kv_head, split = work.split;
@@ -295,6 +292,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (o.lse_at && c0 == 0) *o.lse_at = o.lse;
   }
   if (p.arrivals && p.splits > 1 && split >= 0) merge_if_last_split(p, work, D);
+}
+
+template <typename QT, typename KVT, int D>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_kernel(const __grid_constant__ DecodeParams<QT, KVT> p) {
+  for_each_work_entry(p, [&](const CtaWork& work) { decode_piece<QT, KVT, D>(p, work); });
 }
 
 }  // namespace aotinfer::attention

@@ -227,18 +227,24 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
             "batch_decode: arrivals needs batch_size x row blocks x num_kv_heads = " +
                 std::to_string(batch * row_blocks * Hkv) + " entries, got " + std::to_string(a.arrivals->size(0)));
   }
-  std::int64_t items = batch;  // grid items: requests, or work-list entries
+  std::int64_t items = batch;  // grid items: requests, or work-list entries (runs of entries)
+  std::int64_t entries = 1;     // work-list entries per CTA
   if (a.work) {
     REQUIRE(a.indptr != nullptr, "batch_decode: a work list needs a page table");
     REQUIRE(a.split_counts != nullptr && a.arrivals != nullptr,
             "batch_decode: a work list needs split_counts and arrivals");
-    check_rank(*a.work, 2, kOp, "work");
+    REQUIRE(a.work->ndim() == 2 || a.work->ndim() == 3,
+            "batch_decode: work must be (items, 4) or (items, entries, 4), got rank " + std::to_string(a.work->ndim()));
     check_dtype(*a.work, DType::kInt32, kOp, "work");
     check_same_device(*a.work, q, kOp, "work");
-    REQUIRE(a.work->size(1) == 4 && a.work->stride(1) == 1 && (a.work->size(0) <= 1 || a.work->stride(0) == 4) &&
-                a.work->data % 16 == 0,
-            "batch_decode: work must be a contiguous, 16-byte aligned (items, 4) int32 tensor");
-    REQUIRE(a.work->size(0) >= batch, "batch_decode: the work list must cover every request");
+    const int last = a.work->ndim() - 1;
+    entries = a.work->ndim() == 3 ? a.work->size(1) : 1;
+    REQUIRE(a.work->size(last) == 4 && a.work->stride(last) == 1 &&
+                (entries <= 1 || a.work->stride(1) == 4) &&
+                (a.work->size(0) <= 1 || a.work->stride(0) == 4 * entries) && a.work->data % 16 == 0,
+            "batch_decode: work must be a contiguous, 16-byte aligned (items, 4) or (items, entries, 4) int32 tensor");
+    REQUIRE(entries >= 1 && entries <= 0x7fffffff, "batch_decode: work needs at least one entry per item");
+    REQUIRE(a.work->size(0) * entries >= batch, "batch_decode: the work list must cover every request");
     check_int32_vector(a.split_counts, q, "split_counts");
     REQUIRE(a.split_counts->size(0) == batch, "batch_decode: split_counts must have batch_size entries");
     items = a.work->size(0);
@@ -279,6 +285,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.partial_out = splits > 1 ? a.partial_out->ptr<float>() : nullptr;
   r.partial_lse = splits > 1 ? a.partial_lse->ptr<float>() : nullptr;
   r.work = a.work ? a.work->ptr<const std::int32_t>() : nullptr;
+  r.work_entries = static_cast<int>(entries);
   r.split_counts = a.split_counts ? a.split_counts->ptr<const std::int32_t>() : nullptr;
   r.arrivals = a.arrivals ? a.arrivals->ptr<std::int32_t>() : nullptr;
   r.chunk_pages = a.chunk_pages;

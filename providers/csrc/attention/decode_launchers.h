@@ -50,7 +50,9 @@
 //   split_counts[b] (B) int32 slots are merged. The plan made both, so they are trusted:
 //   every request appears, slots are below max_splits, pages lie in the request's table.
 //   chunk_pages is then the largest item's page count (it sets the pipeline depth only).
-//   A work list needs arrivals.
+//   A work list needs arrivals. work may also be (items, entries, 4): each CTA group then
+//   runs its item's entries one after another (an entry with request -1 ends the run), so
+//   one CTA can take the end of a request and the start of the next.
 // - arrivals: int32, at least B x ceil(q_len_per_req * Hq / Hkv / 16) x Hkv entries, all 0
 //   before the first call: the merge is done by the last split of each (request, row block,
 //   KV head) to finish, which leaves its counter at 0 again (last_split_merge.cuh); no merge

@@ -165,9 +165,10 @@ __device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t 
 
 }  // namespace tc
 
+// One work entry of a decode_tc_kernel CTA: its keys, its rows' output or partial state, and
+// the merge when it is the last split of its request.
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
-    decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
+__device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, const CtaWork& work) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
   constexpr int kChunks = D / 8;             // 16-byte chunks per row
@@ -179,10 +180,6 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   int* spid = reinterpret_cast<int*>(smem_raw + tc_q_bytes(D) + tc_ml_bytes());
   unsigned char* skv = smem_raw + tc_q_bytes(D) + tc_ml_bytes() + tc_pid_bytes();
   const int stages = p.stages;
-  // The work list is plan()'s copy, never a kernel's output: read it before waiting on the
-  // previous grid, so the dependent loads after the wait start one round trip sooner.
-  const CtaWork work = cta_work(p);
-  decode_pdl_prologue();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // MMA fragment coordinates: row group, thread in group
@@ -515,6 +512,14 @@ __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
   } else if (p.arrivals && p.splits > 1 && split >= 0) {
     merge_if_last_split(p, work, D);
   }
+#endif
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
+    decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  for_each_work_entry(p, [&](const CtaWork& work) { decode_tc_piece<T, D>(p, work); });
 #endif
 }
 
