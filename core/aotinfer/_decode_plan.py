@@ -49,10 +49,15 @@ KV head, and a merge combines their partial states):
   the requests, in order, are laid end to end and cut into runs of about the same pages
   (a run takes the rest of a request when it overshoots by less than ``MIN_CHUNK_TOKENS``,
   and ends early rather than start a piece shorter than that). A request then spans a few
-  runs, its pieces merge as before (the last to finish merges), and every CTA streams about
-  the fair share. Its estimate is the longest run plus ``RUN_ENTRY_TOKENS`` per entry after
-  the first (each entry starts with its dependent loads again), a round's overhead and the
-  merge; plan_work takes it when it is below ``RUNS_MARGIN`` times the best chunk's.
+  runs, its pieces merge as before (the last to finish merges), and every CTA takes about
+  the same time. An entry after a run's first counts ``RUN_ENTRY_TOKENS`` keys of time
+  (its dependent loads, pipeline fill and drain, partial write and counter), both where
+  the runs are cut and in the estimate: the longest run's time, a round's overhead and the
+  merge. plan_work takes the runs when that is below ``RUNS_MARGIN`` times the best
+  chunk's estimate. ``RUN_ENTRY_TOKENS`` = 128 is fitted to the first A/B of the runs
+  (64 then; history/ab-decode-work-runs-a2b30ba.txt): forced on the benchmark's batches of
+  16, runs against chunks were 1.134x at kv 1024 skewed (model with 128: 1.061), 0.915x at
+  4096 skewed (0.915), 0.923x at 16384 skewed (0.852) and 1.00-1.01x uniform.
   ``AOTINFER_DECODE_WORK_RUNS=auto|always|off`` (README) overrides the choice.
 
 - **Grid** (:func:`plan_splits`; CUDA-graph mode). The grid and ``chunk_pages`` are baked
@@ -110,10 +115,11 @@ ROUND_OVERHEAD_TOKENS = 128
 MERGE_TOKENS = 64
 MERGE_TOKENS_PER_SPLIT = 12
 # Runs of entries (plan_work; module docstring): each entry of a CTA's run after its first
-# costs this many keys (its start: the dependent loads of q, the page table and the first
-# tiles, not hidden by the last entry's streaming); runs replace the chunked plan only when
-# their estimate is below RUNS_MARGIN times its estimate (the model is least sure there).
-RUN_ENTRY_TOKENS = 64
+# costs this many keys of time (its start and end: the dependent loads of q, the page table
+# and the first tiles, the pipeline's drain, the partial write; not hidden by streaming);
+# runs replace the chunked plan only when their estimate is below RUNS_MARGIN times its
+# estimate (the model is least sure there).
+RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 ALIGN = 256  # bytes between carved buffers
@@ -264,9 +270,10 @@ def work_runs_mode() -> str:
     return value
 
 
-def _cut_runs(host, target: int, least: int) -> List[List[Tuple[int, int, int]]]:
-    """Requests of ``host`` pages, in order, cut into runs of about ``target`` pages each:
-    lists of (request, first page, end page). A run takes the rest of a request when it
+def _cut_runs(host, target: int, least: int, entry: int) -> List[List[Tuple[int, int, int]]]:
+    """Requests of ``host`` pages, in order, cut into runs of lists of (request, first page,
+    end page) that each take about ``target`` pages of time, an entry after a run's first
+    counting ``entry`` pages more (its start). A run takes the rest of a request when it
     overshoots by at most ``least`` pages, and ends early rather than start a piece shorter
     than ``least`` (a piece that short costs more to start and merge than it streams)."""
     runs, run, room = [], [], target
@@ -276,15 +283,16 @@ def _cut_runs(host, target: int, least: int) -> List[List[Tuple[int, int, int]]]
             continue
         lo = 0
         while lo < p:
+            avail = room - entry if run else room  # a fresh run has target >= least
             left = p - lo
-            if left <= room + least:
+            if left <= avail + least:
                 run.append((b, lo, p))
-                room, lo = room - left, p
-            elif room < least and run:
+                room, lo = avail - left, p
+            elif avail < least:
                 room = 0
             else:
-                run.append((b, lo, lo + room))
-                lo, room = lo + room, 0
+                run.append((b, lo, lo + avail))
+                lo, room = lo + avail, 0
             if room <= 0:
                 runs.append(run)
                 run, room = [], target
@@ -294,7 +302,7 @@ def _cut_runs(host, target: int, least: int) -> List[List[Tuple[int, int, int]]]
 
 
 def _plan_runs(host, units: int, slots: int, page_size: int, allowed: int):
-    """Runs of entries for one wave of CTA groups with about equal pages each (module
+    """Runs of entries for one wave of CTA groups that take about equal time (module
     docstring), as (estimated time in _estimated_time's units, runs, pieces per request),
     or None where they do not apply: one request, more requests than groups (whole
     requests then balance over the rounds: skewed batches of 64 and 256 ran at 0.98-1.02x
@@ -305,17 +313,21 @@ def _plan_runs(host, units: int, slots: int, page_size: int, allowed: int):
     if not 2 <= len(host) <= groups or total == 0:
         return None
     least = _ceil_div(MIN_CHUNK_TOKENS, page_size)
-    target = max(_ceil_div(total, groups), least)
-    runs = _cut_runs(host, target, least)
-    while len(runs) > groups:  # runs that ended early spilled past the wave
-        target += _ceil_div(target, 32)
-        runs = _cut_runs(host, target, least)
+    entry = _ceil_div(RUN_ENTRY_TOKENS, page_size)
+    # The smallest target whose runs fit in the wave (one run of everything always does).
+    lo, hi = max(_ceil_div(total, groups), least), total + entry * len(host) + least
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_cut_runs(host, mid, least, entry)) <= groups:
+            hi = mid
+        else:
+            lo = mid + 1
+    runs = _cut_runs(host, lo, least, entry)
     pieces = Counter(b for run in runs for b, _, _ in run)
     splits = max(pieces.values())
     if splits > allowed:
         return None
-    entry_pages = RUN_ENTRY_TOKENS / page_size
-    longest = max(sum(hi - lo for _, lo, hi in run) + (len(run) - 1) * entry_pages for run in runs)
+    longest = max(sum(hi - lo for _, lo, hi in run) + (len(run) - 1) * entry for run in runs)
     t = longest + ROUND_OVERHEAD_TOKENS / page_size
     if splits > 1:
         t += (MERGE_TOKENS + MERGE_TOKENS_PER_SPLIT * splits) / page_size

@@ -171,10 +171,6 @@ template <typename QT, typename KVT, typename Piece>
 __device__ __forceinline__ void for_each_work_entry(const DecodeParams<QT, KVT>& p, Piece&& piece) {
   CtaWork work = cta_work(p, 0);
   decode_pdl_prologue();
-#ifdef AOTINFER_LAB_ONE_ENTRY
-  piece(work);
-  return;
-#endif
   for (int e = 0;;) {
     piece(work);
     if (++e >= p.work_entries) return;
