@@ -376,6 +376,27 @@ def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
     check(out, lse, want, dtype)
 
 
+@pytest.mark.parametrize("lens", [[1000], [300], [3000, 40]])
+def test_request_zero_with_a_page_table_that_does_not_start_at_zero(lens):
+    """Request 0's CTAs fetch their first page ids guessing indptr[0] == 0 (decode_tc_kernel
+    .cuh). A table that starts elsewhere (moved on the device after plan(), which checks only
+    its host copy: the provider's CSR allows any start) takes the prologue's second fetch;
+    the result is the reference's on the same pages. Batch 1 x 1000 runs in 8 clustered
+    splits, x 300 in 2-3, and [3000, 40] through a work list."""
+    shift = 5
+    dtype = torch.bfloat16
+    q, cache, indptr, indices, last = make_batch(lens, dtype=dtype, seed=len(lens) + lens[0])
+    decoy = torch.randint(0, cache.size(0), (shift,), generator=_gen(9), device=DEV).to(torch.int32)
+    shifted = torch.cat([decoy, indices])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
+    w.plan(indptr.clone(), shifted, last, 32, 8, 128, 16, q_data_type=dtype)
+    w._plan.indptr.add_(shift)  # the device table the launch reads: now [shift, shift + n, ...]
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+    w.run(q, cache, out=out, lse=lse)
+    check(out, lse, oracle(q, cache, indptr, indices, last), dtype)
+
+
 @pytest.mark.parametrize(
     "d, hq, q_len, kv_dtype",
     [
