@@ -201,17 +201,15 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     }
     detail::cp_async16(sq + tc::at<D>(r, c), src, r < rows);
   }
-  // Request 0's pages start at indptr[0], which is 0 in every valid page table: its CTAs
-  // (a batch of one above all) fetch the page ids of their first tiles on that guess, with
-  // the q copies and the page-table loads instead of after them, one round trip less before
-  // the first K/V copies. The prologue fetches them again if the table proves the guess
-  // wrong. Not with a window, whose first key depends on the request's length.
+  // Request 0's pages start at indptr[0], which is 0 in every valid page table: with a work
+  // list its CTAs fetch the page ids of their first tiles on that guess, with the q copies
+  // and the page-table loads instead of after them, one round trip less before the first
+  // K/V copies. The prologue fetches them again if the table proves the guess wrong. Not
+  // with a window, whose first key depends on the request's length. Measured (A/B,
+  // history/ab-decode-first-page-guess-f9fd1b3.txt): 16 x 1024 skewed (request 0 is the
+  // long one) 28.15 -> 27.8 us; but a batch of one (no work list) 8.0 -> 8.1, so not there.
   int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
-#ifdef AOTINFER_LAB_NO_GUESS
-  const bool speculate = false;
-#else
-  const bool speculate = p.indptr && work.b == 0 && p.window_left < 0;
-#endif
+  const bool speculate = p.work && p.indptr && work.b == 0 && p.window_left < 0;
   const std::int64_t guess_begin = work.page_lo * p.page_size;
   std::int64_t guess_end = p.num_indices * p.page_size;  // reads stay inside indices
   if (work.page_hi >= 0 && work.page_hi * p.page_size < guess_end) guess_end = work.page_hi * p.page_size;
