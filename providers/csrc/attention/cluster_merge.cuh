@@ -39,16 +39,13 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeParams<QT, K
   cluster.sync();  // release / acquire: every split's state is visible to the cluster
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-  // Output quads (row, 4 columns) dealt round-robin over the CTAs, so that each SM issues
-  // 1/splits of the remote loads (dealt CTA by CTA, a batch of one's 128 quads fell to rank
-  // 0 alone: 1024 DSMEM loads from one SM).
+  // Output quads (row, 4 columns) dealt over the cluster's threads, CTA by CTA: a batch of
+  // one's 128 quads fall to rank 0 alone. Dealt round-robin over the CTAs (each SM issuing
+  // 1/splits of the remote loads) batch 1 x 1024 ran 8.1 -> 8.3 us (A/B,
+  // history/ab-cluster-merge-dealing-bf5247e.txt): the other CTAs are then busy too.
   const int quads = head_dim / 4;
   const int items = w.rows * quads;
-#ifdef AOTINFER_LAB_CTA_BY_CTA
   for (int idx = rank * blockDim.x + threadIdx.x; idx < items; idx += splits * blockDim.x) {
-#else
-  for (int idx = threadIdx.x * splits + rank; idx < items; idx += splits * blockDim.x) {
-#endif
     const int r = idx / quads, c = (idx % quads) * 4;
     MergeAccum<4> st;
     st.absorb_states(0, 1, splits, [&](int split, float (&cols)[4]) {
