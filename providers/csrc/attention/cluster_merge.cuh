@@ -42,7 +42,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeParams<QT, K
   // Output quads (row, 4 columns) dealt over the cluster's threads, CTA by CTA: a batch of
   // one's 128 quads fall to rank 0 alone. Dealt round-robin over the CTAs (each SM issuing
   // 1/splits of the remote loads) batch 1 x 1024 ran 8.1 -> 8.3 us (A/B,
-  // history/ab-cluster-merge-dealing-bf5247e.txt): the other CTAs are then busy too.
+  // history/ab-cluster-merge-dealing-bf5247e.txt; why was not measured).
   const int quads = head_dim / 4;
   const int items = w.rows * quads;
   for (int idx = rank * blockDim.x + threadIdx.x; idx < items; idx += splits * blockDim.x) {
