@@ -378,11 +378,11 @@ def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
 
 @pytest.mark.parametrize("lens", [[1000], [300], [3000, 40]])
 def test_request_zero_with_a_page_table_that_does_not_start_at_zero(lens):
-    """Request 0's CTAs fetch their first page ids guessing indptr[0] == 0 (decode_tc_kernel
-    .cuh). A table that starts elsewhere (moved on the device after plan(), which checks only
-    its host copy: the provider's CSR allows any start) takes the prologue's second fetch;
-    the result is the reference's on the same pages. Batch 1 x 1000 runs in 8 clustered
-    splits, x 300 in 2-3, and [3000, 40] through a work list."""
+    """The kernels read request 0's first page from indptr[0], never assume it is 0 (a
+    guess that was measured, dev/NOTES.md item 44): a table that starts elsewhere (moved on
+    the device after plan(), which checks only its host copy; the provider's CSR allows any
+    start) gives the reference's result on the same pages. Batch 1 x 1000 runs in 8
+    clustered splits, x 300 in 2-3, and [3000, 40] through a work list."""
     shift = 5
     dtype = torch.bfloat16
     q, cache, indptr, indices, last = make_batch(lens, dtype=dtype, seed=len(lens) + lens[0])

@@ -30,7 +30,6 @@ struct DecodeParams {
   std::int64_t v_stride_page, v_stride_slot, v_stride_head;
   const std::int32_t* indptr;  // nullptr: one request, kv_len = kv_len_scalar, page 0
   const std::int32_t* indices;
-  std::int64_t num_indices;  // entries of indices (bounds the tensor-core kernel's early page-id reads)
   const std::int32_t* last_page_len;
   std::int64_t page_size, kv_len_scalar;
   std::int64_t num_pages;  // page ids are clamped into [0, num_pages): a bad table cannot read outside the cache

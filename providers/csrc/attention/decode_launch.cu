@@ -272,7 +272,6 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.v_stride_head = nhd ? v.stride(2) : v.stride(1);
   r.indptr = a.indptr ? a.indptr->ptr<const std::int32_t>() : nullptr;
   r.indices = a.indices ? a.indices->ptr<const std::int32_t>() : nullptr;
-  r.num_indices = a.indices ? a.indices->size(0) : 0;
   r.last_page_len = a.last_page_len ? a.last_page_len->ptr<const std::int32_t>() : nullptr;
   // Without a page table the keys are slots of page 0 and a split's chunk_pages counts keys
   // (single decode), so the kernel's page arithmetic runs with pages of one key.

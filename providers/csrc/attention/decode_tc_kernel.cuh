@@ -201,24 +201,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     }
     detail::cp_async16(sq + tc::at<D>(r, c), src, r < rows);
   }
-  // Request 0's pages start at indptr[0], which is 0 in every valid page table: with a work
-  // list its CTAs fetch the page ids of their first tiles on that guess, with the q copies
-  // and the page-table loads instead of after them, one round trip less before the first
-  // K/V copies. The prologue fetches them again if the table proves the guess wrong. Not
-  // with a window, whose first key depends on the request's length. Measured (A/B,
-  // history/ab-decode-first-page-guess-f9fd1b3.txt): 16 x 1024 skewed (request 0 is the
-  // long one) 28.15 -> 27.8 us; but a batch of one (no work list) 8.0 -> 8.1, so not there.
-  int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
-  const bool speculate = p.work && p.indptr && work.b == 0 && p.window_left < 0;
-  const std::int64_t guess_begin = work.page_lo * p.page_size;
-  std::int64_t guess_end = p.num_indices * p.page_size;  // reads stay inside indices
-  if (work.page_hi >= 0 && work.page_hi * p.page_size < guess_end) guess_end = work.page_hi * p.page_size;
-  if (speculate && lane < kTcTileKeys) {
-    for (int t = 0; t < stages - 1; ++t) {
-      const std::int64_t j = guess_begin + (static_cast<std::int64_t>(t) * kTcWarps + warp) * kTcTileKeys + lane;
-      if (j < guess_end) detail::cp_async4(my_pid + t * kTcTileKeys + lane, p.indices + tc::page_index(j, p.page_size));
-    }
-  }
   const KeyRange rg = key_range(p, work);
 
   const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
@@ -257,6 +239,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
+  int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
   auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
     const std::int64_t j = tile_start(t) + lane;
     if (!p.indptr || lane >= kTcTileKeys || t >= n_w || j >= rg.k_end) return;
@@ -320,13 +303,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
   };
 
-  // Prologue: page ids of the first stages - 1 tiles (unless the guess above holds: same
-  // first page, same first key, at least as many keys), then their K/V.
-  const bool guessed = speculate && rg.page_begin == 0 && rg.k_begin == guess_begin && rg.k_end <= guess_end;
-  if (!guessed) {
-    if (speculate) detail::cp_async_wait<0>();  // the guess's copies land before these overwrite them
-    for (int t = 0; t < stages - 1; ++t) fetch_pages(t, t);
-  }
+  // Prologue: page ids of the first stages - 1 tiles, then their K/V. (Fetching request 0's
+  // first page ids before indptr arrives, on the guess indptr[0] == 0, was measured and left
+  // out: 16 x 1024 skewed 1.2% faster, a batch of one 1% slower; dev/NOTES.md item 44.)
+  for (int t = 0; t < stages - 1; ++t) fetch_pages(t, t);
   detail::cp_async_commit();
   detail::cp_async_wait<0>();
   __syncwarp();
