@@ -465,7 +465,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 n = split.work.numel()
                 ints = torch.cat([split.work.view(-1), split.split_counts])
                 plan.work = ints.to(self.device, non_blocking=non_blocking)
-                plan.work_views = (view(plan.work[:n].view(split.work.shape)), view(plan.work[n:]), arrivals)
+                work = plan.work[:n].view(split.work.shape)
+                plan.work_views = (view(work), view(plan.work[n:]), arrivals)
             else:
                 plan.work_views = (None, None, arrivals if _merges_in_grid(batch) else None)
             plan.alibi_view = view(plan.alibi_slopes)
