@@ -216,6 +216,10 @@ work, counts, room = v((B, 4), I32), v((B,), I32), v((B * HKV,), I32)
 call(work, counts, v((B * HKV - 1,), I32))
 call(v((B, 3), I32), counts, room)
 call(v((B - 1, 4), I32), counts, room)
+call(v((B, 2, 3), I32), counts, room)
+call(v((2, 2, 2, 4), I32), counts, room)
+call(v((B, 0, 4), I32), counts, room)
+call(v((1, B - 1, 4), I32), counts, room)
 call(work, v((B - 1,), I32), room)
 call(work, counts, None)
 call(work, counts, (1, 2, 3))
@@ -224,9 +228,14 @@ call(work, counts, (1 << 20, I32, [B * HKV], (1,), 0))
 
 
 def test_decode_refuses_bad_work_lists_before_any_launch(venv):
+    layout = "work must be a contiguous, 16-byte aligned (items, 4) or (items, entries, 4) int32"
     expected = [
         "arrivals needs batch_size x row blocks x num_kv_heads = 32 entries, got 31",
-        "work must be a contiguous, 16-byte aligned (items, 4) int32 tensor",
+        layout,
+        "the work list must cover every request",
+        layout,
+        "work must be (items, 4) or (items, entries, 4), got rank 4",
+        "work needs at least one entry per item",
         "the work list must cover every request",
         "split_counts must have batch_size entries",
         "a work list needs split_counts and arrivals",
