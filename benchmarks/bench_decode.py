@@ -76,6 +76,7 @@ def batch_inputs(batch, kv, skewed):
     last, caches, q); ``caches`` holds the cache and enough random copies (1-tuples, the
     rotation of rotation_graph_us) to overflow the L2."""
     g = torch.Generator().manual_seed(batch * 7 + kv)
+    torch.manual_seed(batch * 7 + kv)  # the cache, its copies and q too: every process alike
     lens = lengths(batch, kv, skewed, g)
     cache, indptr, indices, last = paged_setup(lens, g)
     caches = [(cache,)] + [

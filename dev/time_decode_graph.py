@@ -1,8 +1,9 @@
 """CUDA-graph times of the decode shapes the goals of issue #5 name, for A/B runs (a lab tool,
 not a benchmark of record): per call in a graph of at least 10 calls over rotating KV caches
 (bench_decode's inputs and method), written as JSON {"us": {case: us}, "tokens": {case:
-checksum}} for dev/compare_graph_times.py ("tokens" here is a checksum of the output, so
-two builds that differ only in rounding read as "TOKENS DIFFER": compare the times).
+checksum}} for dev/compare_graph_times.py ("tokens" here is a checksum of the output; the
+inputs are seeded per shape, so two builds agree unless they round differently, as a
+different split or merge order does: compare the times).
 
     python3 dev/time_decode_graph.py OUT.json [case-prefix ...]   (GPU machine, provider installed)
 """
@@ -59,6 +60,7 @@ def batch_case(batch, kv, skewed, us, sums):
 
 def single_case(kv, us, sums):
     name = f"single {kv}"
+    torch.manual_seed(kv)
     q = torch.randn(HQ, D, dtype=DT, device="cuda")
     k = torch.randn(kv, HKV, D, dtype=DT, device="cuda")
     sets = [(k, torch.randn_like(k))]
@@ -69,6 +71,7 @@ def single_case(kv, us, sums):
 
 def merge_case(states, us, sums):
     name = f"merge_states 1x{states}x{HQ}x{D}"
+    torch.manual_seed(states)
     v = torch.randn(1, states, HQ, D, dtype=torch.float32, device="cuda")
     s = torch.randn(1, states, HQ, dtype=torch.float32, device="cuda") * 4
     us[name] = 1e3 * graph_time_ms(lambda: aotinfer.merge_states(v, s), calls=10)
