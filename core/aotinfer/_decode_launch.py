@@ -10,6 +10,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _views
 from ._decode_plan import SplitPlan
 from .reference import attention as _ref
 
@@ -41,17 +42,9 @@ def use_reference(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-# torch's own query behind torch.cuda.is_current_stream_capturing, without the Python frame
-# around it (0.3-0.6 us per call on the H200 host for the public function).
-_raw_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
-
-
-def capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph (tests replace this to drive
-    both sides of a choice that depends on it on CPU)."""
-    if _raw_capturing is not None:
-        return _raw_capturing()
-    return torch.cuda.is_current_stream_capturing()
+# Whether the current CUDA stream is capturing a graph (the CPU tests replace this to drive
+# both sides of run()'s eager/captured merge choice).
+capturing = _views.stream_capturing
 
 
 def provider_kernels(device: torch.device):
@@ -95,7 +88,9 @@ def table_args(layout_code: int, page_size: int, table_views: tuple, kv_len_scal
     return (layout_code, page_size, *table_views, kv_len_scalar)
 
 
-def split_args(partial_views: tuple, work_views: tuple, split: SplitPlan, q_len_per_req: int) -> tuple:
+def split_args(
+    partial_views: tuple, work_views: tuple, split: SplitPlan, q_len_per_req: int
+) -> tuple:
     """partial_out, partial_lse, work, split_counts, arrivals, chunk_pages, max_splits,
     q_len_per_req."""
     return (*partial_views, *work_views, split.chunk_pages, split.max_splits, q_len_per_req)

@@ -54,9 +54,10 @@ KV head, and a merge combines their partial states):
   (its dependent loads, pipeline fill and drain, partial write and counter), both where
   the runs are cut and in the estimate: the longest run's time, a round's overhead and the
   merge. plan_work takes the runs when that is below ``RUNS_MARGIN`` times the best
-  chunk's estimate, and skips their search (a bisection over the run length: ~0.15-0.2 ms
-  of plan() for 16 requests on the 2-core build machine) where the best chunk is already
-  within that margin of the fair share of one wave, as for uniform batches. ``RUN_ENTRY_TOKENS`` = 128 is fitted to the first A/B of the runs
+  chunk's estimate, and skips their search (a bisection over the run length; its host
+  time: history/plan-work-host-*.txt, dev/time_plan_work.py) where the best chunk is
+  already within that margin of the fair share of one wave, as for uniform batches.
+  ``RUN_ENTRY_TOKENS`` = 128 is fitted to the first A/B of the runs
   (64 then; history/ab-decode-work-runs-a2b30ba.txt): forced on the benchmark's batches of
   16, runs against chunks were 1.134x at kv 1024 skewed (model with 128: 1.061), 0.915x at
   4096 skewed (0.915), 0.923x at 16384 skewed (0.852) and 1.00-1.01x uniform.
@@ -373,7 +374,6 @@ def plan_work(
     slots = WAVES * num_sms
     allowed = max(max_splits_allowed, 1)
     max_pages = max(max(host, default=1), 1)
-    runs = None
     if force_chunk is None:
         min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
         fair = _ceil_div(sum(host) * units, slots)
@@ -386,7 +386,7 @@ def plan_work(
             key=lambda tc: tc[0],
         )
         force_chunk = best[1]
-        mode = work_runs_mode()
+        mode, runs = work_runs_mode(), None
         # Runs take at least the fair share of one wave of groups: where the best chunk is
         # already within RUNS_MARGIN of that (uniform batches), their search is skipped.
         floor = _ceil_div(sum(host), max(slots // units, 1)) + ROUND_OVERHEAD_TOKENS / page_size

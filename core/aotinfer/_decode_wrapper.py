@@ -30,7 +30,6 @@ from . import _views
 
 _BACKENDS_OURS = ("auto", "fa2")
 _BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
-_F32 = _views.DTYPE_CODES[torch.float32]  # the lse view's dtype code
 
 # Nominal multiprocessor count for plans made on CPU (the reference path ignores splits;
 # this only makes CPU plans and workspace_size deterministic). An H100/H200 has 132.
@@ -701,6 +700,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_strides[-1] != 1:
             q = q.contiguous()
             q_strides = q.stride()
+        lse_view = None
+        if lse is not None:
+            lse_view = (lse.data_ptr(), _views.F32_CODE, p.lse_shape, p.lse_strides, index)
         split = p.launch_split
         if p.eager_split_args is not None and not _launch.capturing():
             split = p.eager_split_args
@@ -710,7 +712,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             v_view,
             *p.launch_table,
             (out.data_ptr(), p.o_code, p.q_shape, p.out_strides, index),
-            None if lse is None else (lse.data_ptr(), _F32, p.lse_shape, p.lse_strides, index),
+            lse_view,
             *split,
             *(p.launch_scalars if scalars is None else _launch.scalar_args(scalars, p.alibi_view)),
             None if sinks is None else _views.view(sinks),

@@ -26,6 +26,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
+from . import _views
 from .reference.philox import to_int64
 
 CPU_SEED_BITS = 62
@@ -85,15 +86,6 @@ def _default_generator(device: Union[torch.device, str, None]) -> torch.Generato
     return torch.cuda.default_generators[index]
 
 
-def _stream_capturing() -> bool:
-    """Whether the current CUDA stream is capturing; False where torch has no CUDA (a
-    stand-in generator in the CPU tests). Cheaper than asking ``is_available`` first."""
-    try:
-        return torch.cuda.is_current_stream_capturing()
-    except (RuntimeError, AssertionError):
-        return False
-
-
 def get_seed_and_offset(
     increment: int,
     generator: Optional[torch.Generator] = None,
@@ -121,7 +113,7 @@ def get_seed_and_offset(
     if gen.device.type == "cpu":
         seed = torch.randint(0, 1 << CPU_SEED_BITS, (1,), dtype=torch.int64, generator=gen)
         return int(seed), 0
-    if _stream_capturing():
+    if _views.stream_capturing():
         raise ValueError(
             "seed, offset: a CUDA generator cannot be read or advanced during CUDA graph "
             "capture; pass seed and offset as int64 tensors (rewrite them between replays)"

@@ -34,7 +34,6 @@ from .reference.philox import MASK64
 from .reference.sampling import FilterMode
 
 _LIB = torch.library.Library("aotinfer", "FRAGMENT")
-_BOOL_CODE = _views.DTYPE_CODES[torch.bool]
 
 # The random-number tail shared by the two seeded ops' schemas.
 _RANDOM = (
@@ -194,7 +193,7 @@ def _sample_impl(
         v(input), bool(is_logits), v(indices),
         # the outputs' views from what was just allocated (host time: no accessor calls)
         (samples.data_ptr(), _views.DTYPE_CODES[out_dtype], (batch,), (1,), index),
-        (valid.data_ptr(), _BOOL_CODE, (batch,), (1,), index),
+        (valid.data_ptr(), _views.BOOL_CODE, (batch,), (1,), index),
         int(filter_mode),
         v(top_k_arr), int(top_k), v(top_p_arr), float(top_p), v(min_p_arr), float(min_p),
         v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64,

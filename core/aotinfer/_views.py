@@ -25,6 +25,8 @@ if hasattr(torch, "uint64"):
     DTYPE_CODES[torch.uint64] = 9
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+F32_CODE = DTYPE_CODES[torch.float32]  # for views built on hot paths without a dict lookup
+BOOL_CODE = DTYPE_CODES[torch.bool]
 
 View = Tuple[int, int, Tuple[int, ...], Tuple[int, ...], int]
 
@@ -46,6 +48,22 @@ def stream_handle(device: torch.device) -> int:
     if _raw_stream is not None and device.index is not None:
         return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
+
+
+# torch's own query behind torch.cuda.is_current_stream_capturing, without the Python frame
+# around it (0.3-0.6 us per call on the H200 host for the public function).
+_raw_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
+def stream_capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph; False where torch has no CUDA
+    (a stand-in generator in the CPU tests). Cheaper than asking ``is_available`` first."""
+    try:
+        if _raw_capturing is not None:
+            return _raw_capturing()
+        return torch.cuda.is_current_stream_capturing()
+    except (RuntimeError, AssertionError):
+        return False
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:

@@ -51,7 +51,6 @@ __all__ = [
 # Single decode has no user workspace: its partial buffers are allocated per call, capped.
 _SINGLE_MAX_SPLITS = 256
 _SINGLE_CHUNK_KEYS = 64  # four warps x 16-key tiles (decode_tc_kernel.cuh)
-_F32 = _views.DTYPE_CODES[torch.float32]
 
 
 def single_decode_with_kv_cache(
@@ -198,11 +197,14 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
         splits = split.max_splits
         n_out = splits * num_qo_heads * head_dim
         buf = torch.empty(n_out + splits * num_qo_heads, dtype=torch.float32, device=q.device)
-        ptr = buf.data_ptr()  # partial_out, then partial_lse (16-byte aligned: D % 4 == 0)
+        # partial_out, then partial_lse (16-byte aligned: D % 4 == 0)
+        ptr, f32, hd = buf.data_ptr(), _views.F32_CODE, num_qo_heads * head_dim
+        o_shape, o_strides = (1, splits, num_qo_heads, head_dim), (n_out, hd, head_dim, 1)
+        s_shape, s_strides = (1, splits, num_qo_heads), (splits * num_qo_heads, num_qo_heads, 1)
         partial_views = (
-            (ptr, _F32, (1, splits, num_qo_heads, head_dim), (n_out, num_qo_heads * head_dim, head_dim, 1), index),
-            (ptr + 4 * n_out, _F32, (1, splits, num_qo_heads), (splits * num_qo_heads, num_qo_heads, 1), index),
-        )  # fmt: skip
+            (ptr, f32, o_shape, o_strides, index),
+            (ptr + 4 * n_out, f32, s_shape, s_strides, index),
+        )
     _launch.call_batch_decode(
         kernels,
         _batch_of_one(q, index),
