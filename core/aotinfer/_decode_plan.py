@@ -55,7 +55,7 @@ KV head, and a merge combines their partial states):
   the runs are cut and in the estimate: the longest run's time, a round's overhead and the
   merge. plan_work takes the runs when that is below ``RUNS_MARGIN`` times the best
   chunk's estimate, and skips their search (a bisection over the run length; its host
-  time: history/plan-work-host-*.txt, dev/time_plan_work.py) where the best chunk is
+  time: history/plan-work-host-b965356.txt, dev/time_plan_work.py) where the best chunk is
   already within that margin of the fair share of one wave, as for uniform batches.
   ``RUN_ENTRY_TOKENS`` = 128 is fitted to the first A/B of the runs
   (64 then; history/ab-decode-work-runs-a2b30ba.txt): forced on the benchmark's batches of
