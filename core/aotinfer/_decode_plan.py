@@ -56,7 +56,8 @@ KV head, and a merge combines their partial states):
   merge. plan_work takes the runs when that is below ``RUNS_MARGIN`` times the best
   chunk's estimate, and skips their search (a bisection over the run length; its host
   time: history/plan-work-host-b965356.txt, dev/time_plan_work.py) where the best chunk is
-  already within that margin of the fair share of one wave, as for uniform batches.
+  already within that margin of the fair share of one wave (uniform batches of long
+  requests; at 16 x 1024 the fixed costs in the chunk's estimate keep the search on).
   ``RUN_ENTRY_TOKENS`` = 128 is fitted to the first A/B of the runs
   (64 then; history/ab-decode-work-runs-a2b30ba.txt): forced on the benchmark's batches of
   16, runs against chunks were 1.134x at kv 1024 skewed (model with 128: 1.061), 0.915x at
