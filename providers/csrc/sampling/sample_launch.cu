@@ -222,6 +222,11 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
   finish(cudaGetLastError(), op, device);
 }
 
+// The list's share of the row: 1/16 holds a flat top-p 0.9 bin (~5% of the row). All of the
+// SM's shared memory (up to the whole row) left so little L1 that the kernels' register spills
+// went to L2: 1 x 128256 top-p 33.5 -> 44.6 us (lab A/B, 1c544ee).
+constexpr std::int64_t kSliceListShare = 16;
+
 // The cluster kernels' room for a search's crossing bin (SliceScope::list_crossing_bin), in
 // keys: what an SM's shared memory has beyond the slice and the static part for each CTA it
 // runs at once, at most the row. That is one CTA per SM while the batch's CTAs fill at most
@@ -240,7 +245,8 @@ std::uint32_t slice_list_capacity(int device, std::int64_t rows, std::int64_t vo
   const int ctas_per_sm = 2 * rows * kSliceCtas <= sms ? 1 : 2;
   const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / ctas_per_sm - reserved);
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op) - 16 * groups;
-  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(budget / 4, 0, vocab));
+  const std::int64_t want = std::max<std::int64_t>(vocab / kSliceListShare, kMinGatherCapacity);
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(std::min(budget / 4, want), 0, vocab));
 }
 
 // One cluster of kSliceCtas CTAs per row, each with its slice (and room for a crossing bin's
