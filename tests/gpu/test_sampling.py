@@ -154,15 +154,13 @@ def many(rows, n, dtype=torch.int64):
     return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
 
 
-@pytest.fixture(params=["cluster", "cluster-no-gather", "rowwise", "rowwise-no-gather"])
+@pytest.fixture(params=["cluster", "rowwise", "rowwise-no-gather"])
 def sampling_kernel(request, monkeypatch):
     """Both kernel families: "cluster" pins the cluster kernels (slice_kernels.cuh; on
-    sm_90+, for every row length and batch), which list a search's crossing bin in every CTA
-    and run its later levels in each CTA alone (SliceScope::list_crossing_bin), "rowwise" the
-    one-CTA-per-row kernels, which gather a search's crossing bin into shared memory
-    (gather.cuh), and "-no-gather" either with that off (AOTINFER_SAMPLING_GATHER=off: every
-    search level runs across the cluster, or reads the row, and so does the draw, as where
-    the bin does not fit). Left alone ("auto"), the
+    sm_90+, for every row length and batch), "rowwise" the one-CTA-per-row kernels, which
+    gather a search's crossing bin into shared memory (gather.cuh), and "rowwise-no-gather"
+    those kernels with gathering off (AOTINFER_SAMPLING_GATHER=off: every search level and
+    the draw read the row, as they do where the bin does not fit). Left alone ("auto"), the
     provider takes the clusters for small batches of rows of 8192+ elements on sm_90+ and
     the rowwise kernels otherwise."""
     family, _, gather = request.param.partition("-")
@@ -281,38 +279,6 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
     torch.testing.assert_close(
         aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
     )
-
-
-def test_a_crossing_bin_beyond_the_cluster_list_falls_back(monkeypatch):
-    """The cluster kernels list level 0's crossing bin in every CTA where it fits
-    (SliceScope::list_crossing_bin; at 3 rows of 128256, room for about 34000 keys beside
-    the 64 KB slices) and otherwise run every level across the cluster. Row 0 is all equal
-    (the bin is the whole row), row 1 holds 60000 elements in one quarter binade and a rest
-    far below (the bin: those 60000), row 2 a block of 20000 (listed). Thresholds inside the
-    blocks; tokens, renorm and mask equal the reference's."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
-    rows, vocab = 3, 128256
-    g = gen(61)
-    probs = torch.full((rows, vocab), 1e-9, device=DEV)
-    probs[0] = 1.0 / vocab
-    for row, block in ((1, 60000), (2, 20000)):
-        where = torch.randperm(vocab, device=DEV, generator=g)[:block]
-        probs[row, where] = 1.0 + 0.1 * torch.rand(block, device=DEV, generator=g)
-    k = torch.tensor([5000, 30000, 9000], device=DEV, dtype=torch.int32)
-    p = torch.tensor([0.3, 0.5, 0.7], device=DEV)
-    idx = many(rows, 64)
-    for name in MODES:
-        got, _ = draw(name, probs, None, k, p, 0.5, idx, 11, 3)
-        want, _ = expect(name, probs, None, k, p, 0.5, idx, 11, 3)
-        assert_same_tokens(got, want, name)
-    torch.testing.assert_close(
-        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-12
-    )
-    torch.testing.assert_close(
-        aotinfer.top_k_renorm_probs(probs, k), ref.renorm_probs(probs, MODES["top_k"], k), rtol=1e-5, atol=1e-12
-    )
-    logits = torch.where(probs > 0.5, 8.0 + probs, -20.0)
-    assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k))
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])

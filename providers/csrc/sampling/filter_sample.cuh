@@ -109,18 +109,6 @@ struct KeptSet {
   bool segments_ready = false;  // the search's gather pass summed the draw's segments (gather.cuh)
 };
 
-// A search's key function for probabilities: prob_key, with keys below `floor` (0: none) taking
-// no part. A value, not a lambda holding a reference to the floor: a search that calls a
-// function out of line (SliceScope::list_crossing_bin) would then keep the floor in local
-// memory, read again for every element of every pass.
-struct ProbKeyFrom {
-  std::uint32_t floor;
-  __device__ __forceinline__ std::uint32_t operator()(float v) const {
-    const std::uint32_t k = prob_key(v);
-    return k >= floor ? k : 0u;
-  }
-};
-
 // The largest participating key of the scope's row (0: none).
 template <typename Scope>
 __device__ std::uint32_t largest_key(const Scope& scope) {
@@ -196,10 +184,13 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     return kept;
   }
   // Keys below `floor_key` take no part (0 for every search but top-p after top-k, below).
-  // One key function type for all searches (ProbKeyFrom): a second instantiation of
-  // radix_threshold doubled the cluster kernel's register spills and slowed its top-k by 5 us
-  // (759f5f3).
+  // One key function for all searches: a second instantiation of radix_threshold doubled
+  // the cluster kernel's register spills and slowed its top-k by 5 us (759f5f3).
   std::uint32_t floor_key = 0u;
+  auto key_of = [&floor_key](float v) {
+    const std::uint32_t kk = prob_key(v);
+    return kk >= floor_key ? kk : 0u;
+  };
   std::uint32_t key = 0u;
   std::uint64_t mass_k = 0, all_mass = 0, mass = 0;
   if (use_k) {
@@ -210,7 +201,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
     target.want_top = true;
     target.row_length = n;
-    const Threshold t = radix_threshold(scope, ProbKeyFrom{floor_key}, target, sh);
+    const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
     key = t.key;
@@ -238,7 +229,8 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if (search) {
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold(scope, ProbKeyFrom{floor_key}, target, sh);
+      const Threshold t = radix_threshold(scope, key_of, target, sh);
+      floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
         kept = kept_after_first_search<Sh>(scope, t);

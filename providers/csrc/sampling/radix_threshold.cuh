@@ -178,61 +178,17 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   return GatherResult{listed, listed && fuse};
 }
 
-// The collectives of one search level: the scope's own, or, once a cluster scope has listed
-// level 0's crossing bin in every CTA (SliceScope::list_crossing_bin), the CTA's alone
-// (CtaCollectives): every CTA then runs the remaining levels on the same list.
-template <typename Scope>
-struct LevelCollectives {
-  const Scope& scope;
-  bool local = false;  // only ever set for scopes with kListsAcrossCluster
-
-  __device__ bool is_local() const { return Scope::kListsAcrossCluster && local; }
-  __device__ void sync() const {
-    if (is_local()) {
-      CtaCollectives{}.sync();
-    } else {
-      scope.sync();
-    }
-  }
-  template <typename Sh>
-  __device__ void combine(Sh& sh, int bins) const {
-    if (!is_local()) scope.combine(sh, bins);
-  }
-  __device__ int share_first(int bins) const { return is_local() ? 0 : scope.share_first(bins); }
-  __device__ int share_last(int bins) const { return is_local() ? bins - 1 : scope.share_last(bins); }
-  template <typename Sh>
-  __device__ std::uint64_t combined_count(const Sh& sh, int bin, int bins) const {
-    return is_local() ? CtaCollectives{}.combined_count(sh, bin, bins) : scope.combined_count(sh, bin, bins);
-  }
-  template <typename Sh>
-  __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
-    return is_local() ? CtaCollectives{}.combined_mass(sh, bin, bins) : scope.combined_mass(sh, bin, bins);
-  }
-  template <typename Sh>
-  __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
-    return is_local() ? CtaCollectives{}.across(sh, count, mass) : scope.across(sh, count, mass);
-  }
-  template <typename Sh>
-  __device__ bool publish_crossing(Sh& sh) const {
-    return is_local() ? CtaCollectives{}.publish_crossing(sh) : scope.publish_crossing(sh);
-  }
-};
-
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
 // goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
 // masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
 // for SliceScope). With Scope::kGathers, levels 1 and 2 may read the crossing bin of level 0
-// from shared memory instead of the row, when it fits (gather_crossing_bin). A cluster scope
-// (kListsAcrossCluster) may instead list that bin in every CTA and run levels 1 and 2 in each
-// CTA alone (LevelCollectives): at batch 1 a level across the cluster cost ~4.5 us, mostly
-// its four cluster barriers and the remote reads after them.
+// from shared memory instead of the row, when it fits (gather_crossing_bin).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   const bool masses = target.by_mass || target.track_mass;
-  LevelCollectives<Scope> lv{scope};
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
-  std::uint32_t listed_count = 0;  // (with lv.is_local(): the list's length, the same in every thread)
+  std::uint32_t listed_count = 0;
   bool segments_ready = false;
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
@@ -242,7 +198,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
-    lv.sync();  // the previous level's readers of sh (in any CTA of the scope) are done
+    scope.sync();  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
       sh.mass_lo[i] = 0;
@@ -259,11 +215,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
-    if (lv.is_local()) {
-      if constexpr (Scope::kListsAcrossCluster) {
-        for (std::uint32_t i = threadIdx.x; i < listed_count; i += blockDim.x) add(scope.list[i]);
-      }
-    } else if (Scope::kGathers != GatherMode::kOff && listed) {
+    if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
@@ -273,14 +225,14 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // the NaN fill of a tail gives key 0
       });
     }
-    lv.sync();  // every CTA's histogram is complete
+    scope.sync();  // every CTA's histogram is complete
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
     // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of
     // higher bins come before. The bins are summed, the sums scanned, and the bins read
     // again (shared memory) by the thread whose run crosses the goal.
-    lv.combine(sh, bins);
-    const int first = lv.share_first(bins), last = lv.share_last(bins);
+    scope.combine(sh, bins);
+    const int first = scope.share_first(bins), last = scope.share_last(bins);
     const int span = last - first + 1;
     const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int top = last - per * static_cast<int>(threadIdx.x);
@@ -288,7 +240,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (level == 0 && (masses || target.want_top)) {
       std::uint32_t mine = 0;  // 1 + my highest bin with a participant
       for (int bin = top; bin >= bottom && mine == 0; --bin) {
-        if (lv.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+        if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
       }
       top_bin = scope.reduce(mine, MaxOp{}, 0u);
       base = search_mass_base(Sh::top_exponent_field(top_bin), target.row_length);
@@ -298,17 +250,17 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     auto bin_mass_of = [&](int bin) -> std::uint64_t {
       if (!masses) return 0;
       const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
-      return shifted_mass(lv.combined_mass(sh, bin, bins), static_cast<int>(field > 0 ? field : 1) + base);
+      return shifted_mass(scope.combined_mass(sh, bin, bins), static_cast<int>(field > 0 ? field : 1) + base);
     };
     std::uint64_t c_sum = 0, m_sum = 0;
     for (int bin = top; bin >= bottom; --bin) {
-      c_sum += lv.combined_count(sh, bin, bins);
+      c_sum += scope.combined_count(sh, bin, bins);
       m_sum += bin_mass_of(bin);
     }
     std::uint64_t share_count, share_mass;
     const std::uint64_t before_c = block_exclusive_scan(c_sum, &share_count);
     const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
-    const ShareTotals tot = lv.across(sh, share_count, share_mass);
+    const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
       all_mass = tot.all_mass;
       if (target.by_mass) goal = mass_goal(target.mass_fraction, target.mass_base ? target.mass_base : tot.all_mass);
@@ -322,7 +274,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (top >= first && (target.by_mass ? run_m : run_c) < goal &&
         (target.by_mass ? run_m + m_sum : run_c + c_sum) >= goal) {  // exactly one thread
       for (int bin = top; bin >= bottom; --bin) {
-        const std::uint64_t c = lv.combined_count(sh, bin, bins), m = bin_mass_of(bin);
+        const std::uint64_t c = scope.combined_count(sh, bin, bins), m = bin_mass_of(bin);
         if ((target.by_mass ? run_m + m : run_c + c) >= goal) {
           sh.digit = static_cast<std::uint32_t>(bin);
           sh.above_count = run_c;
@@ -339,7 +291,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // Every CTA of the scope now holds the crossing. None is found only where a deep bin's
     // floored mass exceeds the sum of its floored parts (a crossing more than S - 24 binades
     // below the largest probability); the prefix found so far is then kept (the whole bin).
-    if (!lv.publish_crossing(sh)) break;
+    if (!scope.publish_crossing(sh)) break;
     prefix |= sh.digit << shift;
     prefix_mask |= static_cast<std::uint32_t>(bins - 1) << shift;
     above_count = sh.above_count;
@@ -358,13 +310,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     }
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
-    if constexpr (Scope::kListsAcrossCluster) {
-      if (level == 0 && bin_count <= scope.list_capacity) {
-        scope.list_crossing_bin(key_of, sh.digit, shift, sh);
-        lv.local = true;
-        listed_count = static_cast<std::uint32_t>(bin_count);
-      }
-    }
     if constexpr (Scope::kGathers != GatherMode::kOff) {
       if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);

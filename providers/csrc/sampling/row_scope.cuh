@@ -26,12 +26,44 @@ struct ShareTotals {
   std::uint64_t higher_count, higher_mass, all_count, all_mass;
 };
 
-// How one CTA combines a search's results by itself: RowScope's (one CTA per row), and a
-// cluster scope's once every CTA holds the same list of a search's crossing bin
-// (SliceScope::list_crossing_bin; radix_threshold.cuh's LevelCollectives).
-struct CtaCollectives {
+// kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
+// here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
+// kernels that use it compile it (its registers cost the others spills).
+template <typename T, GatherMode kGather = GatherMode::kOff>
+struct RowScope {
+  static constexpr GatherMode kGathers = kGather;
+  const T* x;
+  std::int64_t n;
+  bool aligned;
+
+  __device__ RowScope(const T* row, std::int64_t length) : x(row), n(length), aligned(group_aligned(row)) {}
+
+  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending g;
+  // tail elements = fill. Four loads per thread are in flight (for_each_group4): batch 128
+  // is one CTA per SM, and one load in flight per thread left the SM waiting on DRAM.
+  template <typename F>
+  __device__ void for_each_group(float fill, F&& f) const {
+    for_each_group4<4>(x, n, 0, (n + 3) / 4, aligned, fill, f);
+  }
+  // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
+  // first_group() + g); load(g, v) reads one (tail elements NaN).
+  __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
+  __device__ std::int64_t first_group() const { return 0; }
+  __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
+  // Local groups below this one can be read by load_whole (no tail checks).
+  __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
+  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
+  // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
+  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
+    *before = 0;
+    *total = mine;
+  }
+  template <typename V, typename Op>
+  __device__ V reduce(V v, Op op, V identity) const {
+    return block_reduce(v, op, identity);
+  }
   // The radix scan (radix_threshold.cuh): one CTA scans every bin of its own histogram.
   template <typename Sh>
   __device__ void combine(Sh&, int) const {}
@@ -55,45 +87,6 @@ struct CtaCollectives {
   }
 };
 
-// kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
-// here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
-// kernels that use it compile it (its registers cost the others spills).
-template <typename T, GatherMode kGather = GatherMode::kOff>
-struct RowScope : CtaCollectives {
-  static constexpr GatherMode kGathers = kGather;
-  static constexpr bool kListsAcrossCluster = false;
-  const T* x;
-  std::int64_t n;
-  bool aligned;
-
-  __device__ RowScope(const T* row, std::int64_t length) : x(row), n(length), aligned(group_aligned(row)) {}
-
-  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending g;
-  // tail elements = fill. Four loads per thread are in flight (for_each_group4): batch 128
-  // is one CTA per SM, and one load in flight per thread left the SM waiting on DRAM.
-  template <typename F>
-  __device__ void for_each_group(float fill, F&& f) const {
-    for_each_group4<4>(x, n, 0, (n + 3) / 4, aligned, fill, f);
-  }
-  // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
-  // first_group() + g); load(g, v) reads one (tail elements NaN).
-  __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
-  __device__ std::int64_t first_group() const { return 0; }
-  __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
-  // Local groups below this one can be read by load_whole (no tail checks).
-  __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
-  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
-  // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
-  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
-    *before = 0;
-    *total = mine;
-  }
-  template <typename V, typename Op>
-  __device__ V reduce(V v, Op op, V identity) const {
-    return block_reduce(v, op, identity);
-  }
-};
-
 constexpr int kSliceCtas = 8;       // portable cluster size
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
@@ -103,18 +96,9 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // (which every probability pass ignores, as it does the fill of RowScope).
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-#ifdef AOTINFER_LAB_NO_CLUSTER_LIST  // lab A/B build (temporary)
-  static constexpr bool kListsAcrossCluster = false;
-#else
-  static constexpr bool kListsAcrossCluster = true;  // list_crossing_bin
-#endif
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
-  // Room for list_crossing_bin's keys (in this CTA's dynamic shared memory, after the slice);
-  // capacity 0: none.
-  std::uint32_t* list;
-  std::uint32_t list_capacity;
 
   template <typename F>
   __device__ void for_each_group(float /*fill*/, F&& f) const {
@@ -228,60 +212,6 @@ struct SliceScope {
     }
     __syncthreads();
     return sh.totals;
-  }
-  // Lists the keys of the row's elements in level-0 bin `digit` (key >> shift == digit; key_of
-  // as the search's) in every CTA's `list`, so that the search's later levels need no cluster
-  // barriers: each CTA runs them alone on the same list, to the same result (integer
-  // histograms do not depend on the list's order). Each CTA writes its own elements into every
-  // CTA's list, from the offset of the lower ranks' counts of the bin, which level 0's
-  // histograms still hold: call it after that level's publish_crossing and before the next
-  // level clears them, with the bin's count (over the row) at most list_capacity.
-  template <typename KeyFn, typename Sh>
-  __device__ __noinline__ void list_crossing_bin(KeyFn key_of, std::uint32_t digit, int shift, const Sh& sh) const {
-    __shared__ std::uint32_t next;  // this CTA's next slot in the lists
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned lane = threadIdx.x & 31, rank = cluster.block_rank();
-    if (threadIdx.x < 32) {
-      const std::uint32_t below = lane < rank ? cluster.map_shared_rank(&sh, lane)->count[digit] : 0u;
-      const std::uint32_t offset = warp_reduce(below, SumOp{});
-      if (lane == 0) next = offset;
-    }
-    __syncthreads();
-    // Whole warps walk the slice (a warp-uniform trip count), so that each round's slots are
-    // taken by one shared atomic per warp: a lane's offset is the sum of the match counts
-    // (0-4, three bits) of the lanes below it, read off three ballots of those bits.
-    const unsigned lower = (1u << lane) - 1u;
-    for (std::int64_t g0 = threadIdx.x - lane; g0 < groups; g0 += blockDim.x) {
-      const std::int64_t g = g0 + lane;
-      std::uint32_t k[4] = {0u, 0u, 0u, 0u};
-      unsigned match = 0;
-      if (g < groups) {
-        float v[4];
-        load(g, v);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          k[j] = key_of(v[j]);  // the NaN fill of the row's end gives key 0
-          if (k[j] != 0u && (k[j] >> shift) == digit) match |= 1u << j;
-        }
-      }
-      const unsigned m = static_cast<unsigned>(__popc(match));
-      const unsigned b0 = __ballot_sync(kFullMask, m & 1u), b1 = __ballot_sync(kFullMask, m & 2u),
-                     b2 = __ballot_sync(kFullMask, m & 4u);
-      if ((b0 | b1 | b2) == 0u) continue;
-      std::uint32_t base = 0;
-      if (lane == 0) base = atomicAdd(&next, static_cast<std::uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2)));
-      const int mine = __popc(b0 & lower) + 2 * __popc(b1 & lower) + 4 * __popc(b2 & lower);
-      std::uint32_t at = __shfl_sync(kFullMask, base, 0) + static_cast<std::uint32_t>(mine);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if ((match >> j) & 1u) {
-#pragma unroll
-          for (unsigned r = 0; r < kSliceCtas; ++r) *cluster.map_shared_rank(list + at, r) = k[j];
-          ++at;
-        }
-      }
-    }
-    cluster.sync();  // every CTA's list is complete
   }
   // The finder's `found` flag is the only one set, and nobody writes `found` or the
   // finder's fields here: the others copy its crossing into their own fields.

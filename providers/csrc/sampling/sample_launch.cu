@@ -137,8 +137,7 @@ int row_threads(int device, std::int64_t rows, const char* op) {
   return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
 }
 
-// Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh), and
-// the cluster kernels list it in every CTA (SliceScope::list_crossing_bin):
+// Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh):
 // AOTINFER_SAMPLING_GATHER=off|on (default on) pins it; tests and A/B runs cover both.
 bool gather_enabled(const char* op) {
   const char* pin = std::getenv("AOTINFER_SAMPLING_GATHER");
@@ -222,45 +221,15 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
   finish(cudaGetLastError(), op, device);
 }
 
-// The list's share of the row: 1/16 holds a flat top-p 0.9 bin (~5% of the row). All of the
-// SM's shared memory (up to the whole row) left so little L1 that the kernels' register spills
-// went to L2: 1 x 128256 top-p 33.5 -> 44.6 us (lab A/B, 1c544ee).
-constexpr std::int64_t kSliceListShare = 16;
-
-// The cluster kernels' room for a search's crossing bin (SliceScope::list_crossing_bin), in
-// keys: what an SM's shared memory has beyond the slice and the static part for each CTA it
-// runs at once, at most the row. That is one CTA per SM while the batch's CTAs fill at most
-// half the SMs (the clusters then surely fit one wave whichever way GPCs place them), else the
-// two the launch bounds ask for. Off (0) with AOTINFER_SAMPLING_GATHER=off: every level then
-// runs across the cluster.
-template <auto Kernel>
-std::uint32_t slice_list_capacity(int device, std::int64_t rows, std::int64_t vocab, std::int64_t groups,
-                                  const char* op) {
-  if (!SliceScope::kListsAcrossCluster || !gather_enabled(op)) return 0;
-  int per_sm = 0, optin = 0, reserved = 0, sms = 0;
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
-  const int ctas_per_sm = 2 * rows * kSliceCtas <= sms ? 1 : 2;
-  const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / ctas_per_sm - reserved);
-  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op) - 16 * groups;
-  const std::int64_t want = std::max<std::int64_t>(vocab / kSliceListShare, kMinGatherCapacity);
-  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(std::min(budget / 4, want), 0, vocab));
-}
-
-// One cluster of kSliceCtas CTAs per row, each with its slice (and room for a crossing bin's
-// list) in dynamic shared memory.
+// One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
 template <auto Kernel, typename Params>
-cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream,
-                          const char* op) {
+cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
   const std::int64_t groups = slice_groups(vocab);
-  const std::uint32_t list = slice_list_capacity<Kernel>(device, rows, vocab, groups, op);
-  const int smem = static_cast<int>(groups * 16 + 4 * static_cast<std::int64_t>(list));
+  const int smem = static_cast<int>(groups * 16);
   const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
   if (err != cudaSuccess) return err;
   return launch_in_clusters(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
-                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups, list);
+                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -298,8 +267,8 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
-    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream, op)
-                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream, op),
+    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream)
+                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream),
            op, input.device);
     return;
   }
@@ -381,8 +350,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
-    finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream, op)
-                        : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream, op),
+    finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
+                        : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);
     return;
   }

@@ -1,9 +1,7 @@
 // The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas
 // CTAs (sm_90+; row_scope.cuh's SliceScope): every CTA copies its slice of the row into
 // shared memory once, and the statistics, the radix levels and the draw then read shared
-// memory instead of global memory, one pass each. A search whose level-0 crossing bin fits
-// the room after the slice lists that bin in every CTA and runs its later levels in each CTA
-// alone (SliceScope::list_crossing_bin). Same results as the one-CTA-per-row
+// memory instead of global memory, one pass each. Same results as the one-CTA-per-row
 // kernels: the same keys and integer histograms, and the same token (the inverse CDF's
 // integer masses add up to the same prefix sums whichever CTA holds which slice).
 #pragma once
@@ -33,21 +31,16 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), then
-// makes it visible to the CTA. The dynamic shared memory holds slice_groups float4 (this
-// slice, r.count of them), then room for list_capacity keys of a search's crossing bin
-// (SliceScope::list_crossing_bin).
+// makes it visible to the CTA.
 template <typename T>
-__device__ SliceScope load_slice(const T* x, std::int64_t n, std::int64_t slice_groups, SliceRange r,
-                                 std::uint32_t list_capacity) {
-  extern __shared__ float4 slice_smem[];
-  float4* dst = slice_smem;
+__device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
   __syncthreads();
-  return SliceScope{dst, r.count, r.first, reinterpret_cast<std::uint32_t*>(slice_smem + slice_groups), list_capacity};
+  return SliceScope{dst, r.count, r.first};
 }
 #endif
 
@@ -56,9 +49,9 @@ __device__ SliceScope load_slice(const T* x, std::int64_t n, std::int64_t slice_
 // sample_kernel for probabilities, one cluster per output row.
 template <bool kTwoSearches>
 __global__ void __launch_bounds__(kSliceThreads, 2)
-    sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups,
-                        std::uint32_t list_capacity) {
+    sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 slice_smem[];
   __shared__ SliceRadixShared sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -68,8 +61,8 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
-    const SliceScope scope = detail::load_slice(p.input + row * p.row_stride, n, slice_groups,
-                                                detail::slice_range(n, slice_groups, rank), list_capacity);
+    const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
+                                                detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
     token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
   }
@@ -83,9 +76,9 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 // row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster per row.
 template <typename T, bool kMask>
 __global__ void __launch_bounds__(kSliceThreads, 2)
-    row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups,
-                            std::uint32_t list_capacity) {
+    row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 slice_smem[];
   __shared__ SliceRadixShared sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -93,7 +86,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   pdl_wait_for_prior_grid();
   const std::int64_t n = p.vocab;
   const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
-  const SliceScope scope = detail::load_slice(p.input + row * p.in_row_stride, n, slice_groups, range, list_capacity);
+  const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.in_row_stride, n, range);
   T* y = p.out + row * p.out_row_stride;
   const bool out_aligned = group_aligned(y);
   if constexpr (kMask) {
