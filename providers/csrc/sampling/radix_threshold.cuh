@@ -87,12 +87,20 @@ using RowRadixShared = RadixShared;  // the one-CTA-per-row kernels
 
 // The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
 struct SliceRadixShared : RadixShared {
-  // This CTA's share of the cluster-summed histogram and its totals.
+  // This CTA's share of the cluster-summed histogram.
   std::uint32_t share_count[kBins / kSliceCtas];
   std::uint64_t share_mass[kBins / kSliceCtas];
+  // Written by the peers into every CTA before a cluster barrier, read by each CTA from its
+  // own copy after it (SliceScope): rank r's share totals (across) and 1 + the highest
+  // non-empty bin of rank r's own level-0 histogram (push_top). The crossing's fields above
+  // are pushed the same way by the rank that finds it (set_crossing).
+  std::uint64_t peer_count[kSliceCtas], peer_mass[kSliceCtas];
+  std::uint32_t peer_top[kSliceCtas];
+#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
   std::uint64_t share_total_count, share_total_mass;
-  int any_found;        // local: some rank found the crossing
-  ShareTotals totals;   // local: the cluster's totals of this level
+  int any_found;
+  ShareTotals totals;
+#endif
 };
 
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
@@ -198,7 +206,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
-    scope.sync();  // the previous level's readers of sh (in any CTA of the scope) are done
+    scope.level_start(level);  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
       sh.mass_lo[i] = 0;
@@ -225,6 +233,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // the NaN fill of a tail gives key 0
       });
     }
+    const bool want_top = level == 0 && (masses || target.want_top);
+    if constexpr (Scope::kPushesTop) {
+      if (want_top) scope.push_top(sh, bins);
+    }
     scope.sync();  // every CTA's histogram is complete
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
@@ -237,12 +249,16 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int top = last - per * static_cast<int>(threadIdx.x);
     const int bottom = max(top - per + 1, first);  // my bins: bottom .. top (none if top < first)
-    if (level == 0 && (masses || target.want_top)) {
-      std::uint32_t mine = 0;  // 1 + my highest bin with a participant
-      for (int bin = top; bin >= bottom && mine == 0; --bin) {
-        if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+    if (want_top) {
+      if constexpr (Scope::kPushesTop) {
+        top_bin = scope.pushed_top(sh);
+      } else {
+        std::uint32_t mine = 0;  // 1 + my highest bin with a participant
+        for (int bin = top; bin >= bottom && mine == 0; --bin) {
+          if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+        }
+        top_bin = scope.reduce(mine, MaxOp{}, 0u);
       }
-      top_bin = scope.reduce(mine, MaxOp{}, 0u);
       base = search_mass_base(Sh::top_exponent_field(top_bin), target.row_length);
     }
     // A bin's mass: its mantissa sum shifted once by its exponent (level 0: the bin's own
@@ -276,12 +292,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       for (int bin = top; bin >= bottom; --bin) {
         const std::uint64_t c = scope.combined_count(sh, bin, bins), m = bin_mass_of(bin);
         if ((target.by_mass ? run_m + m : run_c + c) >= goal) {
-          sh.digit = static_cast<std::uint32_t>(bin);
-          sh.above_count = run_c;
-          sh.above_mass = run_m;
-          sh.bin_count = c;
-          sh.bin_mass = m;
-          sh.found = 1;
+          scope.set_crossing(sh, static_cast<std::uint32_t>(bin), run_c, run_m, c, m);
           break;
         }
         run_c += c;

@@ -32,6 +32,7 @@ struct ShareTotals {
 template <typename T, GatherMode kGather = GatherMode::kOff>
 struct RowScope {
   static constexpr GatherMode kGathers = kGather;
+  static constexpr bool kPushesTop = false;  // level 0's top bin: from the combined histogram
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -55,6 +56,19 @@ struct RowScope {
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
+  // Before a search level clears the histograms: the previous level's readers are done.
+  __device__ void level_start(int) const { __syncthreads(); }
+  // The one thread that finds a level's crossing records it (publish_crossing shares it).
+  template <typename Sh>
+  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
+                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
+    sh.digit = digit;
+    sh.above_count = above_count;
+    sh.above_mass = above_mass;
+    sh.bin_count = bin_count;
+    sh.bin_mass = bin_mass;
+    sh.found = 1;
+  }
   // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     *before = 0;
@@ -94,8 +108,19 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // The caller (a kernel launched with clusters of kSliceCtas) has copied this CTA's slice,
 // groups [first, first + groups) of the row, into shared memory, tail elements as NaN
 // (which every probability pass ignores, as it does the fill of RowScope).
+//
+// Cluster barriers are the cost of a pass here (a search level across the cluster cost
+// ~4.5 us at batch 1 against ~0.4 us of pass work per CTA), so results travel by push: a CTA
+// writes what its peers need into each peer's shared memory before a barrier, and every CTA
+// reads its own copy after it, with no remote read after the barrier. A slot is written
+// again only after a later barrier that every reader passes after reading it.
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
+#ifndef AOTINFER_LAB_PULL
+  static constexpr bool kPushesTop = true;  // push_top / pushed_top
+#else
+  static constexpr bool kPushesTop = false;
+#endif
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
@@ -120,6 +145,38 @@ struct SliceScope {
   __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is NaN-filled
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
+#ifndef AOTINFER_LAB_PULL  // lab A/B build (temporary): the pull-style collectives
+  // Level 0 follows the kernel's start or a pass that did not touch the histograms, and its
+  // barrier also makes sure every peer has started before anyone writes into it. A later
+  // level needs none: its histograms' last remote readers (the previous level's combine) and
+  // the pushes into this CTA's slots are ordered by that level's barriers.
+  __device__ void level_start(int level) const {
+    if (level == 0) {
+      sync();
+    } else {
+      __syncthreads();
+    }
+  }
+  // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier; the
+  // draw calls it once per kernel, so its slots are never written twice).
+  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
+    __shared__ std::uint64_t pushed[kSliceCtas];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = mine;
+    cluster.sync();
+    std::uint64_t b = 0, t = 0;
+#pragma unroll
+    for (unsigned r = 0; r < kSliceCtas; ++r) {
+      const std::uint64_t v = pushed[r];
+      if (r < rank) b += v;
+      t += v;
+    }
+    *before = b;
+    *total = t;
+  }
+#else
+  __device__ void level_start(int) const { sync(); }
   // `mine` is the same in every thread of the CTA; lane r of warp 0 reads rank r's.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     __shared__ std::uint64_t value, sums[2];
@@ -139,6 +196,7 @@ struct SliceScope {
     *before = sums[0];
     *total = sums[1];
   }
+#endif
   // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
   // shuffle order (so every CTA gets the same bits), then shared with the CTA.
   template <typename V, typename Op>
@@ -190,6 +248,85 @@ struct SliceScope {
   __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
     return sh.share_mass[bin - share_first(bins)];
   }
+#ifndef AOTINFER_LAB_PULL
+  // This CTA's share totals pushed into every CTA; each sums its copies (same order, same bits).
+  template <typename Sh>
+  __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    if (threadIdx.x < kSliceCtas) {
+      Sh& peer = *cluster.map_shared_rank(&sh, threadIdx.x);
+      peer.peer_count[rank] = count;
+      peer.peer_mass[rank] = mass;
+    }
+    cluster.sync();
+    ShareTotals t{0, 0, 0, 0};
+#pragma unroll
+    for (unsigned r = 0; r < kSliceCtas; ++r) {
+      const std::uint64_t c = sh.peer_count[r], m = sh.peer_mass[r];
+      if (r > rank) {
+        t.higher_count += c;
+        t.higher_mass += m;
+      }
+      t.all_count += c;
+      t.all_mass += m;
+    }
+    return t;
+  }
+  // Level 0's 1 + highest non-empty bin (0: none): each CTA pushes its own histogram's
+  // before the barrier that completes the histograms (push_top), and reads the largest of
+  // the copies after it (pushed_top), where a reduction would cost two more barriers.
+  template <typename Sh>
+  __device__ void push_top(Sh& sh, int bins) const {
+    __syncthreads();  // this CTA's histogram is complete
+    std::uint32_t mine = 0;
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+      if (sh.count[b] != 0) mine = static_cast<std::uint32_t>(b) + 1;
+    }
+    mine = block_reduce(mine, MaxOp{}, 0u);
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x < kSliceCtas) cluster.map_shared_rank(&sh, threadIdx.x)->peer_top[cluster.block_rank()] = mine;
+  }
+  template <typename Sh>
+  __device__ std::uint32_t pushed_top(const Sh& sh) const {
+    std::uint32_t top = 0;
+#pragma unroll
+    for (int r = 0; r < kSliceCtas; ++r) top = max(top, sh.peer_top[r]);
+    return top;
+  }
+  // The finder writes the crossing into every CTA (its own included); nobody else writes
+  // `found`, which every CTA cleared at the level's start, before the histogram barrier.
+  template <typename Sh>
+  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
+                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+#pragma unroll 1
+    for (unsigned r = 0; r < kSliceCtas; ++r) {
+      Sh& peer = *cluster.map_shared_rank(&sh, r);
+      peer.digit = digit;
+      peer.above_count = above_count;
+      peer.above_mass = above_mass;
+      peer.bin_count = bin_count;
+      peer.bin_mass = bin_mass;
+      peer.found = 1;
+    }
+  }
+  template <typename Sh>
+  __device__ bool publish_crossing(Sh& sh) const {
+    cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
+    return sh.found != 0;
+  }
+#else
+  template <typename Sh>
+  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
+                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
+    sh.digit = digit;
+    sh.above_count = above_count;
+    sh.above_mass = above_mass;
+    sh.bin_count = bin_count;
+    sh.bin_mass = bin_mass;
+    sh.found = 1;
+  }
   template <typename Sh>
   __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -238,6 +375,7 @@ struct SliceScope {
     __syncthreads();
     return sh.any_found != 0;
   }
+#endif
 };
 #endif
 
