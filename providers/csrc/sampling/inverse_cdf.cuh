@@ -127,7 +127,7 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
                                          std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
-  scope.sync();  // the threshold search (in any CTA of the scope) no longer reads sh
+  scope.reuse_histograms();  // the threshold search (in any CTA of the scope) no longer reads sh
   // 1. The mass of every segment.
   segment_pass(scope, layout, sh.segment_mass, [&](std::int64_t, const float (&v)[4]) {
     std::uint64_t q[4];

@@ -58,6 +58,8 @@ struct RowScope {
   __device__ void sync() const { __syncthreads(); }
   // Before a search level clears the histograms: the previous level's readers are done.
   __device__ void level_start(int) const { __syncthreads(); }
+  // Before the histograms' memory is used for something else (the draw's segments).
+  __device__ void reuse_histograms() const { __syncthreads(); }
   // The one thread that finds a level's crossing records it (publish_crossing shares it).
   template <typename Sh>
   __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
@@ -157,6 +159,9 @@ struct SliceScope {
       __syncthreads();
     }
   }
+  // After a search or a reduction: the last remote reads of the histograms (a level's
+  // combine) came before that level's barriers, so the CTA's own threads are all that is left.
+  __device__ void reuse_histograms() const { __syncthreads(); }
   // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier; the
   // draw calls it once per kernel, so its slots are never written twice).
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
@@ -177,6 +182,7 @@ struct SliceScope {
   }
 #else
   __device__ void level_start(int) const { sync(); }
+  __device__ void reuse_histograms() const { sync(); }
   // `mine` is the same in every thread of the CTA; lane r of warp 0 reads rank r's.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     __shared__ std::uint64_t value, sums[2];

@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
   if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
-  cluster.sync();  // peers stay resident until every remote read of their shared memory is done
+  // No barrier before exiting: every access to a peer's shared memory (SliceScope) comes
+  // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
+#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
+  cluster.sync();
+#endif
 #endif
 }
 
@@ -106,7 +110,10 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     });
   }
   pdl_launch_dependents();
-  cluster.sync();  // peers may still read this CTA's histograms
+  // No barrier before exiting (as in sample_slice_kernel).
+#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
+  cluster.sync();
+#endif
 #endif
 }
 
