@@ -96,11 +96,6 @@ struct SliceRadixShared : RadixShared {
   // are pushed the same way by the rank that finds it (set_crossing).
   std::uint64_t peer_count[kSliceCtas], peer_mass[kSliceCtas];
   std::uint32_t peer_top[kSliceCtas];
-#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
-  std::uint64_t share_total_count, share_total_mass;
-  int any_found;
-  ShareTotals totals;
-#endif
 };
 
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit

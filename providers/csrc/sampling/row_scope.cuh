@@ -111,18 +111,20 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // groups [first, first + groups) of the row, into shared memory, tail elements as NaN
 // (which every probability pass ignores, as it does the fill of RowScope).
 //
-// Cluster barriers are the cost of a pass here (a search level across the cluster cost
-// ~4.5 us at batch 1 against ~0.4 us of pass work per CTA), so results travel by push: a CTA
-// writes what its peers need into each peer's shared memory before a barrier, and every CTA
-// reads its own copy after it, with no remote read after the barrier. A slot is written
-// again only after a later barrier that every reader passes after reading it.
+// Cluster barriers, and remote reads that wait on them, are the cost of a pass here (a search
+// level across the cluster cost ~4.5 us at batch 1 against ~0.4 us of pass work per CTA). So
+// the small results (share totals, level 0's top bin, the crossing, the draw's totals)
+// travel by push: a CTA writes what its peers need into each peer's shared memory before a
+// barrier, and every CTA reads its own copy after it. A slot is written again only after a
+// later barrier that every reader passes after reading it. Only the histograms' combine
+// and reduce() still read remotely, between two barriers. Every remote access thus comes
+// before a barrier that every CTA passes, so a CTA may exit without one more. Against the
+// pull-style version (two barriers per reduction, a barrier at every level's start and
+// before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
+// faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-#ifndef AOTINFER_LAB_PULL
   static constexpr bool kPushesTop = true;  // push_top / pushed_top
-#else
-  static constexpr bool kPushesTop = false;
-#endif
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
@@ -147,11 +149,10 @@ struct SliceScope {
   __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is NaN-filled
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
-#ifndef AOTINFER_LAB_PULL  // lab A/B build (temporary): the pull-style collectives
-  // Level 0 follows the kernel's start or a pass that did not touch the histograms, and its
-  // barrier also makes sure every peer has started before anyone writes into it. A later
-  // level needs none: its histograms' last remote readers (the previous level's combine) and
-  // the pushes into this CTA's slots are ordered by that level's barriers.
+  // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
+  // must have started before anyone writes into it (push_top). A later level needs none:
+  // its histograms' last remote readers (the previous level's combine) and the pushes into
+  // this CTA's slots are ordered by the previous level's barriers.
   __device__ void level_start(int level) const {
     if (level == 0) {
       sync();
@@ -180,29 +181,6 @@ struct SliceScope {
     *before = b;
     *total = t;
   }
-#else
-  __device__ void level_start(int) const { sync(); }
-  __device__ void reuse_histograms() const { sync(); }
-  // `mine` is the same in every thread of the CTA; lane r of warp 0 reads rank r's.
-  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
-    __shared__ std::uint64_t value, sums[2];
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    if (threadIdx.x == 0) value = mine;
-    cluster.sync();
-    if (threadIdx.x < 32) {
-      const unsigned lane = threadIdx.x, rank = cluster.block_rank();
-      const std::uint64_t v = lane < kSliceCtas ? *cluster.map_shared_rank(&value, lane) : 0;
-      const std::uint64_t b = warp_reduce(lane < rank ? v : 0, SumOp{}), t = warp_reduce(v, SumOp{});
-      if (lane == 0) {
-        sums[0] = b;
-        sums[1] = t;
-      }
-    }
-    cluster.sync();  // every peer has read `value`; sums are visible to the CTA
-    *before = sums[0];
-    *total = sums[1];
-  }
-#endif
   // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
   // shuffle order (so every CTA gets the same bits), then shared with the CTA.
   template <typename V, typename Op>
@@ -254,7 +232,6 @@ struct SliceScope {
   __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
     return sh.share_mass[bin - share_first(bins)];
   }
-#ifndef AOTINFER_LAB_PULL
   // This CTA's share totals pushed into every CTA; each sums its copies (same order, same bits).
   template <typename Sh>
   __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
@@ -322,66 +299,6 @@ struct SliceScope {
     cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
     return sh.found != 0;
   }
-#else
-  template <typename Sh>
-  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
-                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
-    sh.digit = digit;
-    sh.above_count = above_count;
-    sh.above_mass = above_mass;
-    sh.bin_count = bin_count;
-    sh.bin_mass = bin_mass;
-    sh.found = 1;
-  }
-  template <typename Sh>
-  __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    if (threadIdx.x == 0) {
-      sh.share_total_count = count;
-      sh.share_total_mass = mass;
-    }
-    cluster.sync();
-    if (threadIdx.x < 32) {  // lane r reads rank r's totals
-      const unsigned lane = threadIdx.x, rank = cluster.block_rank();
-      std::uint64_t c = 0, m = 0;
-      if (lane < kSliceCtas) {
-        const Sh& peer = *cluster.map_shared_rank(&sh, lane);
-        c = peer.share_total_count;
-        m = peer.share_total_mass;
-      }
-      const ShareTotals t{warp_reduce(lane > rank ? c : 0, SumOp{}), warp_reduce(lane > rank ? m : 0, SumOp{}),
-                          warp_reduce(c, SumOp{}), warp_reduce(m, SumOp{})};
-      if (lane == 0) sh.totals = t;
-    }
-    __syncthreads();
-    return sh.totals;
-  }
-  // The finder's `found` flag is the only one set, and nobody writes `found` or the
-  // finder's fields here: the others copy its crossing into their own fields.
-  template <typename Sh>
-  __device__ bool publish_crossing(Sh& sh) const {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();  // every rank has searched its share
-    const unsigned rank = cluster.block_rank();
-    if (threadIdx.x == 0) {
-      int finder = -1;
-      for (unsigned r = 0; r < kSliceCtas; ++r) {
-        if (cluster.map_shared_rank(&sh, r)->found) finder = static_cast<int>(r);
-      }
-      if (finder >= 0 && static_cast<unsigned>(finder) != rank) {
-        const Sh& peer = *cluster.map_shared_rank(&sh, static_cast<unsigned>(finder));
-        sh.digit = peer.digit;
-        sh.above_count = peer.above_count;
-        sh.above_mass = peer.above_mass;
-        sh.bin_count = peer.bin_count;
-        sh.bin_mass = peer.bin_mass;
-      }
-      sh.any_found = finder >= 0;
-    }
-    __syncthreads();
-    return sh.any_found != 0;
-  }
-#endif
 };
 #endif
 

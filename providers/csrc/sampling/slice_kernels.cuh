@@ -71,9 +71,6 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
   // No barrier before exiting: every access to a peer's shared memory (SliceScope) comes
   // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
-#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
-  cluster.sync();
-#endif
 #endif
 }
 
@@ -111,9 +108,6 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   }
   pdl_launch_dependents();
   // No barrier before exiting (as in sample_slice_kernel).
-#ifdef AOTINFER_LAB_PULL  // lab A/B build (temporary)
-  cluster.sync();
-#endif
 #endif
 }
 
