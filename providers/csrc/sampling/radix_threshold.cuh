@@ -287,7 +287,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       for (int bin = top; bin >= bottom; --bin) {
         const std::uint64_t c = scope.combined_count(sh, bin, bins), m = bin_mass_of(bin);
         if ((target.by_mass ? run_m + m : run_c + c) >= goal) {
-          scope.set_crossing(sh, static_cast<std::uint32_t>(bin), run_c, run_m, c, m);
+          scope.set_crossing(sh, Crossing{static_cast<std::uint32_t>(bin), run_c, run_m, c, m});
           break;
         }
         run_c += c;

@@ -21,6 +21,23 @@
 
 namespace aotinfer::sampling {
 
+// A search level's crossing: the bin where the running count or mass reaches the target, and
+// the counts and masses above it and in it (radix_threshold.cuh).
+struct Crossing {
+  std::uint32_t digit;
+  std::uint64_t above_count, above_mass, bin_count, bin_mass;
+
+  template <typename Sh>
+  __device__ void write_to(Sh& sh) const {
+    sh.digit = digit;
+    sh.above_count = above_count;
+    sh.above_mass = above_mass;
+    sh.bin_count = bin_count;
+    sh.bin_mass = bin_mass;
+    sh.found = 1;
+  }
+};
+
 // Histogram totals of the shares above this CTA's (higher bins) and of all shares.
 struct ShareTotals {
   std::uint64_t higher_count, higher_mass, all_count, all_mass;
@@ -62,14 +79,8 @@ struct RowScope {
   __device__ void reuse_histograms() const { __syncthreads(); }
   // The one thread that finds a level's crossing records it (publish_crossing shares it).
   template <typename Sh>
-  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
-                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
-    sh.digit = digit;
-    sh.above_count = above_count;
-    sh.above_mass = above_mass;
-    sh.bin_count = bin_count;
-    sh.bin_mass = bin_mass;
-    sh.found = 1;
+  __device__ void set_crossing(Sh& sh, const Crossing& c) const {
+    c.write_to(sh);
   }
   // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
@@ -280,19 +291,10 @@ struct SliceScope {
   // The finder writes the crossing into every CTA (its own included); nobody else writes
   // `found`, which every CTA cleared at the level's start, before the histogram barrier.
   template <typename Sh>
-  __device__ void set_crossing(Sh& sh, std::uint32_t digit, std::uint64_t above_count, std::uint64_t above_mass,
-                               std::uint64_t bin_count, std::uint64_t bin_mass) const {
+  __device__ void set_crossing(Sh& sh, const Crossing& c) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
 #pragma unroll 1
-    for (unsigned r = 0; r < kSliceCtas; ++r) {
-      Sh& peer = *cluster.map_shared_rank(&sh, r);
-      peer.digit = digit;
-      peer.above_count = above_count;
-      peer.above_mass = above_mass;
-      peer.bin_count = bin_count;
-      peer.bin_mass = bin_mass;
-      peer.found = 1;
-    }
+    for (unsigned r = 0; r < kSliceCtas; ++r) c.write_to(*cluster.map_shared_rank(&sh, r));
   }
   template <typename Sh>
   __device__ bool publish_crossing(Sh& sh) const {
