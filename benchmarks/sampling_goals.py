@@ -45,13 +45,15 @@ def goal_summary(rows: list) -> list:
             f"{'met' if met else 'missed'} ({', '.join(figures)})"
         )
     # Never slower than FlashInfer.
-    compared = [r for r in rows if r["op"] in SAMPLERS and _number(r.get("fi_graph_us")) is not None]
+    compared = [
+        r for r in rows if r["op"] in SAMPLERS and _number(r.get("fi_graph_us")) is not None
+    ]
     slower = [r for r in compared if r["graph_us"] > r["fi_graph_us"]]
     if compared:
         by_op = {op: sum(r["op"] == op for r in slower) for op in SAMPLERS}
         lines.append(
-            f"- samplers never slower than FlashInfer (graph): {'met' if not slower else 'missed'}, "
-            f"{len(slower)} of {len(compared)} cases slower ("
+            "- samplers never slower than FlashInfer (graph): "
+            f"{'met' if not slower else 'missed'}, {len(slower)} of {len(compared)} cases slower ("
             + ", ".join(f"{op} {n}" for op, n in by_op.items())
             + ")"
         )
@@ -70,16 +72,18 @@ def goal_summary(rows: list) -> list:
     batch1 = [r for r in rows if r["batch"] == 1 and _number(r.get("aotinfer_us")) is not None]
     if batch1:
         within = [r for r in batch1 if r["aotinfer_us"] <= BATCH1_US]
+        slowest = max(r["aotinfer_us"] for r in batch1)
         lines.append(
             f"- batch 1 <= {BATCH1_US:.0f} us per eager call: "
-            f"{'met' if len(within) == len(batch1) else 'missed'}, {len(within)} of {len(batch1)} entries "
-            f"within it (slowest {max(r['aotinfer_us'] for r in batch1):.1f} us)"
+            f"{'met' if len(within) == len(batch1) else 'missed'}, "
+            f"{len(within)} of {len(batch1)} entries within it (slowest {slowest:.1f} us)"
         )
     return lines
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results" / "sampling.json"
+    default = Path(__file__).parent / "results" / "sampling.json"
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     print("\n".join(goal_summary(json.loads(path.read_text())["rows"])))
 
 
