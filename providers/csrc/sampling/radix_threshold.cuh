@@ -201,12 +201,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
-    // The previous level's readers of sh are done: this CTA's threads here; a peer's (the
-    // previous level's combine) before that level's barriers, and with SliceScope the
-    // pushes into this CTA's slots are ordered by those barriers too. Before a search's
-    // first level, every peer has started (load_slice's barrier), and nobody reads another
-    // CTA's histograms outside a level.
-    __syncthreads();
+    scope.level_start(level);  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
       sh.mass_lo[i] = 0;

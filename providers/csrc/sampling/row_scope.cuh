@@ -73,6 +73,8 @@ struct RowScope {
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
+  // Before a search level clears the histograms: the previous level's readers are done.
+  __device__ void level_start(int) const { __syncthreads(); }
   // Before the histograms' memory is used for something else (the draw's segments).
   __device__ void reuse_histograms() const { __syncthreads(); }
   // The one thread that finds a level's crossing records it (publish_crossing shares it).
@@ -158,6 +160,17 @@ struct SliceScope {
   __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is NaN-filled
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
+  // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
+  // must have started before anyone writes into it (push_top). A later level needs none:
+  // its histograms' last remote readers (the previous level's combine) and the pushes into
+  // this CTA's slots are ordered by the previous level's barriers.
+  __device__ void level_start(int level) const {
+    if (level == 0) {
+      sync();
+    } else {
+      __syncthreads();
+    }
+  }
   // After a search or a reduction: the last remote reads of the histograms (a level's
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }

@@ -31,18 +31,14 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), then
-// makes it visible to the CTA. Around the copy, whose DRAM latency hides it, runs the one
-// cluster barrier that SliceScope needs before its first write into a peer: every CTA of the
-// cluster has started (its arrive carries no data, hence relaxed).
+// makes it visible to the CTA.
 template <typename T>
 __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   __syncthreads();
   return SliceScope{dst, r.count, r.first};
 }
