@@ -484,7 +484,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p.o_code = _views.DTYPE_CODES[p.o_dtype]
         p.kv_code = _views.DTYPE_CODES[p.kv_dtype]
         p.kv_itemsize = p.kv_dtype.itemsize
-        rows, heads, dim = p.q_shape
+        _, heads, dim = p.q_shape
         p.out_strides = (heads * dim, dim, 1)
         p.lse_strides = (heads, 1)
 

@@ -229,9 +229,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       });
     }
     const bool want_top = level == 0 && (masses || target.want_top);
-    if constexpr (Scope::kPushesTop) {
-      if (want_top) scope.push_top(sh, bins);
-    }
+    if (want_top) scope.push_top(sh, bins);
     scope.sync();  // every CTA's histogram is complete
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
@@ -245,15 +243,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     const int top = last - per * static_cast<int>(threadIdx.x);
     const int bottom = max(top - per + 1, first);  // my bins: bottom .. top (none if top < first)
     if (want_top) {
-      if constexpr (Scope::kPushesTop) {
-        top_bin = scope.pushed_top(sh);
-      } else {
-        std::uint32_t mine = 0;  // 1 + my highest bin with a participant
-        for (int bin = top; bin >= bottom && mine == 0; --bin) {
-          if (scope.combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
-        }
-        top_bin = scope.reduce(mine, MaxOp{}, 0u);
-      }
+      top_bin = scope.top_bin(sh, bins, top, bottom);
       base = search_mass_base(Sh::top_exponent_field(top_bin), target.row_length);
     }
     // A bin's mass: its mantissa sum shifted once by its exponent (level 0: the bin's own

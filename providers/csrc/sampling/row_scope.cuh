@@ -49,7 +49,6 @@ struct ShareTotals {
 template <typename T, GatherMode kGather = GatherMode::kOff>
 struct RowScope {
   static constexpr GatherMode kGathers = kGather;
-  static constexpr bool kPushesTop = false;  // level 0's top bin: from the combined histogram
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -81,6 +80,18 @@ struct RowScope {
   template <typename Sh>
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
     c.write_to(sh);
+  }
+  // Level 0's 1 + highest non-empty bin (0: none), from the histogram once it is complete:
+  // each thread looks through its bins of the scan (top down to bottom), then a reduction.
+  template <typename Sh>
+  __device__ void push_top(Sh&, int) const {}
+  template <typename Sh>
+  __device__ std::uint32_t top_bin(const Sh& sh, int bins, int top, int bottom) const {
+    std::uint32_t mine = 0;  // 1 + my highest bin with a participant
+    for (int bin = top; bin >= bottom && mine == 0; --bin) {
+      if (combined_count(sh, bin, bins) != 0) mine = static_cast<std::uint32_t>(bin) + 1;
+    }
+    return reduce(mine, MaxOp{}, 0u);
   }
   // The sum of `mine` over the CTAs before this one (rank order) and over all of them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
@@ -135,7 +146,6 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-  static constexpr bool kPushesTop = true;  // push_top / pushed_top
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
@@ -269,7 +279,7 @@ struct SliceScope {
   }
   // Level 0's 1 + highest non-empty bin (0: none): each CTA pushes its own histogram's
   // before the barrier that completes the histograms (push_top), and reads the largest of
-  // the copies after it (pushed_top), where a reduction would cost two more barriers.
+  // the copies after it (top_bin), where a reduction would cost two more barriers.
   template <typename Sh>
   __device__ void push_top(Sh& sh, int bins) const {
     __syncthreads();  // this CTA's histogram is complete
@@ -282,7 +292,7 @@ struct SliceScope {
     if (threadIdx.x < kSliceCtas) cluster.map_shared_rank(&sh, threadIdx.x)->peer_top[cluster.block_rank()] = mine;
   }
   template <typename Sh>
-  __device__ std::uint32_t pushed_top(const Sh& sh) const {
+  __device__ std::uint32_t top_bin(const Sh& sh, int, int, int) const {
     std::uint32_t top = 0;
 #pragma unroll
     for (int r = 0; r < kSliceCtas; ++r) top = max(top, sh.peer_top[r]);
