@@ -2,9 +2,11 @@
 checks, the generator advance, output allocation, the stream query, the provider call).
 
 The GPU is held busy by a long ``torch.cuda._sleep`` first, so every timed call only
-enqueues: the figure is CPU time per call, not kernel time.
+enqueues: the figure is CPU time per call, not kernel time. ``quick``: the calls of
+bench_sampling's batch-1 eager shapes only (1 x 32000, its default arguments), no profile:
+what dev/ab_core_host.sh compares between two versions of the core.
 
-    python dev/time_sampling_host.py        (on a GPU machine, provider installed)
+    python dev/time_sampling_host.py [quick]     (on a GPU machine, provider installed)
 """
 
 from __future__ import annotations
@@ -17,14 +19,39 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_common import print_host_times  # noqa: E402
+from bench_common import print_host_times, warm_up_host  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _rng, _views  # noqa: E402
 
 
+def bench_calls(probs: torch.Tensor) -> dict:
+    """bench_sampling's batch-1 eager calls (default generator, its parameters)."""
+    return {
+        "sampling_from_probs": lambda: aotinfer.sampling_from_probs(probs),
+        "top_p_sampling_from_probs": lambda: aotinfer.top_p_sampling_from_probs(probs, 0.9),
+        "top_k_sampling_from_probs": lambda: aotinfer.top_k_sampling_from_probs(probs, 50),
+        "min_p_sampling_from_probs": lambda: aotinfer.min_p_sampling_from_probs(probs, 0.1),
+        "top_k_top_p_sampling_from_probs joint": lambda: (
+            aotinfer.top_k_top_p_sampling_from_probs(probs, 50, 0.9, filter_apply_order="joint")
+        ),
+        "top_k_sampling_from_probs return_valid": lambda: aotinfer.top_k_sampling_from_probs(
+            probs, 50, return_valid=True
+        ),
+        "top_p_renorm_probs": lambda: aotinfer.top_p_renorm_probs(probs, 0.9),
+        "top_k_renorm_probs": lambda: aotinfer.top_k_renorm_probs(probs, 50),
+        "top_k_mask_logits": lambda: aotinfer.top_k_mask_logits(probs, 50),
+        "softmax": lambda: aotinfer.softmax(probs),
+    }
+
+
 def main() -> None:
     dev = torch.device("cuda", 0)
+    if sys.argv[1:] == ["quick"]:
+        warm_up_host()
+        print(f"host time per call in us, GPU busy (torch {torch.__version__}), 1 x 32000")
+        print_host_times(bench_calls(torch.softmax(torch.randn(1, 32000, device=dev), -1)))
+        return
     probs = torch.softmax(torch.randn(1, 128256, device=dev), -1)
     gen = torch.cuda.default_generators[0]
     parts = {

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _views
+from ._providers import kernels_for
 from ._decode_plan import SplitPlan
 from .reference import attention as _ref
 
@@ -47,11 +48,9 @@ def use_reference(device: torch.device) -> bool:
 capturing = _views.stream_capturing
 
 
-def provider_kernels(device: torch.device):
-    """The chosen provider's kernel module for a CUDA device (imports it on first use)."""
-    from ._providers import provider_for_device
-
-    return provider_for_device(device.index if device.index is not None else 0).kernels
+# The chosen provider's kernel module for a CUDA device (imports it on first use); a name of
+# this module so that the CPU tests can replace it with a simulated provider.
+provider_kernels = kernels_for
 
 
 _sm_counts = {}

@@ -3,7 +3,8 @@
 Providers register in the entry-point group ``aotinfer.providers`` (name = arch, value =
 package). Discovery reads each provider's ``manifest.json`` without importing it; a
 provider's extension is imported only when a CUDA tensor on a device it serves first needs
-a kernel, and the choice is cached per device.
+a kernel, and the choice is cached per device (the environment variables below are read
+when it is made; ``reset_cache()`` forgets it).
 
 Rules (DESIGN.md, "Provider discovery"):
 
@@ -282,30 +283,45 @@ class _LoadedProvider:
             )
 
 
-_cache: Dict[Tuple[int, Optional[str], bool], _LoadedProvider] = {}
+# Device index -> its provider. The environment (AOTINFER_PROVIDER, AOTINFER_ALLOW_VERSION_SKEW)
+# is read when a device's provider is chosen, not on every call: two os.environ lookups cost
+# ~1-2 us, a sizeable part of an eager sampling call's host time. reset_cache() makes the next
+# call choose again under the environment of that moment.
+_cache: Dict[int, _LoadedProvider] = {}
 _cache_lock = threading.Lock()
 
 
 def provider_for_device(index: int) -> _LoadedProvider:
-    """The provider serving CUDA device ``index``, chosen once per device and environment."""
-    key = (index, env_forced(), env_allow_skew())
-    loaded = _cache.get(key)
+    """The provider serving CUDA device ``index``, chosen on its first use (and again after
+    ``reset_cache()``)."""
+    loaded = _cache.get(index)
     if loaded is not None:
         return loaded
     with _cache_lock:
-        loaded = _cache.get(key)
+        loaded = _cache.get(index)
         if loaded is None:
             from . import _device_facts
 
             gpu = _device_facts.gpu(index)
             facts = _device_facts.driver_facts()
-            manifest = choose(gpu.capability, gpu.name, discover(), key[1], facts.cuda_version)
+            forced = env_forced()
+            manifest = choose(gpu.capability, gpu.name, discover(), forced, facts.cuda_version)
             loaded = _LoadedProvider(manifest, gpu.capability)
-            _cache[key] = loaded
+            _cache[index] = loaded
     return loaded
 
 
+def kernels_for(device):
+    """The provider's kernel module for a CUDA ``torch.device`` (index None: device 0),
+    imported on first use. The hot path of every eager call: one dict lookup."""
+    index = 0 if device.index is None else device.index
+    loaded = _cache.get(index)
+    return (loaded if loaded is not None else provider_for_device(index)).kernels
+
+
 def reset_cache() -> None:
-    """Forgets every per-device choice (tests, or after installing a provider at run time)."""
+    """Forgets every per-device choice, so the next call chooses again and re-reads the
+    environment (tests, after installing a provider or changing AOTINFER_PROVIDER at run
+    time)."""
     with _cache_lock:
         _cache.clear()

@@ -195,7 +195,7 @@ class RandomArgs:
     offset: int = 0
 
 
-_USE_GENERATOR = RandomArgs(use_generator=True)  # frozen: one instance serves every call
+USE_GENERATOR = RandomArgs(use_generator=True)  # frozen: one instance serves every call
 
 
 def _seed_tensor(name: str, t: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
@@ -217,7 +217,7 @@ def random_args(seed, offset, device: torch.device, batch: int) -> RandomArgs:
     value, taken mod 2^64), or both 1-D int64/uint64 tensors of length 1 or ``batch`` on
     the input's device. Explicit values are used as given and never advanced."""
     if seed is None and offset is None:
-        return _USE_GENERATOR
+        return USE_GENERATOR
     if type(seed) is int and type(offset) is int:  # the common explicit case, no ABC checks
         return RandomArgs(use_generator=False, seed=to_int64(seed), offset=to_int64(offset))
     if seed is None or offset is None:

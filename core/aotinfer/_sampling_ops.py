@@ -28,6 +28,7 @@ from typing import Optional
 import torch
 
 from . import _rng, _views
+from ._providers import kernels_for, provider_for_device
 from .reference import sampling as _ref
 from .reference import topk as _ref_topk
 from .reference.philox import MASK64
@@ -40,12 +41,6 @@ _RANDOM = (
     "Generator? generator, Tensor? seed_arr, int seed, Tensor? offset_arr, int offset, "
     "bool use_generator"
 )
-
-
-def _kernels(device: torch.device):
-    from ._providers import provider_for_device
-
-    return provider_for_device(device.index if device.index is not None else 0).kernels
 
 
 def _seed_offset(use_generator, generator, seed, offset, increment, device):
@@ -62,10 +57,12 @@ def _define(name: str, schema: str, impl, fake, seeded: bool = False):
     torch.library.register_fake(f"aotinfer::{name}", fake, lib=_LIB)
     op = getattr(torch.ops.aotinfer, name).default
 
-    def call(*args):
+    def call(*args, **eager_only):
+        # eager_only: keyword options of the implementation that the schema does not carry
+        # (the compiled op always takes its defaults)
         if torch.compiler.is_compiling():
             return op(*args)
-        return impl(*args)
+        return impl(*args, **eager_only)
 
     call.__name__ = name
     call.op = op
@@ -102,8 +99,6 @@ def _softmax_impl(
     if logits.device.type == "cpu":
         t = temperature_arr if temperature_arr is not None else temperature
         return _ref.softmax(logits, t).contiguous()  # layout as the fake says
-    from ._providers import provider_for_device
-
     provider = provider_for_device(logits.device.index if logits.device.index is not None else 0)
     if enable_pdl is None:
         enable_pdl = provider.capability[0] >= 9
@@ -162,12 +157,19 @@ def _sample_impl(
     offset_arr: Optional[torch.Tensor],
     offset: int,
     use_generator: bool,
+    want_valid: bool = True,
 ):
-    batch = indices.size(0) if indices is not None else input.size(0)
-    out_dtype = indices.dtype if indices is not None else torch.int32
-    increment = increment_for(is_logits, filter_mode, batch, input.size(1))
-    seed, offset = _seed_offset(use_generator, generator, seed, offset, increment, input.device)
-    if input.device.type == "cpu":
+    """``want_valid=False`` (eager calls whose caller drops ``valid``): no ``valid`` tensor
+    is allocated or written, and None takes its place (one allocation less of host time)."""
+    device = input.device
+    if indices is None:
+        batch, out_dtype = input.size(0), torch.int32
+    else:
+        batch, out_dtype = indices.size(0), indices.dtype
+    if use_generator:
+        increment = increment_for(is_logits, filter_mode, batch, input.size(1))
+        seed, offset = _rng.get_seed_and_offset(increment, generator, device)
+    if device.type == "cpu":
         s = seed_arr if seed_arr is not None else seed
         o = offset_arr if offset_arr is not None else offset
         if is_logits:
@@ -184,20 +186,20 @@ def _sample_impl(
                 offset=o,
             )
         return tokens.to(out_dtype).contiguous(), valid.contiguous()
-    samples = torch.empty(batch, dtype=out_dtype, device=input.device)
-    valid = torch.empty(batch, dtype=torch.bool, device=input.device)
+    samples = torch.empty(batch, dtype=out_dtype, device=device)
+    valid = torch.empty(batch, dtype=torch.bool, device=device) if want_valid else None
     if batch == 0:
         return samples, valid
-    v, index = _views.view, input.get_device()
-    _kernels(input.device).sample(
+    v, index = _views.view, device.index
+    kernels_for(device).sample(
         v(input), bool(is_logits), v(indices),
         # the outputs' views from what was just allocated (host time: no accessor calls)
         (samples.data_ptr(), _views.DTYPE_CODES[out_dtype], (batch,), (1,), index),
-        (valid.data_ptr(), _views.BOOL_CODE, (batch,), (1,), index),
+        None if valid is None else (valid.data_ptr(), _views.BOOL_CODE, (batch,), (1,), index),
         int(filter_mode),
         v(top_k_arr), int(top_k), v(top_p_arr), float(top_p), v(min_p_arr), float(min_p),
         v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64,
-        _views.stream_handle(input.device),
+        _views.stream_handle(device),
     )  # fmt: skip
     return samples, valid
 
@@ -242,7 +244,7 @@ def _renorm_impl(
     if input.size(0) == 0:
         return out
     v = _views.view
-    _kernels(input.device).renorm(
+    kernels_for(input.device).renorm(
         v(input), v(out), int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
         float(top_p), _views.stream_handle(input.device),
     )  # fmt: skip
@@ -271,7 +273,7 @@ def _top_k_mask_impl(
     out = torch.empty(*logits.shape, dtype=logits.dtype, device=logits.device)
     if logits.size(0) == 0:
         return out
-    _kernels(logits.device).top_k_mask(
+    kernels_for(logits.device).top_k_mask(
         _views.view(logits), _views.view(out), _views.view(top_k_arr), int(top_k),
         _views.stream_handle(logits.device),
     )  # fmt: skip
@@ -299,7 +301,7 @@ def _top_k_select_impl(input: torch.Tensor, k: int, sorted: bool):
     indices = torch.empty((rows, k), dtype=torch.int64, device=input.device)
     if rows == 0:
         return values, indices
-    _kernels(input.device).top_k_select(
+    kernels_for(input.device).top_k_select(
         _views.view(input), int(k), _views.view(values), _views.view(indices),
         _views.stream_handle(input.device),
     )  # fmt: skip
@@ -357,7 +359,7 @@ def _chain_impl(
     if batch == 0:
         return out
     v = _views.view
-    _kernels(device).chain_speculative(
+    kernels_for(device).chain_speculative(
         v(draft_probs), v(draft_ids), v(target_probs), v(out), v(accepted), v(emitted),
         v(seed_arr), seed & MASK64, v(offset_arr), offset & MASK64, _views.stream_handle(device),
     )  # fmt: skip

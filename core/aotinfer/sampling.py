@@ -176,16 +176,21 @@ class _Call:
     """The validated parts every sampler shares: input, indices, batch, randomness."""
 
     def __init__(self, input: torch.Tensor, indices, generator, seed, offset, check_nan: bool):
+        # The defaults (None) skip their checks' calls: this runs on every eager call.
         self.input = input
-        self.indices = _checks.indices_arg(indices, input.size(0), input.device)
-        self.batch = self.indices.size(0) if self.indices is not None else input.size(0)
-        self.random = _checks.random_args(seed, offset, input.device, self.batch)
-        self.generator = _checks.generator_arg(generator, input.device)
+        self.rows = input.size(0)
+        self.batch = self.rows
+        self.indices = None
+        if indices is not None:
+            self.indices = _checks.indices_arg(indices, self.rows, input.device)
+            self.batch = self.indices.size(0)
+        self.random = _checks.USE_GENERATOR
+        if seed is not None or offset is not None:
+            self.random = _checks.random_args(seed, offset, input.device, self.batch)
+        self.generator = None
+        if generator is not None:
+            self.generator = _checks.generator_arg(generator, input.device)
         self.check_nan = bool(check_nan)
-
-    @property
-    def rows(self) -> int:
-        return self.input.size(0)
 
     def nan_check(self, kind: str) -> None:
         """Runs last, after every other check: it is the one that syncs the host."""
@@ -195,14 +200,17 @@ class _Call:
     def sample(
         self,
         filter_mode: int,
+        return_valid: bool = False,
         is_logits: bool = False,
         top_k=_NO_TOP_K,
         top_p=_NO_TOP_P,
         min_p=_NO_MIN_P,
         input: Optional[torch.Tensor] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    ) -> Samples:
+        """The samples, or ``(samples, valid)`` with ``return_valid`` (eager calls allocate
+        ``valid`` only then)."""
         r = self.random
-        return _ops.sample(
+        samples_valid = _ops.sample(
             self.input if input is None else input,
             is_logits,
             self.indices,
@@ -219,11 +227,9 @@ class _Call:
             r.offset_arr,
             r.offset,
             r.use_generator,
+            want_valid=return_valid,
         )
-
-
-def _finish(samples_valid: Tuple[torch.Tensor, torch.Tensor], return_valid: bool) -> Samples:
-    return samples_valid if return_valid else samples_valid[0]
+        return samples_valid if return_valid else samples_valid[0]
 
 
 _COMMON_DOC = """    indices : torch.Tensor, optional
@@ -305,7 +311,7 @@ def sampling_from_logits(
     """
     call = _Call(_checks.matrix("logits", logits), indices, generator, seed, offset, check_nan)
     call.nan_check("logits")
-    return call.sample(FilterMode.NONE, is_logits=True)[0]
+    return call.sample(FilterMode.NONE, is_logits=True)
 
 
 @_doc
@@ -333,7 +339,7 @@ def sampling_from_probs(
     """
     call = _probs_call(probs, indices, generator, check_nan, seed, offset)
     call.nan_check("probs")
-    return _finish(call.sample(FilterMode.NONE), return_valid)
+    return call.sample(FilterMode.NONE, return_valid)
 
 
 @_doc
@@ -365,7 +371,7 @@ def top_p_sampling_from_probs(
     call = _probs_call(probs, indices, generator, check_nan, seed, offset)
     p = _checks.unit_interval_arg("top_p", top_p, call.rows, probs.device)
     call.nan_check("probs")
-    return _finish(call.sample(FilterMode.TOP_P, top_p=p), return_valid)
+    return call.sample(FilterMode.TOP_P, return_valid, top_p=p)
 
 
 @_doc
@@ -398,7 +404,7 @@ def top_k_sampling_from_probs(
     call = _probs_call(probs, indices, generator, check_nan, seed, offset)
     k = _checks.top_k_arg(top_k, call.rows, probs.device)
     call.nan_check("probs")
-    return _finish(call.sample(FilterMode.TOP_K, top_k=k), return_valid)
+    return call.sample(FilterMode.TOP_K, return_valid, top_k=k)
 
 
 @_doc
@@ -429,7 +435,7 @@ def min_p_sampling_from_probs(
     call = _probs_call(probs, indices, generator, check_nan, seed, offset)
     m = _checks.unit_interval_arg("min_p", min_p, call.rows, probs.device)
     call.nan_check("probs")
-    return _finish(call.sample(FilterMode.MIN_P, min_p=m), return_valid)
+    return call.sample(FilterMode.MIN_P, return_valid, min_p=m)
 
 
 @_doc
@@ -474,7 +480,7 @@ def top_k_top_p_sampling_from_probs(
     order = _checks.filter_order_arg(filter_apply_order)
     mode = FilterMode.TOP_K_THEN_TOP_P if order == "top_k_first" else FilterMode.JOINT
     call.nan_check("probs")
-    return _finish(call.sample(mode, top_k=k, top_p=p), return_valid)
+    return call.sample(mode, return_valid, top_k=k, top_p=p)
 
 
 @_doc
@@ -524,10 +530,10 @@ def top_k_top_p_sampling_from_logits(
     call.nan_check("logits")
     if order == "top_k_first":
         probs = _ops.softmax(_ops.top_k_mask(logits, k[0], k[1]), None, 1.0, None)
-        return call.sample(FilterMode.TOP_P, top_p=p, input=probs)[0]
+        return call.sample(FilterMode.TOP_P, top_p=p, input=probs)
     finite = torch.nan_to_num(logits, nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     probs = _ops.softmax(finite, None, 1.0, None)
-    return call.sample(FilterMode.JOINT, top_k=k, top_p=p, input=probs)[0]
+    return call.sample(FilterMode.JOINT, top_k=k, top_p=p, input=probs)
 
 
 # ----------------------------------------------------------------------------------------

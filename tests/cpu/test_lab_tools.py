@@ -33,3 +33,25 @@ def test_each_side_gets_its_value_and_the_ratio_is_b_over_a(tmp_path):
 
 def test_different_tokens_are_flagged(tmp_path):
     assert "TOKENS DIFFER" in run_ab(tmp_path, "differ")
+
+
+# dev/ab_core_host.sh: side A imports the core under BASE, side B this checkout's core/.
+FAKE_HOST = """
+import aotinfer
+b = aotinfer.__file__.startswith({core!r})
+print("   {{:.2f}}  (  1.00- 30.00)  top_k_sampling_from_probs".format(9.0 if b else 12.0))
+"""
+
+
+def test_core_ab_runs_each_side_on_its_core(tmp_path):
+    base = tmp_path / "base"
+    (base / "aotinfer").mkdir(parents=True)
+    (base / "aotinfer" / "__init__.py").write_text("")
+    script = tmp_path / "fake_host.py"
+    script.write_text(FAKE_HOST.format(core=str(ROOT / "core")))
+    out = subprocess.run(
+        ["bash", str(ROOT / "dev" / "ab_core_host.sh"), str(base), str(script)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert f"A: {base}  B: {ROOT / 'core'}" in out
+    assert "   12.00     9.00   0.750  top_k_sampling_from_probs" in out

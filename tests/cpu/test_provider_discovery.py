@@ -252,14 +252,18 @@ def test_forced_provider_that_cannot_run_fails_before_import(
     assert not [n for n in sys.modules if n.startswith(FAKE_PREFIX)]
 
 
-def test_forced_provider_is_part_of_the_cache_key(site, only_fakes, devices, monkeypatch):
+def test_environment_is_read_when_the_provider_is_chosen(site, only_fakes, devices, monkeypatch):
     _install_fake(site, "sm80")
     _install_fake(site, "sm120f")
-    assert _providers.provider_for_device(1).manifest.arch == "sm80"
+    first = _providers.provider_for_device(1)
+    assert first.manifest.arch == "sm80"
     monkeypatch.setenv(_providers.ENV_PROVIDER, "sm120f")
+    assert _providers.provider_for_device(1) is first  # chosen already: no per-call env reads
+    _providers.reset_cache()
     with pytest.raises(ProviderError, match="AOTINFER_PROVIDER=sm120f"):
         _providers.provider_for_device(1)
     monkeypatch.delenv(_providers.ENV_PROVIDER)
+    _providers.reset_cache()
     assert _providers.provider_for_device(1).manifest.arch == "sm80"
 
 
