@@ -3,11 +3,58 @@
 // (data_ptr, dtype code, shape, strides in elements, device index) and this struct holds it.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
-#include <vector>
 
 namespace aotinfer {
+
+constexpr std::size_t kMaxDims = 8;  // the core passes tensors of rank 5 at most
+
+// A view's shape or strides, held inline rather than in a std::vector: every call parses its
+// views on the host path (a decode call about a dozen, each with a shape and strides), and
+// two heap allocations per view, more for each copy, are host time spent on nothing.
+#ifdef AOTINFER_LAB_VECTOR_DIMS  // lab A/B only (the std::vector this replaced); removed after
+}  // namespace aotinfer
+#include <vector>
+namespace aotinfer {
+using Dims = std::vector<std::int64_t>;
+#else
+class Dims {
+ public:
+  Dims() = default;
+  Dims(std::initializer_list<std::int64_t> values) {
+    resize(values.size());
+    std::copy(values.begin(), values.end(), v_);
+  }
+
+  std::size_t size() const { return n_; }
+  void resize(std::size_t n) {
+    if (n > kMaxDims) throw std::length_error("a tensor view has at most 8 dimensions");
+    n_ = n;
+  }
+  std::int64_t& operator[](std::size_t i) { return v_[i]; }
+  std::int64_t operator[](std::size_t i) const { return v_[i]; }
+  std::int64_t at(std::size_t i) const {
+    if (i >= n_) throw std::out_of_range("tensor view dimension out of range");
+    return v_[i];
+  }
+  const std::int64_t* begin() const { return v_; }
+  const std::int64_t* end() const { return v_ + n_; }
+
+  friend bool operator==(const Dims& a, const Dims& b) {
+    return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+  friend bool operator!=(const Dims& a, const Dims& b) { return !(a == b); }
+
+ private:
+  std::int64_t v_[kMaxDims] = {};
+  std::size_t n_ = 0;
+};
+#endif
 
 // Dtype codes shared with core/aotinfer/_views.py (DTYPE_CODES); keep both in step.
 enum class DType : int {
@@ -28,8 +75,8 @@ const char* dtype_name(DType dtype);
 struct TensorView {
   std::uintptr_t data = 0;
   DType dtype = DType::kFloat32;
-  std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> strides;  // in elements, like torch
+  Dims shape;
+  Dims strides;  // in elements, like torch
   int device = -1;
 
   int ndim() const { return static_cast<int>(shape.size()); }
