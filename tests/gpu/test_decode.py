@@ -626,6 +626,8 @@ def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypa
         (256, torch.bfloat16, 3, 1, -1, True),
         (128, torch.bfloat16, 8, 1, 100, False),  # a window: the first splits are empty
         (128, torch.float16, 7, 4, 300, True),
+        (128, torch.bfloat16, 16, 1, -1, False),  # beyond a portable cluster's 8 CTAs
+        (64, torch.float16, 12, 2, 200, True),
     ],
 )
 def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(

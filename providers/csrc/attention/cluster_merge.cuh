@@ -24,7 +24,11 @@
 namespace aotinfer::attention {
 
 // A portable cluster holds at most 8 CTAs.
+#ifdef AOTINFER_LAB_CLUSTER16  // lab: non-portable clusters of up to 16 (sm_90), removed after
+constexpr int kMaxClusterSplits = 16;
+#else
 constexpr int kMaxClusterSplits = 8;
+#endif
 
 // Called by every thread of every CTA of the cluster after the CTA wrote its state:
 // `part_o` its normalised partial rows ([row][head_dim] floats, 16-byte aligned) and

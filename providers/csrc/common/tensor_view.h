@@ -17,12 +17,6 @@ constexpr std::size_t kMaxDims = 8;  // the core passes tensors of rank 5 at mos
 // A view's shape or strides, held inline rather than in a std::vector: every call parses its
 // views on the host path (a decode call about a dozen, each with a shape and strides), and
 // two heap allocations per view, more for each copy, are host time spent on nothing.
-#ifdef AOTINFER_LAB_VECTOR_DIMS  // lab A/B only (the std::vector this replaced); removed after
-}  // namespace aotinfer
-#include <vector>
-namespace aotinfer {
-using Dims = std::vector<std::int64_t>;
-#else
 class Dims {
  public:
   Dims() = default;
@@ -54,7 +48,6 @@ class Dims {
   std::int64_t v_[kMaxDims] = {};
   std::size_t n_ = 0;
 };
-#endif
 
 // Dtype codes shared with core/aotinfer/_views.py (DTYPE_CODES); keep both in step.
 enum class DType : int {
