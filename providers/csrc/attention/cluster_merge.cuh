@@ -24,11 +24,9 @@
 namespace aotinfer::attention {
 
 // A portable cluster holds at most 8 CTAs.
-#ifdef AOTINFER_LAB_CLUSTER16  // lab: non-portable clusters of up to 16 (sm_90), removed after
-constexpr int kMaxClusterSplits = 16;
-#else
+// Clusters of up to 16 (non-portable, sm_90) were slower at 16 splits than the in-grid merge
+// (batch 1 x 1024: 9.5 against 8.9 us; history/sweep-decode-cluster16-9d2e143-reverted.txt).
 constexpr int kMaxClusterSplits = 8;
-#endif
 
 // Called by every thread of every CTA of the cluster after the CTA wrote its state:
 // `part_o` its normalised partial rows ([row][head_dim] floats, 16-byte aligned) and

@@ -55,12 +55,6 @@ cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t s
   if (err != cudaSuccess) return err;
   // A cluster merge groups the splits (grid z) of each (request, row block, KV head).
   const dim3 cluster(1, 1, r.cluster_merge ? grid.z : 1);
-#ifdef AOTINFER_LAB_CLUSTER16
-  if (cluster.z > 8) {
-    err = cudaFuncSetAttribute(decode_tc_kernel<T, D>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return err;
-  }
-#endif
   return launch_in_clusters(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
                             cluster, p);
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/env_switch.h"
 #include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
@@ -84,11 +85,7 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncodi
 bool use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list) {
   if (cc_major < 9 || !tensor_cores || batch != 1 || work_list || splits < 2 || splits > kMaxClusterSplits)
     return false;
-  const char* pin = std::getenv("AOTINFER_DECODE_CLUSTER_MERGE");
-  const std::string want = pin ? pin : "";
-  REQUIRE(want.empty() || want == "on" || want == "off",
-          "AOTINFER_DECODE_CLUSTER_MERGE must be on or off, got '" + want + "'");
-  return want != "off";
+  return env_switch_on("AOTINFER_DECODE_CLUSTER_MERGE");
 }
 
 template <typename TIn, typename TOut>

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/env_switch.h"
 #include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
@@ -139,13 +140,7 @@ int row_threads(int device, std::int64_t rows, const char* op) {
 
 // Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh):
 // AOTINFER_SAMPLING_GATHER=off|on (default on) pins it; tests and A/B runs cover both.
-bool gather_enabled(const char* op) {
-  const char* pin = std::getenv("AOTINFER_SAMPLING_GATHER");
-  const std::string want = pin ? pin : "";
-  if (!want.empty() && want != "on" && want != "off")
-    fail_argument("AOTINFER_SAMPLING_GATHER must be on or off, got '" + want + "'");
-  return want != "off";
-}
+bool gather_enabled() { return env_switch_on("AOTINFER_SAMPLING_GATHER"); }
 
 // The static shared memory of `Kernel` (its RadixShared and scratch), read once.
 template <auto Kernel>
@@ -203,7 +198,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
 template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
                        const char* op) {
-  p.gather = gather != GatherMode::kOff && gather_enabled(op)
+  p.gather = gather != GatherMode::kOff && gather_enabled()
                  ? gather_sizes<Kernel>(device, threads, p.vocab, gather == GatherMode::kSearchAndDraw, op)
                  : GatherSizes{0, 0};
   const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
