@@ -73,6 +73,18 @@ def zero_row_args(args):
     return tuple(args)
 
 
+def planned_shape(batch: int, kv: int, dev, ws):
+    """bench_decode's inputs for batch x kv (uniform lengths) and a wrapper planned on them:
+    (wrapper, q, out, cache, (indptr, indices, last_page_len))."""
+    g = torch.Generator().manual_seed(batch + kv)
+    cache, indptr, indices, last = paged_setup([kv] * batch, g)
+    q = torch.randn(batch, HQ, D, dtype=DT, device=dev)
+    out = torch.empty_like(q)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    return w, q, out, cache, (indptr, indices, last)
+
+
 def python_loop_us(n: int = 1000) -> float:
     """A fixed pure-Python workload (attribute reads, a call, tuple building), to compare
     this host's interpreter speed with another's."""
@@ -96,12 +108,7 @@ def main() -> None:
     print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
     warm_up_host()
     for batch, kv in SHAPES:
-        g = torch.Generator().manual_seed(batch + kv)
-        cache, indptr, indices, last = paged_setup([kv] * batch, g)
-        q = torch.randn(batch, HQ, D, dtype=DT, device=dev)
-        out = torch.empty_like(q)
-        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-        w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        w, q, out, cache, (indptr, indices, last) = planned_shape(batch, kv, dev, ws)
         p = w._plan
         args = recorded_provider_args(w, q, cache)
         args0 = zero_row_args(args)

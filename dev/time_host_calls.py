@@ -20,24 +20,22 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import busy_host_us, warm_up_host  # noqa: E402
-from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from time_decode_host import SHAPES, recorded_provider_args, zero_row_args  # noqa: E402
+from time_decode_host import (  # noqa: E402
+    SHAPES,
+    planned_shape,
+    recorded_provider_args,
+    zero_row_args,
+)
 from time_sampling_host import bench_calls  # noqa: E402
 
-import aotinfer  # noqa: E402
 
 
 def decode_parts(dev, ws) -> dict:
     parts, keep = {}, []
     for batch, kv in SHAPES:
-        g = torch.Generator().manual_seed(batch + kv)
-        cache, indptr, indices, last = paged_setup([kv] * batch, g)
-        q = torch.randn(batch, HQ, D, dtype=DT, device=dev)
-        out = torch.empty_like(q)
-        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-        w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        w, q, out, cache, _ = planned_shape(batch, kv, dev, ws)
         args0 = zero_row_args(recorded_provider_args(w, q, cache))
         k, p = w._plan.kernels, w._plan
         name = f"decode {batch}x{kv}"
