@@ -11,8 +11,8 @@ from typing import Optional, Tuple
 import torch
 
 from . import _views
-from ._providers import kernels_for
 from ._decode_plan import SplitPlan
+from ._providers import kernels_for
 from .reference import attention as _ref
 
 POS_NAMES = ("NONE", "ROPE_LLAMA", "ALIBI")

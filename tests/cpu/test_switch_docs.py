@@ -1,7 +1,8 @@
-"""Every environment switch a provider reads (std::getenv in providers/csrc) is documented in
-the README's switch table and has a refusal test in tests/gpu/test_kernel_switches.py (an
-unknown value is a ValueError naming the variable). A switch added to the sources without
-both fails here, on a machine without a GPU."""
+"""Every environment switch a provider reads (std::getenv, or env_switch_on of
+common/env_switch.h, in providers/csrc) is documented in the README's switch table and has a
+refusal test in tests/gpu/test_kernel_switches.py (an unknown value is a ValueError naming the
+variable). A switch added to the sources without both fails here, on a machine without a
+GPU."""
 
 import re
 from pathlib import Path
@@ -13,12 +14,14 @@ def provider_switches():
     names = set()
     for path in (ROOT / "providers" / "csrc").rglob("*"):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            names.update(re.findall(r'getenv\("(AOTINFER_[A-Z0-9_]+)"\)', path.read_text()))
+            text = path.read_text()
+            names.update(re.findall(r'(?:getenv|env_switch_on)\("(AOTINFER_[A-Z0-9_]+)"\)', text))
     return names
 
 
 def test_the_sources_read_some_switches():
-    assert "AOTINFER_SAMPLING_GATHER" in provider_switches()
+    switches = provider_switches()
+    assert "AOTINFER_SAMPLING_GATHER" in switches and "AOTINFER_DECODE_KERNEL" in switches
 
 
 def test_every_provider_switch_is_in_the_readme_table():
