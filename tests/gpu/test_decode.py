@@ -627,7 +627,7 @@ def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypa
         (128, torch.bfloat16, 8, 1, 100, False),  # a window: the first splits are empty
         (128, torch.float16, 7, 4, 300, True),
         (128, torch.bfloat16, 16, 1, -1, False),  # beyond a portable cluster's 8 CTAs
-        (64, torch.float16, 12, 2, 200, True),
+        (64, torch.float16, 12, 2, 200, True),  # 11 splits (chunks of 6 pages)
     ],
 )
 def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
@@ -635,8 +635,9 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
 ):
     """One request in 2..8 splits (fixed_split_size), merged in thread-block clusters through
     distributed shared memory (sm_90+, cluster_merge.cuh) and, pinned off, by the in-grid
-    merge: both match the oracle (LSE included) and each other. 12 and 16 splits are beyond a
-    portable cluster: both pins take the in-grid merge there."""
+    merge: both match the oracle (LSE included) and each other. The last two cases (11 and 16
+    splits: 63 pages in chunks of 6 and 4) are beyond a portable cluster: both pins take the
+    in-grid merge there."""
     kv_len = 1000
     pages = -(-kv_len // 16)
     chunk = -(-pages // splits)
