@@ -11,13 +11,17 @@ cd "$(dirname "$0")/.."
 base=$(cd "$1" && pwd) script=$2
 shift 2
 tmp=$(mktemp -d)
+side_dir() { [ "$1" = a ] && echo "$base" || echo "$PWD/core"; }
+for side in a b; do  # each side must import its own core, not the installed one
+  dir=$(side_dir $side)
+  grep -q "^$dir/aotinfer" <(PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
+    'import aotinfer; print(aotinfer.__file__)') || { echo "side $side did not import $dir" >&2; exit 1; }
+done
 for round in 1 2; do
   for side in a b; do
-    dir=$([ $side = a ] && echo "$base" || echo "$PWD/core")
+    dir=$(side_dir $side)
     PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" python3 "$script" "$@" > "$tmp/$side-$round.txt" 2>&1 ||
       { cat "$tmp/$side-$round.txt"; exit 1; }
-    grep -q "^$dir/aotinfer" <(PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
-      'import aotinfer; print(aotinfer.__file__)') || { echo "side $side did not import $dir" >&2; exit 1; }
   done
 done
 echo "A: $base  B: $PWD/core  (one process each, A B A B)"

@@ -20,29 +20,21 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import print_host_times, warm_up_host  # noqa: E402
+from bench_sampling import TOP_K, cases  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _rng, _views  # noqa: E402
 
 
 def bench_calls(probs: torch.Tensor) -> dict:
-    """bench_sampling's batch-1 eager calls (default generator, its parameters)."""
-    return {
-        "sampling_from_probs": lambda: aotinfer.sampling_from_probs(probs),
-        "top_p_sampling_from_probs": lambda: aotinfer.top_p_sampling_from_probs(probs, 0.9),
-        "top_k_sampling_from_probs": lambda: aotinfer.top_k_sampling_from_probs(probs, 50),
-        "min_p_sampling_from_probs": lambda: aotinfer.min_p_sampling_from_probs(probs, 0.1),
-        "top_k_top_p_sampling_from_probs joint": lambda: (
-            aotinfer.top_k_top_p_sampling_from_probs(probs, 50, 0.9, filter_apply_order="joint")
-        ),
-        "top_k_sampling_from_probs return_valid": lambda: aotinfer.top_k_sampling_from_probs(
-            probs, 50, return_valid=True
-        ),
-        "top_p_renorm_probs": lambda: aotinfer.top_p_renorm_probs(probs, 0.9),
-        "top_k_renorm_probs": lambda: aotinfer.top_k_renorm_probs(probs, 50),
-        "top_k_mask_logits": lambda: aotinfer.top_k_mask_logits(probs, 50),
-        "softmax": lambda: aotinfer.softmax(probs),
-    }
+    """bench_sampling's eager calls on ``probs`` (its cases: default generator, its
+    parameters), and top-k with ``return_valid`` and softmax."""
+    calls = {name: (lambda ours=ours: ours(probs)) for name, (ours, *_) in cases(None).items()}
+    calls["top_k_sampling return_valid"] = lambda: aotinfer.top_k_sampling_from_probs(
+        probs, TOP_K, return_valid=True
+    )
+    calls["softmax"] = lambda: aotinfer.softmax(probs)
+    return calls
 
 
 def main() -> None:

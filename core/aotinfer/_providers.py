@@ -284,9 +284,9 @@ class _LoadedProvider:
 
 
 # Device index -> its provider. The environment (AOTINFER_PROVIDER, AOTINFER_ALLOW_VERSION_SKEW)
-# is read when a device's provider is chosen, not on every call: two os.environ lookups cost
-# ~1-2 us, a sizeable part of an eager sampling call's host time. reset_cache() makes the next
-# call choose again under the environment of that moment.
+# is read when a device's provider is chosen, not on every call: two os.environ lookups were
+# part of the host time that the eager sampling calls lost (dev/NOTES.md item 47).
+# reset_cache() makes the next call choose again under the environment of that moment.
 _cache: Dict[int, _LoadedProvider] = {}
 _cache_lock = threading.Lock()
 
@@ -311,12 +311,15 @@ def provider_for_device(index: int) -> _LoadedProvider:
     return loaded
 
 
+def provider_for(device) -> _LoadedProvider:
+    """provider_for_device for a CUDA ``torch.device`` (index None: device 0)."""
+    return provider_for_device(0 if device.index is None else device.index)
+
+
 def kernels_for(device):
-    """The provider's kernel module for a CUDA ``torch.device`` (index None: device 0),
-    imported on first use. The hot path of every eager call: one dict lookup."""
-    index = 0 if device.index is None else device.index
-    loaded = _cache.get(index)
-    return (loaded if loaded is not None else provider_for_device(index)).kernels
+    """The provider's kernel module for a CUDA ``torch.device``, imported on first use (the
+    hot path of every eager call: after the first, one dict lookup)."""
+    return provider_for(device).kernels
 
 
 def reset_cache() -> None:

@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from . import _rng, _views
-from ._providers import kernels_for, provider_for_device
+from ._providers import kernels_for, provider_for
 from .reference import sampling as _ref
 from .reference import topk as _ref_topk
 from .reference.philox import MASK64
@@ -41,12 +41,6 @@ _RANDOM = (
     "Generator? generator, Tensor? seed_arr, int seed, Tensor? offset_arr, int offset, "
     "bool use_generator"
 )
-
-
-def _seed_offset(use_generator, generator, seed, offset, increment, device):
-    if use_generator:
-        return _rng.get_seed_and_offset(increment, generator, device)
-    return seed, offset
 
 
 def _define(name: str, schema: str, impl, fake, seeded: bool = False):
@@ -99,7 +93,7 @@ def _softmax_impl(
     if logits.device.type == "cpu":
         t = temperature_arr if temperature_arr is not None else temperature
         return _ref.softmax(logits, t).contiguous()  # layout as the fake says
-    provider = provider_for_device(logits.device.index if logits.device.index is not None else 0)
+    provider = provider_for(logits.device)
     if enable_pdl is None:
         enable_pdl = provider.capability[0] >= 9
     probs, workspace = _probs_and_softmax_workspace(logits.shape, logits.device)
@@ -343,7 +337,8 @@ def _chain_impl(
 ) -> torch.Tensor:
     batch, n, _ = draft_probs.shape
     device = draft_probs.device
-    seed, offset = _seed_offset(use_generator, generator, seed, offset, batch * (n + 1), device)
+    if use_generator:
+        seed, offset = _rng.get_seed_and_offset(batch * (n + 1), generator, device)
     if device.type == "cpu":
         out, acc, emi = _ref.chain_speculative_sampling(
             draft_probs,

@@ -25,7 +25,6 @@ inline std::int64_t py_int64(PyObject* o) {
 inline void py_int_tuple(PyObject* o, Dims& out) {
   if (!PyTuple_Check(o)) throw pybind11::value_error("a tensor view's shape and strides are tuples of ints");
   const Py_ssize_t n = PyTuple_GET_SIZE(o);
-  if (static_cast<std::size_t>(n) > kMaxDims) throw pybind11::value_error("a tensor view has at most 8 dimensions");
   out.resize(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = py_int64(PyTuple_GET_ITEM(o, i));
 }

@@ -27,6 +27,7 @@ class Dims {
 
   std::size_t size() const { return n_; }
   void resize(std::size_t n) {
+    // std::length_error reaches Python as a ValueError (pybind11's translation)
     if (n > kMaxDims) throw std::length_error("a tensor view has at most 8 dimensions");
     n_ = n;
   }
