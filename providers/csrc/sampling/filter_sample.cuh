@@ -376,26 +376,35 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
+  // The output pass runs against the search's last pass (RowScope::next_pass_descending),
+  // with four loads per thread in flight as in the searches' passes.
+  const bool out_aligned = group_aligned(y);
+  auto write_pass = [&](const auto& scope, auto&& transform) {
+#ifdef AOTINFER_LAB_BASELINE
+    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
+      float v[4];
+      load_group4(x, n, g, scope.aligned, 0.f, v);
+      transform(v);
+      store_group4(y, n, g, out_aligned, v);
+    }
+    return;
+#endif
+    for_each_group4_toward<4>(scope.next_pass_descending(), x, n, 0, (n + 3) / 4, scope.aligned, 0.f,
+                              [&](std::int64_t g, const float (&in)[4]) {
+                                float v[4] = {in[0], in[1], in[2], in[3]};
+                                transform(v);
+                                store_group4(y, n, g, out_aligned, v);
+                              });
+  };
   if constexpr (kMask) {
-    const std::uint32_t min_key = detail::top_k_logit_key(RowScope<T>(x, n), n, p.filter, row, sh);
-    const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
-    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, in_aligned, 0.f, v);
-      detail::mask_group(v, min_key);
-      store_group4(y, n, g, out_aligned, v);
-    }
+    const RowScope<T> scope(x, n);
+    const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
+    write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
   } else {
-    const detail::KeptSet kept =
-        detail::prob_filter<kFamily>(RowScope<T, renorm_gather(kFamily)>(x, n), n, p.filter, row, true, sh);
+    const RowScope<T, renorm_gather(kFamily)> scope(x, n);
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
-    const bool in_aligned = group_aligned(x), out_aligned = group_aligned(y);
-    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, in_aligned, 0.f, v);
-      detail::renorm_group(v, kept, factor);
-      store_group4(y, n, g, out_aligned, v);
-    }
+    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
   }
   pdl_launch_dependents();
 }

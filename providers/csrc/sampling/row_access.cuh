@@ -91,6 +91,47 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
   }
 }
 
+// The same f calls as for_each_group4, in descending g (each thread's last group first). A
+// pass over a row that another pass has just read ascending starts on the part of the row
+// that pass left in L2 (a batch of rows larger than L2 evicts each row's start first).
+template <int kInFlight, typename T, typename F>
+__device__ __forceinline__ void for_each_group4_descending(const T* x, std::int64_t n, std::int64_t first,
+                                                           std::int64_t count, bool aligned, float fill, F&& f) {
+  const std::int64_t end = first + count, step = blockDim.x, mine = first + threadIdx.x;
+  if (mine >= end) return;
+  const std::int64_t whole_end = min(end, whole_groups(n, aligned));
+  std::int64_t g = mine + (end - 1 - mine) / step * step;  // this thread's last group
+  for (; g >= mine && g >= whole_end; g -= step) {  // the tail (or all of an unaligned row)
+    float v[4];
+    load_group4(x, n, g, aligned, fill, v);
+    f(g, v);
+  }
+  for (; g - (kInFlight - 1) * step >= mine; g -= kInFlight * step) {
+    float v[kInFlight][4];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g - u * step, v[u]);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) f(g - u * step, v[u]);
+  }
+  for (; g >= mine; g -= step) {
+    float v[4];
+    load_whole_group4(x, g, v);
+    f(g, v);
+  }
+}
+
+// for_each_group4 in either direction (descending: for_each_group4_descending).
+template <int kInFlight, typename T, typename F>
+__device__ __forceinline__ void for_each_group4_toward(bool descending, const T* x, std::int64_t n,
+                                                       std::int64_t first, std::int64_t count, bool aligned,
+                                                       float fill, F&& f) {
+  if (descending) {
+    for_each_group4_descending<kInFlight>(x, n, first, count, aligned, fill, f);
+  } else {
+    for_each_group4<kInFlight>(x, n, first, count, aligned, fill, f);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ bool group_aligned(const T* x) {
   return reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0;

@@ -29,7 +29,8 @@ struct SegmentLayout {
 };
 
 // seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
-// NaN past the end), four segments per warp in flight; seg may be nullptr when only mass_of's
+// NaN past the end), four segments per warp in flight, the row ascending or descending as
+// the scope says (the sums do not depend on it); seg may be nullptr when only mass_of's
 // side effects are wanted. Every lane of a warp calls mass_of in the same rounds (out-of-range
 // groups with all-NaN v), so mass_of may use warp collectives. Groups below the scope's whole
 // groups load without tail checks.
@@ -41,7 +42,13 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int whole = static_cast<int>(scope.whole_local_groups()), per = static_cast<int>(layout.per_segment);
   const int segments = static_cast<int>(layout.segments), groups = static_cast<int>(layout.groups);
-  for (int s0 = warp; s0 < segments; s0 += kInFlight * warps) {
+  // Rounds of kInFlight * warps segments, warp w taking segments w, w + warps, ... of each;
+  // the rounds in the direction the scope gives this pass (RowScope::next_pass_descending).
+  const int round = kInFlight * warps, rounds = (segments + round - 1) / round;
+  const bool descending = scope.next_pass_descending();
+  for (int r = 0; r < rounds; ++r) {
+    const int s0 = (descending ? rounds - 1 - r : r) * round + warp;
+    if (s0 >= segments) continue;
     std::uint64_t sum[kInFlight] = {};
     for (int c = 0; c < per; ++c) {
       float v[kInFlight][4];
