@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     }
     return;
 #endif
-    for_each_group4_toward<4>(scope.next_pass_descending(), x, n, 0, (n + 3) / 4, scope.aligned, 0.f,
+    for_each_group4_toward<4>(scope.next_pass_descending(), x, static_cast<int>(n), scope.aligned, 0.f,
                               [&](std::int64_t g, const float (&in)[4]) {
                                 float v[4] = {in[0], in[1], in[2], in[3]};
                                 transform(v);

@@ -91,44 +91,37 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
   }
 }
 
-// The same f calls as for_each_group4, in descending g (each thread's last group first). A
-// pass over a row that another pass has just read ascending starts on the part of the row
-// that pass left in L2 (a batch of rows larger than L2 evicts each row's start first).
+// for_each_group4 over a whole row (n elements), with the whole groups in ascending g or,
+// when `descending`, in descending g; the rest (the partial last group, or all of an
+// unaligned row) after them, ascending. A pass over a row that another pass has just read
+// one way starts, going the other way, on the part of the row that pass left in L2. One loop
+// for both directions (a signed stride) and 32-bit indices (the launchers take rows of at
+// most 2^31 - 1 elements): a loop per direction inlines f twice as often, and 64-bit indices
+// made the largest sampling kernels spill.
 template <int kInFlight, typename T, typename F>
-__device__ __forceinline__ void for_each_group4_descending(const T* x, std::int64_t n, std::int64_t first,
-                                                           std::int64_t count, bool aligned, float fill, F&& f) {
-  const std::int64_t end = first + count, step = blockDim.x, mine = first + threadIdx.x;
-  if (mine >= end) return;
-  const std::int64_t whole_end = min(end, whole_groups(n, aligned));
-  std::int64_t g = mine + (end - 1 - mine) / step * step;  // this thread's last group
-  for (; g >= mine && g >= whole_end; g -= step) {  // the tail (or all of an unaligned row)
-    float v[4];
-    load_group4(x, n, g, aligned, fill, v);
-    f(g, v);
-  }
-  for (; g - (kInFlight - 1) * step >= mine; g -= kInFlight * step) {
+__device__ __forceinline__ void for_each_group4_toward(bool descending, const T* x, int n, bool aligned, float fill,
+                                                       F&& f) {
+  const int groups = (n + 3) / 4, step = blockDim.x, mine = threadIdx.x;
+  const int whole_end = aligned ? n / 4 : 0;
+  const int whole = mine < whole_end ? (whole_end - 1 - mine) / step + 1 : 0;  // this thread's
+  const int stride = descending ? -step : step;
+  int g = descending ? mine + (whole - 1) * step : mine, i = 0;
+  for (; i + kInFlight <= whole; i += kInFlight, g += kInFlight * stride) {
     float v[kInFlight][4];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g - u * step, v[u]);
+    for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g + u * stride, v[u]);
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) f(g - u * step, v[u]);
+    for (int u = 0; u < kInFlight; ++u) f(g + u * stride, v[u]);
   }
-  for (; g >= mine; g -= step) {
+  for (; i < whole; ++i, g += stride) {
     float v[4];
     load_whole_group4(x, g, v);
     f(g, v);
   }
-}
-
-// for_each_group4 in either direction (descending: for_each_group4_descending).
-template <int kInFlight, typename T, typename F>
-__device__ __forceinline__ void for_each_group4_toward(bool descending, const T* x, std::int64_t n,
-                                                       std::int64_t first, std::int64_t count, bool aligned,
-                                                       float fill, F&& f) {
-  if (descending) {
-    for_each_group4_descending<kInFlight>(x, n, first, count, aligned, fill, f);
-  } else {
-    for_each_group4<kInFlight>(x, n, first, count, aligned, fill, f);
+  for (g = mine + whole * step; g < groups; g += step) {
+    float v[4];
+    load_group4(x, n, g, aligned, fill, v);
+    f(g, v);
   }
 }
 

@@ -79,7 +79,7 @@ struct RowScope {
   // left the SM waiting on DRAM.
   template <typename F>
   __device__ void for_each_group(float fill, F&& f) const {
-    for_each_group4_toward<4>(next_pass_descending(), x, n, 0, (n + 3) / 4, aligned, fill, f);
+    for_each_group4_toward<4>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
   }
   // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
   // first_group() + g); load(g, v) reads one (tail elements NaN).
