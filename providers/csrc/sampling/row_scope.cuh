@@ -46,7 +46,8 @@ struct ShareTotals {
 // kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
 // here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
 // kernels that use it compile it (its registers cost the others spills).
-template <typename T, GatherMode kGather = GatherMode::kOff>
+// kAlternates: whether the passes alternate their direction (next_pass_descending).
+template <typename T, GatherMode kGather = GatherMode::kOff, bool kAlternates = true>
 struct RowScope {
   static constexpr GatherMode kGathers = kGather;
   const T* x;
@@ -68,6 +69,7 @@ struct RowScope {
 #if defined(AOTINFER_LAB_FORWARD_ONLY) || defined(AOTINFER_LAB_BASELINE)
     return false;
 #else
+    if (!kAlternates) return false;
     const bool d = descending_;
     descending_ = !d;
     return d;
