@@ -4,12 +4,13 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [latency] [softmax] [sampling]
+        python3 dev/ncu_targets.py [decode] [latency] [softmax] [sampling] [renorm]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
 softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and top-k sampling 128 x 128256
-(bench_sampling's flat and peaked rows).
+(bench_sampling's flat and peaked rows), and ("renorm") top-k masking and top-k / top-p
+renormalisation on those rows.
 """
 
 from __future__ import annotations
@@ -121,6 +122,22 @@ def sampling_cases():
     return cases
 
 
+def renorm_cases():
+    """The renormalisation / masking goal shape: 128 x 128256, bench_sampling's rows."""
+    from bench_sampling import make_probs
+
+    s = aotinfer.sampling
+    cases = []
+    for dist in ("flat", "peaked"):
+        probs = make_probs(128, 128256, dist == "peaked", 0)
+        cases += [
+            (f"aotinfer top-k mask 50 {dist}", lambda p=probs: s.top_k_mask_logits(p, 50)),
+            (f"aotinfer top-k renorm 50 {dist}", lambda p=probs: s.top_k_renorm_probs(p, 50)),
+            (f"aotinfer top-p renorm 0.9 {dist}", lambda p=probs: s.top_p_renorm_probs(p, 0.9)),
+        ]
+    return cases
+
+
 def main():
     want = set(sys.argv[1:]) or {"decode", "softmax", "sampling"}
     cases = []
@@ -132,6 +149,8 @@ def main():
         cases += softmax_cases()
     if "sampling" in want:
         cases += sampling_cases()
+    if "renorm" in want:
+        cases += renorm_cases()
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()
