@@ -385,15 +385,6 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   // with four loads per thread in flight as in the searches' passes.
   const bool out_aligned = group_aligned(y);
   auto write_pass = [&](const auto& scope, auto&& transform) {
-#ifdef AOTINFER_LAB_BASELINE
-    for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) {
-      float v[4];
-      load_group4(x, n, g, scope.aligned, 0.f, v);
-      transform(v);
-      store_group4(y, n, g, out_aligned, v);
-    }
-    return;
-#endif
     for_each_group4_toward<4>(scope.next_pass_descending(), x, static_cast<int>(n), scope.aligned, 0.f,
                               [&](std::int64_t g, const float (&in)[4]) {
                                 float v[4] = {in[0], in[1], in[2], in[3]};

@@ -66,14 +66,10 @@ struct RowScope {
   // The direction of the next pass over the row (true: descending), and the one after it
   // the other way.
   __device__ bool next_pass_descending() const {
-#if defined(AOTINFER_LAB_FORWARD_ONLY) || defined(AOTINFER_LAB_BASELINE)
-    return false;
-#else
     if (!kAlternates) return false;
     const bool d = descending_;
     descending_ = !d;
     return d;
-#endif
   }
   // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending or (see
   // next_pass_descending) descending g; tail elements = fill. Four loads per thread are in
