@@ -356,9 +356,9 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     }
     token = block_argmin(best).index;
   } else if (row_ok) {
-    // The two-search sampler's passes all ascend: alternating, it ran 1.04-1.19x slower at
-    // 128-512 rows (joint), also where the rows fit in L2 (128 x 32000), while every other
-    // row kernel gained; why was not found.
+    // The two-search sampler's passes all ascend: alternating, it ran 1.01-1.19x slower at
+    // 128-512 rows (joint), also where the rows fit in L2 (128 x 32000), while the other row
+    // kernels gained up to 15% where they do not; why was not found (dev/NOTES.md item 48).
     constexpr bool kAlternates = kFamily != FilterFamily::kTwoSearches;
     const RowScope<float, sampler_gather(kFamily), kAlternates> scope(x, n);
     token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, rng, sh);
