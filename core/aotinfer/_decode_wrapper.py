@@ -73,16 +73,19 @@ class _Plan:
     table_views: tuple = (None, None, None)
     partial_views: tuple = (None, None)
     work: Optional[torch.Tensor] = None  # device copy of split.work then split.split_counts
-    work_views: tuple = (None, None, None)  # work, split_counts, arrivals
+    # The provider's (work, split_counts, arrivals) views (_plan_work_views): work_views for
+    # every call, eager_work_views for an eager call where it differs (a split single
+    # request merges in its grid when eager, _eager_merges_in_grid), else None.
+    work_views: tuple = (None, None, None)
+    eager_work_views: Optional[tuple] = None
     alibi_view: object = None
     # kernels.batch_decode's argument groups (_decode_launch.table_args, split_args,
-    # scalar_args of the planned options); eager_split_args: the split group of an eager
-    # call where it differs (a split single request merges in its grid, _eager_merges_in_grid).
+    # scalar_args of the planned options); eager_split_args: the split group of
+    # eager_work_views, or None.
     launch_table: tuple = ()
     launch_split: tuple = ()
     eager_split_args: Optional[tuple] = None
     launch_scalars: tuple = ()
-    arrivals_view: object = None  # the merge counters (work list or eager), or None
     # What run() puts into the views it builds itself: the device index (-1: CPU), the
     # dtype codes of q, out and the cache (and the cache's element size), the contiguous
     # strides of out and lse.
@@ -455,24 +458,34 @@ class BatchDecodeWithPagedKVCacheWrapper:
             view = _views.view
             plan.kernels = _launch.provider_kernels(self.device)
             plan.table_views = (view(d_indptr), view(d_indices), view(d_last))
-            arrivals = None
-            splits_or_work = split.max_splits > 1 or split.work is not None
-            if splits_or_work and (_merges_in_grid(batch) or _eager_merges_in_grid(batch)):
-                blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
-                arrivals = view(self._arrivals_for(batch * blocks * num_kv_heads))
-            if split.work is not None:
-                n = split.work.numel()
-                ints = torch.cat([split.work.view(-1), split.split_counts])
-                plan.work = ints.to(self.device, non_blocking=non_blocking)
-                work = plan.work[:n].view(split.work.shape)
-                plan.work_views = (view(work), view(plan.work[n:]), arrivals)
-            else:
-                plan.work_views = (None, None, arrivals if _merges_in_grid(batch) else None)
+            self._plan_work_views(plan, batch, non_blocking)
             plan.alibi_view = view(plan.alibi_slopes)
-            plan.arrivals_view = arrivals
             self._launch_groups(plan)
             self._carve_views(plan)
         self._plan = plan
+
+    def _plan_work_views(self, p: _Plan, batch: int, non_blocking: bool) -> None:
+        """p.work (the work list and split counts on the device), p.work_views and
+        p.eager_work_views. A split decode merges in its grid through the arrivals counters
+        where a work list needs it or _merges_in_grid says so; an eager call of a split single
+        request does too (_eager_merges_in_grid), while its captures keep the merge kernel."""
+        view, split = _views.view, p.split
+        work_view = counts_view = None
+        if split.work is not None:
+            n = split.work.numel()
+            ints = torch.cat([split.work.view(-1), split.split_counts])
+            p.work = ints.to(self.device, non_blocking=non_blocking)
+            work_view, counts_view = view(p.work[:n].view(split.work.shape)), view(p.work[n:])
+        arrivals = None
+        splits_or_work = split.max_splits > 1 or split.work is not None
+        if splits_or_work and (_merges_in_grid(batch) or _eager_merges_in_grid(batch)):
+            blocks = _plan.row_blocks(p.q_len, p.num_qo_heads // p.num_kv_heads)
+            arrivals = view(self._arrivals_for(batch * blocks * p.num_kv_heads))
+        every_call = arrivals if split.work is not None or _merges_in_grid(batch) else None
+        p.work_views = (work_view, counts_view, every_call)
+        p.eager_work_views = None
+        if every_call is None and arrivals is not None:
+            p.eager_work_views = (work_view, counts_view, arrivals)
 
     def _launch_groups(self, p: _Plan) -> None:
         """The plan's ready argument groups and view constants for run() (provider path);
@@ -509,9 +522,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if p.split.max_splits > 1:
             p.partial_views = (_views.view(p.partial_out), _views.view(p.partial_lse))
         p.launch_split = _launch.split_args(p.partial_views, p.work_views, p.split, p.q_len)
-        if p.work_views[2] is None and p.arrivals_view is not None:
+        if p.eager_work_views is not None:
             p.eager_split_args = _launch.split_args(
-                p.partial_views, (None, None, p.arrivals_view), p.split, p.q_len
+                p.partial_views, p.eager_work_views, p.split, p.q_len
             )
 
     begin_forward = plan
