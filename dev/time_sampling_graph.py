@@ -43,10 +43,17 @@ def main():
                         tokens[case] = fn(sets[0][0])[:64].tolist()
                 del sets
                 torch.cuda.empty_cache()
-    with open(sys.argv[1], "w") as f:
+    write_times(sys.argv[1], times, tokens)
+
+
+def write_times(path, times, tokens):
+    """The lab JSON that dev/ab_provider_builds.sh compares ({"us": ..., "tokens": ...}), and
+    the table."""
+    with open(path, "w") as f:
         json.dump({"us": times, "tokens": tokens}, f)
+    width = max(map(len, times), default=0)
     for case, us in times.items():
-        print(f"{case:34s} {us:8.1f} us")
+        print(f"{case:{width}s} {us:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ the first rows' indices (for the same-output check) as JSON to the path given.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -17,6 +16,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import rotation_graph_us, rotations  # noqa: E402
 from bench_sampling import make_probs  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from time_sampling_graph import write_times  # noqa: E402
 
 import aotinfer  # noqa: E402
 
@@ -35,10 +37,7 @@ def main():
                 tokens[case] = aotinfer.top_k(sets[0][0], k)[1][:4].tolist()
             del sets
             torch.cuda.empty_cache()
-    with open(sys.argv[1], "w") as f:
-        json.dump({"us": times, "tokens": tokens}, f)
-    for case, us in times.items():
-        print(f"{case:44s} {us:8.1f} us")
+    write_times(sys.argv[1], times, tokens)
 
 
 if __name__ == "__main__":
