@@ -114,23 +114,11 @@ __device__ __forceinline__ void for_each_group4_toward(bool descending, const T*
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) f(g + u * stride, v[u]);
   }
-#ifdef AOTINFER_LAB_REMAINDER_ROUND
-  if (i < whole) {  // the last 1 .. kInFlight - 1 whole groups: one round, loads in flight together
-    float v[kInFlight][4];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (i + u < whole) load_whole_group4(x, g + u * stride, v[u]);
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (i + u < whole) f(g + u * stride, v[u]);
-  }
-#else
   for (; i < whole; ++i, g += stride) {
     float v[4];
     load_whole_group4(x, g, v);
     f(g, v);
   }
-#endif
   for (g = mine + whole * step; g < groups; g += step) {
     float v[4];
     load_group4(x, n, g, aligned, fill, v);
