@@ -16,7 +16,9 @@
 #     the environment pass through untouched to scikit-build-core and CMake.
 # PYTHON picks the interpreter (default: python on PATH).
 # scikit-build-core keeps each provider's CMake build in providers/<arch>/build/ so that a
-# rebuild is incremental; delete that folder for a clean build.
+# rebuild is incremental; delete that folder for a clean build. Its CMake cache also keeps
+# every -D of an earlier CMAKE_ARGS (CMAKE_CUDA_FLAGS of a lab build stays in force in the
+# next build that does not set it), so delete it after building with other CMAKE_ARGS.
 set -euo pipefail
 
 PROVIDERS=(sm75 sm80 sm90a sm100a sm110a sm120f)  # same table as cmake/arches.cmake
