@@ -381,16 +381,15 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
-  // The output pass runs against the search's last pass (RowScope::next_pass_descending),
-  // with four loads per thread in flight as in the searches' passes.
+  // The output pass is one more pass of the scope: against the search's last pass
+  // (RowScope::next_pass_descending), four loads per thread in flight.
   const bool out_aligned = group_aligned(y);
   auto write_pass = [&](const auto& scope, auto&& transform) {
-    for_each_group4_toward<4>(scope.next_pass_descending(), x, static_cast<int>(n), scope.aligned, 0.f,
-                              [&](std::int64_t g, const float (&in)[4]) {
-                                float v[4] = {in[0], in[1], in[2], in[3]};
-                                transform(v);
-                                store_group4(y, n, g, out_aligned, v);
-                              });
+    scope.for_each_group(0.f, [&](std::int64_t g, const float (&in)[4]) {
+      float v[4] = {in[0], in[1], in[2], in[3]};
+      transform(v);
+      store_group4(y, n, g, out_aligned, v);
+    });
   };
   if constexpr (kMask) {
     const RowScope<T> scope(x, n);

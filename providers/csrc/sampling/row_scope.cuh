@@ -73,8 +73,8 @@ struct RowScope {
   }
   // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending or (see
   // next_pass_descending) descending g; tail elements = fill. Four loads per thread are in
-  // flight (for_each_group4): batch 128 is one CTA per SM, and one load in flight per thread
-  // left the SM waiting on DRAM.
+  // flight (for_each_group4_toward): batch 128 is one CTA per SM, and one load in flight
+  // per thread left the SM waiting on DRAM.
   template <typename F>
   __device__ void for_each_group(float fill, F&& f) const {
     for_each_group4_toward<4>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
