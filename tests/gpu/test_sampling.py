@@ -450,6 +450,21 @@ def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kerne
     assert torch.equal(out, ref.top_k_mask_logits(logits, 5))
 
 
+@pytest.mark.parametrize("offset", [3, 5])
+def test_renorm_and_mask_of_unaligned_rows(offset, sampling_kernel):
+    # Rows that start off a 16-byte boundary (every group then loads with tail checks) and
+    # are long enough for several groups per thread of a 1024-thread row kernel.
+    vocab = 20000
+    probs = make_probs(24, vocab + offset, seed=offset)[:, offset:]
+    logits = make_logits(24, vocab + offset, seed=offset + 1)[:, offset:]
+    k, p, _ = per_row_params(24, vocab, seed=offset + 2)
+    want = ref.renorm_probs(probs, MODES["top_k"], k)
+    torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, k), want, rtol=1e-5, atol=1e-9)
+    want = ref.renorm_probs(probs, MODES["top_p"], 0, p)
+    torch.testing.assert_close(aotinfer.top_p_renorm_probs(probs, p), want, rtol=1e-5, atol=1e-9)
+    assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k))
+
+
 def test_top_k_mask_of_distinct_values_keeps_exactly_k():
     logits = torch.stack([torch.randperm(50000, device=DEV).float() for _ in range(4)])
     k = torch.tensor([1, 10, 1000, 49999], device=DEV, dtype=torch.int32)
