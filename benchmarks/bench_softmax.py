@@ -29,6 +29,7 @@ VARIANTS = {
     "rowwise": {"AOTINFER_SOFTMAX_KERNEL": "rowwise"},
     "cluster": {"AOTINFER_SOFTMAX_KERNEL": "cluster"},
     "split": {"AOTINFER_SOFTMAX_KERNEL": "split"},
+    "split_cluster": {"AOTINFER_SOFTMAX_KERNEL": "split_cluster"},
     **{
         f"split{kb}": {"AOTINFER_SOFTMAX_KERNEL": "split", "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB": kb}
         for kb in ("4", "8", "16", "32")
@@ -110,7 +111,7 @@ def main() -> None:
         cols,
         notes="*_us: median of CUDA-event timed eager calls (host time included) over rotating "
         "inputs; graph_*: per-call time in a CUDA graph of >= 10 calls over the rotating inputs "
-        "(kernel time without launch latency; graph_rowwise/cluster/split pin one kernel, graph_splitN the split pair with N KB chunks). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
+        "(kernel time without launch latency; graph_rowwise/cluster/split/split_cluster pin one kernel, graph_splitN the split pair with N KB chunks). GB/s and % copy bw from graph_us. Bytes counted: bf16 logits read once + "
         "fp32 probs written once. vs_* = baseline time / aotinfer time (eager).",
     )
 

@@ -30,8 +30,13 @@ def softmax_cluster_variants() -> list:
 
 
 def softmax_split_variants() -> list:
-    """The two-launch split softmax (sm_90+ rows of at least 16K)."""
-    return [f"softmax_split/{name}" for name in _DTYPE_NAMES.values()]
+    """The split softmax (sm_90+ rows of at least 16K): the two-launch pair, and the one-launch
+    form with a row's chunks in one cluster."""
+    return [
+        f"{family}/{name}"
+        for family in ("softmax_split", "softmax_split_cluster")
+        for name in _DTYPE_NAMES.values()
+    ]
 
 
 def decode_variants() -> list:

@@ -122,8 +122,12 @@ def test_softmax_rejects_bad_input_before_launch():
 # Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), on shapes where auto would pick another one:
 # the split pair at batch 1 and on odd vocabularies (its last chunk is short, and with an
 # unaligned row start it takes the scalar path with 1024-element chunks), the cluster kernel
-# at batch 128.
-@pytest.mark.parametrize("kernel", ["rowwise", "cluster", "split"])
+# at batch 128; split_cluster with chunks grown to fit a row in one cluster (batch 1, 5), with
+# the rule's chunks (130, 128), and falling back to the pair (float32 x 151936: 76 KB chunks).
+_PINNED_KERNELS = ["rowwise", "cluster", "split", "split_cluster"]
+
+
+@pytest.mark.parametrize("kernel", _PINNED_KERNELS)
 @pytest.mark.parametrize(
     "dtype, batch, vocab, offset",
     [
@@ -143,7 +147,7 @@ def test_softmax_pinned_kernels_match_reference(kernel, dtype, batch, vocab, off
     torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("kernel", ["rowwise", "cluster", "split"])
+@pytest.mark.parametrize("kernel", _PINNED_KERNELS)
 def test_softmax_pinned_kernels_infinities_and_nan_rows(kernel, monkeypatch):
     # Long rows, so that the split pair cuts each into chunks: the NaN and the only finite
     # entry sit in chunks of their own, and row 1's other chunks are all -inf.
@@ -158,8 +162,9 @@ def test_softmax_pinned_kernels_infinities_and_nan_rows(kernel, monkeypatch):
     torch.testing.assert_close(probs[4], expected[4], rtol=1e-4, atol=1e-6)
 
 
-def test_softmax_split_in_a_cuda_graph_with_new_inputs(monkeypatch):
-    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
+@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
+def test_softmax_split_in_a_cuda_graph_with_new_inputs(kernel, monkeypatch):
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     batch, vocab = 128, 128256
     static_logits = _logits(batch, vocab, torch.bfloat16, seed=51)
     aotinfer.softmax(static_logits, 0.8)
@@ -181,18 +186,20 @@ def test_softmax_split_in_a_cuda_graph_with_new_inputs(monkeypatch):
     torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
     reason="the split pair needs sm_90",
 )
+@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
 @pytest.mark.parametrize("chunk_kb", ["4", "8", "16", "32"])
 @pytest.mark.parametrize(
     "dtype, batch, vocab, offset",
     [(torch.bfloat16, 70, 50257, 0), (torch.float16, 3, 40000, 5), (torch.float32, 9, 33333, 2)],
 )
 def test_softmax_split_chunk_sizes_match_reference(
-    chunk_kb, dtype, batch, vocab, offset, monkeypatch
+    kernel, chunk_kb, dtype, batch, vocab, offset, monkeypatch
 ):
     # Every chunk size (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB), on rows whose chunks start off the
     # 16-byte grid (odd vocabularies, sliced rows): the bulk copy takes the aligned interior,
-    # threads the head and tail.
-    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
+    # threads the head and tail. split_cluster grows a chunk that would leave a row more than
+    # one cluster's chunks, so some of its cases run longer chunks than the pin.
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     monkeypatch.setenv("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", chunk_kb)
     logits = _logits(batch, vocab + offset, dtype, seed=vocab + int(chunk_kb))[:, offset:]
     probs = aotinfer.softmax(logits, 0.9)
@@ -211,10 +218,13 @@ def test_softmax_split_chunk_sizes_match_reference(
         (torch.bfloat16, 512, 128256, 0),
     ],
 )
-def test_softmax_split_multi_wave_batches_match_reference(dtype, batch, vocab, offset, monkeypatch):
+@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
+def test_softmax_split_multi_wave_batches_match_reference(
+    kernel, dtype, batch, vocab, offset, monkeypatch
+):
     # Batches of more chunks than one wave of CTAs holds, with per-row temperatures and rows off
     # the 16-byte grid.
-    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", "split")
+    monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     logits = _logits(batch, vocab + offset, dtype, seed=batch)[:, offset:]
     t = torch.rand(batch, device="cuda", generator=torch.Generator("cuda").manual_seed(3)) + 0.5
     probs = aotinfer.softmax(logits, t)

@@ -1,7 +1,7 @@
 // Host launcher for softmax: checks the views, picks the dtype, vector width and kernel, launches.
 // Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and, for
-// sm_90+, the split kernel pair and the cluster kernel with 8/16/32/64 elements per thread (see
-// kernel_list.h).
+// sm_90+, the split kernel pair, the split kernel in clusters and the cluster kernel with
+// 8/16/32/64 elements per thread (see kernel_list.h).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -14,6 +14,7 @@
 #include "softmax.cuh"
 #include "softmax_cluster.cuh"
 #include "softmax_split.cuh"
+#include "softmax_split_cluster.cuh"
 
 namespace aotinfer::sampling {
 namespace {
@@ -55,20 +56,22 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split pins one kernel (benchmarks compare them); the
-  // cluster kernel and the split pair need sm_90 (the one-CTA-per-row kernel serves otherwise).
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split|split_cluster pins one kernel (benchmarks
+  // compare them); all but rowwise need sm_90 (the one-CTA-per-row kernel serves otherwise).
   const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
   const std::string pinned = pin ? pin : "";
-  if (!pinned.empty() && pinned != "rowwise" && pinned != "cluster" && pinned != "split" && pinned != "auto")
-    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster, split or auto, got '" + pinned + "'");
-  const bool pinned_one = pinned == "rowwise" || pinned == "cluster" || pinned == "split";
+  const bool pinned_one =
+      pinned == "rowwise" || pinned == "cluster" || pinned == "split" || pinned == "split_cluster";
+  if (!pinned.empty() && !pinned_one && pinned != "auto")
+    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster, split, split_cluster or auto, got '" +
+                  pinned + "'");
   // Measured on an H200 (benchmarks/results/history/softmax-3404dd5-ftz-write.md, per call in a
-  // graph): the split pair beats both other kernels at every benchmarked shape of vocab 32000
-  // and 128256, batch 1 to 512 (batch 1 x 128256: 4.1 us against the cluster kernel's 9.4;
-  // 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so it serves every long row on
-  // sm_90+; the cluster kernel stays as a pinned alternative.
+  // graph): the split pair beats the rowwise and cluster kernels at every benchmarked shape of
+  // vocab 32000 and 128256, batch 1 to 512 (batch 1 x 128256: 4.1 us against the cluster
+  // kernel's 9.4; 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so the split
+  // kernels serve every long row on sm_90+; the cluster kernel stays as a pinned alternative.
   const bool want_cluster = pinned == "cluster";
-  const bool want_split = pinned_one ? pinned == "split" : p.vocab >= kSplitMinVocab;
+  const bool want_split = pinned_one ? pinned == "split" || pinned == "split_cluster" : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
@@ -77,7 +80,22 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     int sms = 0;
     throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
                         logits.device);
-    const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
+    int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
+    // Auto: the one-launch cluster form wherever the chunk rule leaves a row few enough chunks
+    // for one cluster (see softmax_split_cluster.cuh). Pinned, it takes longer chunks where it
+    // must, up to the pair's largest.
+    const std::int64_t chunks = (p.vocab + chunk - 1) / chunk;
+    bool in_clusters = pinned == "split_cluster" || (!pinned_one && chunks <= kMaxClusterChunks);
+    if (in_clusters && chunks > kMaxClusterChunks) {
+      const std::int64_t grown = ((p.vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) /
+                                 kSplitMinChunk * kSplitMinChunk;
+      in_clusters = grown * static_cast<std::int64_t>(sizeof(T)) <= kSplitMaxChunkBytes;
+      if (in_clusters) chunk = static_cast<int>(grown);
+    }
+    if (in_clusters) {
+      throw_on_cuda_error(softmax_split_cluster(p, chunk, enable_pdl, stream), "softmax", logits.device);
+      return;
+    }
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
     throw_on_cuda_error(softmax_split(p, stats, chunk, enable_pdl, stream), "softmax", logits.device);
     return;

@@ -148,6 +148,72 @@ struct MaxNanOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
 };
 
+// The chunk's (maximum of x * inv_t, sum of exp(x * inv_t - maximum)), in every thread; a NaN
+// logit (or +inf, as in torch) gives (-inf, NaN). Call from every thread.
+//
+// The maximum, then the sum against it: two cheap passes over shared memory and two plain
+// block reductions, where an online (max, sum) costs a rescale per group and an exp2 per
+// shuffle step. The stats kernel is issue-bound (Nsight Compute at ca62d3f: IPC 3.3), so
+// instructions are what counts; this and four-element groups together took 128 x 128256 from
+// 45.8 to 38.6 us.
+template <typename T>
+__device__ __forceinline__ float2 chunk_stats(const SharedChunk<T>& c, float inv_t) {
+  float x_max = -INFINITY;
+  for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
+#pragma unroll
+    for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
+  });
+  // inv_t > 0 and rounding is monotone: the scaled maximum.
+  const float m = block_reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
+  float sum = 0.f;
+  if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
+    for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
+#pragma unroll
+      for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
+    });
+  }
+  sum = block_reduce(sum, SumOp{}, 0.f);
+  // A NaN maximum or a NaN sum flags a NaN or +inf logit.
+  const bool nan = m != m || sum != sum;
+  return make_float2(nan ? -INFINITY : m, nan ? NAN : sum);
+}
+
+// The row's (maximum, 1 / sum) from its chunks' chunk_stats pairs, stats_of(j) for j in
+// [0, chunks); every warp computes it on its own (a row has at most a few hundred chunks).
+template <typename F>
+__device__ __forceinline__ float2 merge_chunk_stats(int chunks, F&& stats_of) {
+  OnlineMax acc;
+  for (int j = threadIdx.x % 32; j < chunks; j += 32) {
+    const float2 st = stats_of(j);
+    OnlineMax o;
+    o.m = st.x;
+    o.has_nan = st.y != st.y;
+    o.s = o.has_nan ? 0.f : st.y;
+    acc.merge(o);
+  }
+  for (int mask = 16; mask > 0; mask >>= 1) acc.merge(shfl_xor(acc, mask));
+  return make_float2(acc.m, acc.has_nan ? NAN : 1.f / acc.s);
+}
+
+// Writes the chunk's probabilities exp(x * inv_t - m) * inv_s to out[0 .. c.n): float4
+// streaming stores where out is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void write_chunk_probs(const SharedChunk<T>& c, float inv_t, float2 row, float* out) {
+  const float m = row.x, inv_s = row.y;
+  const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+  for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
+    constexpr int kCount = decltype(count)::value;
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
+    if (kCount == 4 && out_aligned) {
+      __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
+    }
+  });
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
     softmax_chunk_stats_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks,
@@ -164,32 +230,8 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
   const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
-
-  // The chunk's maximum, then its sum against that maximum: two cheap passes over shared
-  // memory and two plain block reductions, where an online (max, sum) costs a rescale per
-  // group and an exp2 per shuffle step. The kernel is issue-bound (Nsight Compute at ca62d3f:
-  // IPC 3.3), so instructions are what counts; this change and four-element groups together
-  // took 128 x 128256 from 45.8 to 38.6 us.
-  float x_max = -INFINITY;
-  for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
-#pragma unroll
-    for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
-  });
-  // inv_t > 0 and rounding is monotone: the scaled maximum.
-  const float m = block_reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
-  float sum = 0.f;
-  if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
-    for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
-#pragma unroll
-      for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
-    });
-  }
-  sum = block_reduce(sum, SumOp{}, 0.f);
-  // A NaN logit (or +inf, as in torch) makes the maximum or the sum NaN: a NaN sum flags it.
-  if (threadIdx.x == 0) {
-    const bool nan = m != m || sum != sum;
-    stats[blockIdx.x] = make_float2(nan ? -INFINITY : m, nan ? NAN : sum);
-  }
+  const float2 st = chunk_stats(c, inv_t);
+  if (threadIdx.x == 0) stats[blockIdx.x] = st;
 #endif
 }
 
@@ -208,34 +250,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
   pdl_wait_for_prior_grid();
   pdl_launch_dependents();
-
-  OnlineMax acc;
   const float2* row_stats = stats + row * chunks;
-  for (int j = threadIdx.x % 32; j < chunks; j += 32) {
-    const float2 st = row_stats[j];
-    OnlineMax o;
-    o.m = st.x;
-    o.has_nan = st.y != st.y;
-    o.s = o.has_nan ? 0.f : st.y;
-    acc.merge(o);
-  }
-  for (int mask = 16; mask > 0; mask >>= 1) acc.merge(shfl_xor(acc, mask));
-  const float m = acc.m;
-  const float inv_s = acc.has_nan ? NAN : 1.f / acc.s;
-
-  float* out = p.probs + row * p.out_row_stride + lo;
-  const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-  for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
-    constexpr int kCount = decltype(count)::value;
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
-    if (kCount == 4 && out_aligned) {
-      __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
-    } else {
-#pragma unroll
-      for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
-    }
-  });
+  const float2 row_m_inv_s = merge_chunk_stats(chunks, [&](int j) { return row_stats[j]; });
+  write_chunk_probs(c, inv_t, row_m_inv_s, p.probs + row * p.out_row_stride + lo);
 #endif
 }
 

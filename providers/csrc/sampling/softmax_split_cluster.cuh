@@ -1,0 +1,82 @@
+// The split softmax in one launch: a row's chunks are one thread-block cluster (sm_90+).
+//
+// Why: the split pair (softmax_split.cuh) reads every chunk twice, once per kernel, and its
+// stats kernel only reads: at 128 x 128256 it moved 32.8 MB in 15.8 us (2.1 TB/s, Nsight
+// Compute at ca62d3f) while the write kernel waited, and its second copy of the logits hits L2
+// only in part. Here each CTA copies its chunk into shared memory once (copy_chunk_to_shared),
+// takes its (max, sum) pair (chunk_stats), and the row's CTAs, one cluster, read each other's
+// pairs through distributed shared memory before each writes its chunk's probabilities from
+// the copy it already holds. DRAM sees the logits once and the probabilities once, and the
+// CTAs of later clusters read while earlier ones write.
+//
+// A cluster holds at most kMaxClusterChunks CTAs (the portable cluster size), so this runs
+// only where the split pair's chunk rule gives a row at most that many chunks (long rows at
+// large batches; split_softmax_chunk_elems); the launcher sends everything else to the pair.
+// Numerics are the split pair's: same pairs, same merge, same write.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/cuda_check.h"
+#include "../common/pdl.cuh"
+#include "softmax_split.cuh"
+
+namespace aotinfer::sampling {
+
+constexpr int kMaxClusterChunks = 8;
+
+namespace detail {
+
+template <typename T>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies, clusters; launched on sm_90+ only
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ std::uint64_t bar;
+  __shared__ float2 own_stats;  // read by the cluster's other CTAs
+  pdl_wait_for_prior_grid();
+  // The next kernel's wait covers this grid's completion, so it may start launching now.
+  pdl_launch_dependents();
+  // The grid is 1-D and the cluster (chunks, 1, 1): CTA `rank` of a cluster is chunk `rank`.
+  const std::int64_t row = blockIdx.x / chunks;
+  const int rank = static_cast<int>(blockIdx.x % chunks);
+  const std::int64_t lo = static_cast<std::int64_t>(rank) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
+  const float2 st = chunk_stats(c, inv_t);
+  if (threadIdx.x == 0) own_stats = st;
+  cluster.sync();  // every CTA's pair is written and visible to the cluster
+  const float2 row_m_inv_s =
+      merge_chunk_stats(chunks, [&](int j) { return *cluster.map_shared_rank(&own_stats, j); });
+  // Done reading the others' pairs; a CTA must not exit (its shared memory gone) before every
+  // other CTA of its cluster has read its pair, so the wait comes after the writes.
+  cluster.barrier_arrive();
+  write_chunk_probs(c, inv_t, row_m_inv_s, p.probs + row * p.out_row_stride + lo);
+  cluster.barrier_wait();
+#endif
+}
+
+}  // namespace detail
+
+// Launches the kernel on `stream` (sm_90+): chunk_elems as for softmax_split, and at most
+// kMaxClusterChunks chunks per row (the caller checks; cudaErrorInvalidValue otherwise).
+template <typename T>
+cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl,
+                                  cudaStream_t stream) {
+  if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
+  const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
+  if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
+  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
+  const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
+  return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
+                            dim3(kSplitThreads), smem, stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1),
+                            params, chunk_elems, chunks);
+}
+
+}  // namespace aotinfer::sampling
