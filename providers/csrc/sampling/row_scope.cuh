@@ -77,11 +77,7 @@ struct RowScope {
   // per thread left the SM waiting on DRAM.
   template <typename F>
   __device__ void for_each_group(float fill, F&& f) const {
-#ifdef AOTINFER_LAB_IN_FLIGHT8  // Lab (to be removed): eight loads per thread in flight
-    for_each_group4_toward<8>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
-#else
     for_each_group4_toward<4>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
-#endif
   }
   // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
   // first_group() + g); load(g, v) reads one (tail elements NaN).
