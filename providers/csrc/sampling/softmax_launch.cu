@@ -2,6 +2,7 @@
 // Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and, for
 // sm_90+, the split kernel pair, the split kernel in clusters and the cluster kernel with
 // 8/16/32/64 elements per thread (see kernel_list.h).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -33,6 +34,21 @@ int pinned_split_chunk_kb() {
   if (v != "4" && v != "8" && v != "16" && v != "32")
     fail_argument("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB must be 4, 8, 16 or 32, got '" + v + "'");
   return std::stoi(v);
+}
+
+// How many split-softmax CTAs with chunks of chunk_bytes one SM holds at once: by threads and
+// by shared memory (the chunk, its pad, the runtime's reserve per block and a bound on the
+// kernels' static shared memory).
+cudaError_t split_softmax_resident_ctas(int chunk_bytes, int device, int* ctas) {
+  constexpr int kStaticSmemBound = 512;  // the cluster kernel: 272 bytes (ptxas, sm_90a)
+  int threads = 0, smem = 0, reserved = 0;
+  cudaError_t err = cached_device_attribute<cudaDevAttrMaxThreadsPerMultiProcessor>(&threads, device);
+  if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&smem, device);
+  if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device);
+  if (err != cudaSuccess) return err;
+  const int by_smem = smem / (chunk_bytes + 16 + reserved + kStaticSmemBound);
+  *ctas = std::min(threads / kSplitThreads, by_smem);
+  return cudaSuccess;
 }
 
 template <typename T>
@@ -70,6 +86,13 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   // vocab 32000 and 128256, batch 1 to 512 (batch 1 x 128256: 4.1 us against the cluster
   // kernel's 9.4; 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so the split
   // kernels serve every long row on sm_90+; the cluster kernel stays as a pinned alternative.
+  // Of the two split forms, auto takes the one-launch cluster form where a row's chunks fit
+  // one cluster and the grid is more than one wave of resident CTAs, so that later clusters'
+  // copies overlap earlier ones' writes. At 38bc5de (history/softmax-38bc5de-split-cluster.md)
+  // it ran 128 x 128256 in 33.6 us against the pair's 38.3, 512 x 128256 117 against 144 and
+  // 512 x 32000 32.0 against 38.2 (1.3-5.2 waves), but 128 x 32000, 512 CTAs in one wave,
+  // 14.0 against 11.8: there each phase runs with the whole card in lockstep, and the pair's
+  // second read of 8 MB comes from L2.
   const bool want_cluster = pinned == "cluster";
   const bool want_split = pinned_one ? pinned == "split" || pinned == "split_cluster" : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
@@ -81,11 +104,16 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
                         logits.device);
     int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
-    // Auto: the one-launch cluster form wherever the chunk rule leaves a row few enough chunks
-    // for one cluster (see softmax_split_cluster.cuh). Pinned, it takes longer chunks where it
-    // must, up to the pair's largest.
     const std::int64_t chunks = (p.vocab + chunk - 1) / chunk;
-    bool in_clusters = pinned == "split_cluster" || (!pinned_one && chunks <= kMaxClusterChunks);
+    bool in_clusters = pinned == "split_cluster";
+    if (!pinned_one && chunks <= kMaxClusterChunks) {
+      int cta_slots = 0;
+      throw_on_cuda_error(split_softmax_resident_ctas(chunk * static_cast<int>(sizeof(T)), logits.device, &cta_slots),
+                          "softmax", logits.device);
+      in_clusters = p.rows * chunks > static_cast<std::int64_t>(cta_slots) * sms;
+    }
+    // Pinned, the cluster form takes longer chunks where a row has too many for a cluster, up
+    // to the pair's largest (beyond it: the pair).
     if (in_clusters && chunks > kMaxClusterChunks) {
       const std::int64_t grown = ((p.vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) /
                                  kSplitMinChunk * kSplitMinChunk;
@@ -93,7 +121,8 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
       if (in_clusters) chunk = static_cast<int>(grown);
     }
     if (in_clusters) {
-      throw_on_cuda_error(softmax_split_cluster(p, chunk, enable_pdl, stream), "softmax", logits.device);
+      throw_on_cuda_error(softmax_split_cluster(p, chunk, enable_pdl, logits.device, stream), "softmax",
+                          logits.device);
       return;
     }
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());

@@ -9,9 +9,9 @@
 // the copy it already holds. DRAM sees the logits once and the probabilities once, and the
 // CTAs of later clusters read while earlier ones write.
 //
-// A cluster holds at most kMaxClusterChunks CTAs (the portable cluster size), so this runs
-// only where the split pair's chunk rule gives a row at most that many chunks (long rows at
-// large batches; split_softmax_chunk_elems); the launcher sends everything else to the pair.
+// A cluster holds at most kMaxClusterChunks CTAs (16: beyond the portable 8, allowed per
+// kernel on sm_90), so this runs only where a row has at most that many chunks; the launcher
+// (softmax_launch.cu) decides where it runs and sends everything else to the pair.
 // Numerics are the split pair's: same pairs, same merge, same write.
 #pragma once
 
@@ -21,12 +21,14 @@
 #include <cstdint>
 
 #include "../common/cuda_check.h"
+#include "../common/launch_cache.h"
 #include "../common/pdl.cuh"
 #include "softmax_split.cuh"
 
 namespace aotinfer::sampling {
 
-constexpr int kMaxClusterChunks = 8;
+constexpr int kMaxPortableClusterChunks = 8;
+constexpr int kMaxClusterChunks = 16;
 
 namespace detail {
 
@@ -64,14 +66,17 @@ __global__ void __launch_bounds__(kSplitThreads)
 
 }  // namespace detail
 
-// Launches the kernel on `stream` (sm_90+): chunk_elems as for softmax_split, and at most
-// kMaxClusterChunks chunks per row (the caller checks; cudaErrorInvalidValue otherwise).
+// Launches the kernel on `stream` (sm_90+; `device` current): chunk_elems as for
+// softmax_split, and at most kMaxClusterChunks chunks per row (the caller checks;
+// cudaErrorInvalidValue otherwise).
 template <typename T>
-cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl,
+cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl, int device,
                                   cudaStream_t stream) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
+  if (chunks > kMaxPortableClusterChunks)
+    AOTINFER_CUDA_TRY(ensure_non_portable_clusters<detail::softmax_chunk_cluster_kernel<T>>(device));
   // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
   const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
