@@ -122,8 +122,8 @@ def test_softmax_rejects_bad_input_before_launch():
 # Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), on shapes where auto would pick another one:
 # the split pair at batch 1 and on odd vocabularies (its last chunk is short, and with an
 # unaligned row start it takes the scalar path with 1024-element chunks), the cluster kernel
-# at batch 128; split_cluster with chunks grown to fit a row in one cluster (batch 1, 5), with
-# the rule's chunks (130, 128), and falling back to the pair (float32 x 151936: 76 KB chunks).
+# at batch 128, split_cluster at small batches (its 32 KB chunks: 8 per row at 1 x 128256, 1-4
+# elsewhere) and falling back to the pair (float32 x 151936 would need 76 KB chunks).
 _PINNED_KERNELS = ["rowwise", "cluster", "split", "split_cluster"]
 
 

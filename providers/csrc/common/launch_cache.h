@@ -43,16 +43,4 @@ inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
   return err;
 }
 
-// Lets kernel `Kernel` launch in clusters of more than 8 CTAs (the portable limit, up to 16 on
-// sm_90) on the current device, `device`; calls the runtime once per device.
-template <auto Kernel>
-inline cudaError_t ensure_non_portable_clusters(int device) {
-  static std::atomic<bool> allowed[kMaxCachedDevices] = {};
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached && allowed[device].load(std::memory_order_relaxed)) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (err == cudaSuccess && cached) allowed[device].store(true, std::memory_order_relaxed);
-  return err;
-}
-
 }  // namespace aotinfer

@@ -2,7 +2,6 @@
 // Variants built: logits float32, float16, bfloat16, each as the one-CTA-per-row kernel and, for
 // sm_90+, the split kernel pair, the split kernel in clusters and the cluster kernel with
 // 8/16/32/64 elements per thread (see kernel_list.h).
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -25,6 +24,14 @@ namespace {
 // is 32000).
 constexpr std::int64_t kSplitMinVocab = 16384;
 
+// The one-launch cluster form (softmax_split_cluster.cuh) serves grids of more than this many
+// CTAs per SM. Swept at 3fd4926 on an H200 (benchmarks/results/history/sweep-softmax-3fd4926.txt,
+// per call in a graph, bf16, 32 KB chunks): from 512 CTAs on it beat the pair everywhere (64 x
+// 128256 20.0 us against 22.5, 128 x 128256 33.3 against 38.0, 512 x 128256 116.5 against
+// 143.1, 1024 x 32000 58.4 against 76.5); at 256 CTAs it lost at 32 x 128256 (12.6 against
+// 11.6) and won by 4% at 128 x 32000 (11.2 against 11.7).
+constexpr int kClusterMinCtasPerSm = 2;
+
 // AOTINFER_SOFTMAX_SPLIT_CHUNK_KB=4|8|16|32 pins the split pair's chunk size (benchmarks compare
 // them); unset: split_softmax_chunk_elems chooses.
 int pinned_split_chunk_kb() {
@@ -34,21 +41,6 @@ int pinned_split_chunk_kb() {
   if (v != "4" && v != "8" && v != "16" && v != "32")
     fail_argument("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB must be 4, 8, 16 or 32, got '" + v + "'");
   return std::stoi(v);
-}
-
-// How many split-softmax CTAs with chunks of chunk_bytes one SM holds at once: by threads and
-// by shared memory (the chunk, its pad, the runtime's reserve per block and a bound on the
-// kernels' static shared memory).
-cudaError_t split_softmax_resident_ctas(int chunk_bytes, int device, int* ctas) {
-  constexpr int kStaticSmemBound = 512;  // the cluster kernel: 272 bytes (ptxas, sm_90a)
-  int threads = 0, smem = 0, reserved = 0;
-  cudaError_t err = cached_device_attribute<cudaDevAttrMaxThreadsPerMultiProcessor>(&threads, device);
-  if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&smem, device);
-  if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device);
-  if (err != cudaSuccess) return err;
-  const int by_smem = smem / (chunk_bytes + 16 + reserved + kStaticSmemBound);
-  *ctas = std::min(threads / kSplitThreads, by_smem);
-  return cudaSuccess;
 }
 
 template <typename T>
@@ -87,12 +79,7 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   // kernel's 9.4; 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so the split
   // kernels serve every long row on sm_90+; the cluster kernel stays as a pinned alternative.
   // Of the two split forms, auto takes the one-launch cluster form where a row's chunks fit
-  // one cluster and the grid is more than one wave of resident CTAs, so that later clusters'
-  // copies overlap earlier ones' writes. At 38bc5de (history/softmax-38bc5de-split-cluster.md)
-  // it ran 128 x 128256 in 33.6 us against the pair's 38.3, 512 x 128256 117 against 144 and
-  // 512 x 32000 32.0 against 38.2 (1.3-5.2 waves), but 128 x 32000, 512 CTAs in one wave,
-  // 14.0 against 11.8: there each phase runs with the whole card in lockstep, and the pair's
-  // second read of 8 MB comes from L2.
+  // one cluster and its grid has more than kClusterMinCtasPerSm CTAs per SM.
   const bool want_cluster = pinned == "cluster";
   const bool want_split = pinned_one ? pinned == "split" || pinned == "split_cluster" : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
@@ -103,28 +90,17 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     int sms = 0;
     throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, logits.device), "softmax",
                         logits.device);
-    int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_split_chunk_kb());
-    const std::int64_t chunks = (p.vocab + chunk - 1) / chunk;
-    bool in_clusters = pinned == "split_cluster";
-    if (!pinned_one && chunks <= kMaxClusterChunks) {
-      int cta_slots = 0;
-      throw_on_cuda_error(split_softmax_resident_ctas(chunk * static_cast<int>(sizeof(T)), logits.device, &cta_slots),
-                          "softmax", logits.device);
-      in_clusters = p.rows * chunks > static_cast<std::int64_t>(cta_slots) * sms;
-    }
-    // Pinned, the cluster form takes longer chunks where a row has too many for a cluster, up
-    // to the pair's largest (beyond it: the pair).
-    if (in_clusters && chunks > kMaxClusterChunks) {
-      const std::int64_t grown = ((p.vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) /
-                                 kSplitMinChunk * kSplitMinChunk;
-      in_clusters = grown * static_cast<std::int64_t>(sizeof(T)) <= kSplitMaxChunkBytes;
-      if (in_clusters) chunk = static_cast<int>(grown);
-    }
+    const int pinned_kb = pinned_split_chunk_kb();
+    const int cluster_chunk = split_cluster_chunk_elems(p.vocab, sizeof(T), pinned_kb);
+    const std::int64_t cluster_ctas =
+        cluster_chunk == 0 ? 0 : p.rows * ((p.vocab + cluster_chunk - 1) / cluster_chunk);
+    const bool in_clusters = cluster_chunk != 0 && (pinned_one ? pinned == "split_cluster"
+                                                                : cluster_ctas > kClusterMinCtasPerSm * sms);
     if (in_clusters) {
-      throw_on_cuda_error(softmax_split_cluster(p, chunk, enable_pdl, logits.device, stream), "softmax",
-                          logits.device);
+      throw_on_cuda_error(softmax_split_cluster(p, cluster_chunk, enable_pdl, stream), "softmax", logits.device);
       return;
     }
+    const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_kb);
     auto* stats = reinterpret_cast<float2*>(workspace.ptr<float>());
     throw_on_cuda_error(softmax_split(p, stats, chunk, enable_pdl, stream), "softmax", logits.device);
     return;

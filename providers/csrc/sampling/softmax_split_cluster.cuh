@@ -9,9 +9,11 @@
 // the copy it already holds. DRAM sees the logits once and the probabilities once, and the
 // CTAs of later clusters read while earlier ones write.
 //
-// A cluster holds at most kMaxClusterChunks CTAs (16: beyond the portable 8, allowed per
-// kernel on sm_90), so this runs only where a row has at most that many chunks; the launcher
-// (softmax_launch.cu) decides where it runs and sends everything else to the pair.
+// A cluster holds at most kMaxClusterChunks CTAs, the portable cluster size, so this runs only
+// where a row has at most that many chunks (split_cluster_chunk_elems); the launcher
+// (softmax_launch.cu) decides where it runs and sends everything else to the pair. Clusters
+// of 16 (non-portable) ran slower: 128 x 128256 in 16 chunks of 16 KB took 38.5 us against
+// 33.3 in 8 of 32 KB (benchmarks/results/history/sweep-softmax-3fd4926.txt).
 // Numerics are the split pair's: same pairs, same merge, same write.
 #pragma once
 
@@ -21,14 +23,28 @@
 #include <cstdint>
 
 #include "../common/cuda_check.h"
-#include "../common/launch_cache.h"
 #include "../common/pdl.cuh"
 #include "softmax_split.cuh"
 
 namespace aotinfer::sampling {
 
-constexpr int kMaxPortableClusterChunks = 8;
-constexpr int kMaxClusterChunks = 16;
+constexpr int kMaxClusterChunks = 8;
+
+// Chunk length of the cluster form in elements: pinned_kb KB when nonzero, else the pair's
+// largest chunk (kSplitMaxChunkBytes), grown to a multiple of kSplitMinChunk where a row would
+// have more than kMaxClusterChunks chunks; 0 where that takes more than kSplitMaxChunkBytes.
+// The largest chunk, not the pair's rule (split_softmax_chunk_elems): at 3fd4926 it was as
+// fast or faster at every shape swept, e.g. 128 x 32000 11.2 us in 32 KB chunks against 13.8
+// in the rule's 16 KB, 256 x 32000 19.3 against 18.7 the one exception
+// (history/sweep-softmax-3fd4926.txt).
+inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pinned_kb) {
+  std::int64_t chunk = (pinned_kb != 0 ? pinned_kb * 1024 : kSplitMaxChunkBytes) / elem_bytes;
+  if ((vocab + chunk - 1) / chunk > kMaxClusterChunks) {
+    chunk = ((vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) / kSplitMinChunk *
+            kSplitMinChunk;
+  }
+  return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
+}
 
 namespace detail {
 
@@ -66,17 +82,14 @@ __global__ void __launch_bounds__(kSplitThreads)
 
 }  // namespace detail
 
-// Launches the kernel on `stream` (sm_90+; `device` current): chunk_elems as for
-// softmax_split, and at most kMaxClusterChunks chunks per row (the caller checks;
-// cudaErrorInvalidValue otherwise).
+// Launches the kernel on `stream` (sm_90+) with chunk_elems from split_cluster_chunk_elems
+// (at most kMaxClusterChunks chunks per row; cudaErrorInvalidValue otherwise).
 template <typename T>
-cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl, int device,
+cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl,
                                   cudaStream_t stream) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
-  if (chunks > kMaxPortableClusterChunks)
-    AOTINFER_CUDA_TRY(ensure_non_portable_clusters<detail::softmax_chunk_cluster_kernel<T>>(device));
   // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
   const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
