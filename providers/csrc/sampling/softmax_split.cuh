@@ -163,20 +163,8 @@ __device__ __forceinline__ float2 chunk_stats(const SharedChunk<T>& c, float inv
 #pragma unroll
     for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
   });
-#ifdef AOTINFER_LAB_EVEN_CHUNKS  // Lab (to be removed): one scratch array for both reductions
-  __shared__ float scratch[32];
-  const auto reduce = [&](float v, auto op, float identity) {
-    __syncthreads();
-    v = warp_reduce(v, op);
-    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-    __syncthreads();
-    return warp_reduce(threadIdx.x % 32 < blockDim.x / 32 ? scratch[threadIdx.x % 32] : identity, op);
-  };
-  const float m = reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
-#else
   // inv_t > 0 and rounding is monotone: the scaled maximum.
   const float m = block_reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
-#endif
   float sum = 0.f;
   if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
     for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
@@ -184,11 +172,7 @@ __device__ __forceinline__ float2 chunk_stats(const SharedChunk<T>& c, float inv
       for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
     });
   }
-#ifdef AOTINFER_LAB_EVEN_CHUNKS
-  sum = reduce(sum, SumOp{}, 0.f);
-#else
   sum = block_reduce(sum, SumOp{}, 0.f);
-#endif
   // A NaN maximum or a NaN sum flags a NaN or +inf logit.
   const bool nan = m != m || sum != sum;
   return make_float2(nan ? -INFINITY : m, nan ? NAN : sum);

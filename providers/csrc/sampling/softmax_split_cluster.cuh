@@ -43,12 +43,6 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
     chunk = ((vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) / kSplitMinChunk *
             kSplitMinChunk;
   }
-#ifdef AOTINFER_LAB_EVEN_CHUNKS  // Lab (to be removed): the row in equal chunks of 16-byte multiples
-  if (pinned_kb == 0 && chunk * elem_bytes <= kSplitMaxChunkBytes) {
-    const std::int64_t chunks = (vocab + chunk - 1) / chunk, per16 = 16 / elem_bytes;
-    chunk = ((vocab + chunks - 1) / chunks + per16 - 1) / per16 * per16;
-  }
-#endif
   return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
 }
 
