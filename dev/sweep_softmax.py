@@ -3,7 +3,9 @@ a CUDA graph over rotating bf16 inputs, for the two-launch pair and the one-laun
 form (AOTINFER_SOFTMAX_KERNEL=split / split_cluster), at the chunk rule's size and pinned
 chunk sizes (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB), and what auto picks, with % of copy bandwidth.
 
-    python dev/sweep_softmax.py [OUT.json]     (on a GPU machine, provider installed)
+    python dev/sweep_softmax.py [OUT.json [VARIANT ...]]   (GPU machine, provider installed)
+
+The JSON ({"us": {case: us}, "tokens": {}}) is what dev/ab_provider_builds.sh compares.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ VARIANTS = {
 
 
 def main():
+    variants = {k: VARIANTS[k] for k in sys.argv[2:]} or VARIANTS
     copy_bw = copy_bandwidth_bytes_per_s()
     print(f"copy bandwidth {copy_bw / 1e12:.3f} TB/s")
     print("us per call in a graph (% of copy); bf16 logits in, fp32 probabilities out")
-    print(f"{'shape':>12s} " + " ".join(f"{v:>15s}" for v in VARIANTS))
+    print(f"{'shape':>12s} " + " ".join(f"{v:>15s}" for v in variants))
     results = {}
     for batch, vocab in SHAPES:
         useful = batch * vocab * (2 + 4)
@@ -47,7 +50,7 @@ def main():
 
         sets = rotations(make, useful)
         cells = []
-        for label, (kernel, kb) in VARIANTS.items():
+        for label, (kernel, kb) in variants.items():
             os.environ["AOTINFER_SOFTMAX_KERNEL"] = kernel
             os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"] = kb
             us = rotation_graph_us(lambda lg, t: aotinfer.softmax(lg, t), sets)
@@ -59,7 +62,7 @@ def main():
         os.environ.pop(name, None)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
-            json.dump({"copy_TB/s": copy_bw / 1e12, "us": results}, f, indent=1)
+            json.dump({"copy_TB/s": copy_bw / 1e12, "us": results, "tokens": {}}, f, indent=1)
 
 
 if __name__ == "__main__":
