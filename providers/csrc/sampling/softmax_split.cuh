@@ -19,6 +19,9 @@
 // in L2 it is mostly an L2 hit; the write kernel walks the chunks in reverse order, so that
 // the most recently read ones, the likeliest still in L2, go first.
 //
+// Large batches take the one-launch form of this pair instead (softmax_split_cluster.cuh,
+// which reuses the copy, stats, merge and write below; the launcher decides).
+//
 // Any row alignment: the bulk copy moves the chunk's 16-byte-aligned interior, threads load
 // the few head and tail elements around it. Numerics follow softmax.cuh (x * inv_t - max, then
 // times log2(e), then exp2f), except that each chunk takes its maximum before its sum instead
