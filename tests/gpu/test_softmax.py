@@ -122,7 +122,7 @@ def test_softmax_rejects_bad_input_before_launch():
 # Each kernel pinned (AOTINFER_SOFTMAX_KERNEL), on shapes where auto would pick another one:
 # the split pair at batch 1 and on odd vocabularies (its last chunk is short, and with an
 # unaligned row start it takes the scalar path with 1024-element chunks), the cluster kernel
-# at batch 128, split_cluster at small batches (its 32 KB chunks: 8 per row at 1 x 128256, 1-4
+# at batch 128, split_cluster at small batches (its 32 KB chunks: 8 per row at 1 x 128256, 2
 # elsewhere) and falling back to the pair (float32 x 151936 would need 76 KB chunks).
 _PINNED_KERNELS = ["rowwise", "cluster", "split", "split_cluster"]
 
