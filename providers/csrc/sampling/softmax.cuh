@@ -32,6 +32,11 @@ struct SoftmaxParams {
   std::int64_t vocab;
   std::int64_t in_row_stride;
   std::int64_t out_row_stride;
+
+  // 1 / the temperature of `row` (every softmax kernel scales by it).
+  __device__ __forceinline__ float inv_temperature(std::int64_t row) const {
+    return 1.f / (temperature_array != nullptr ? temperature_array[row] : temperature);
+  }
 };
 
 namespace detail {
@@ -114,8 +119,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     softmax_kernel(const __grid_constant__ SoftmaxParams<T> p) {
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x;
-  const float inv_t =
-      1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const float inv_t = p.inv_temperature(row);
   const T* in = p.logits + row * p.in_row_stride;
   float* out = p.probs + row * p.out_row_stride;
   const std::int64_t n_vec = p.vocab / kVec;

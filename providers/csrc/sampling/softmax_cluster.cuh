@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kClusterThreads)
   pdl_wait_for_prior_grid();
   const std::int64_t row = blockIdx.x / kClusterCtas;
   const int rank = static_cast<int>(cluster.block_rank());
-  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const float inv_t = p.inv_temperature(row);
   const T* in = p.logits + row * p.in_row_stride;
   float* out = p.probs + row * p.out_row_stride;
   // Slice of this CTA: groups of 8 interleaved over the cluster's threads.

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   const std::int64_t row = blockIdx.x / chunks;
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x % chunks) * chunk_elems;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
-  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const float inv_t = p.inv_temperature(row);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
   if (threadIdx.x == 0) stats[blockIdx.x] = st;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   const std::int64_t lo = static_cast<std::int64_t>(flat % chunks) * chunk_elems;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
-  const float inv_t = 1.f / (p.temperature_array != nullptr ? p.temperature_array[row] : p.temperature);
+  const float inv_t = p.inv_temperature(row);
   pdl_wait_for_prior_grid();
   pdl_launch_dependents();
   const float2* row_stats = stats + row * chunks;
