@@ -8,7 +8,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
-softmax 128 x 128256 bf16 (rowwise and split pinned), top-p and top-k sampling 128 x 128256
+softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k sampling 128 x 128256
 (bench_sampling's flat and peaked rows), and ("renorm") top-k masking and top-k / top-p
 renormalisation on those rows.
 """
@@ -104,6 +104,8 @@ def softmax_cases():
     for kb in ("16", "32"):
         pin = _pinned(run, AOTINFER_SOFTMAX_KERNEL="split", AOTINFER_SOFTMAX_SPLIT_CHUNK_KB=kb)
         cases.append((f"aotinfer softmax 128x128256 bf16 split {kb} KB chunks", pin))
+    pin = _pinned(run, AOTINFER_SOFTMAX_KERNEL="split_cluster")
+    cases.append(("aotinfer softmax 128x128256 bf16 split_cluster (one launch)", pin))
     return cases
 
 
