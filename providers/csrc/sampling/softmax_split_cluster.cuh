@@ -48,90 +48,6 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
 
 namespace detail {
 
-#ifdef AOTINFER_LAB_PIPELINED  // Lab (to be removed): the chunk in pieces, stats as they land
-constexpr int kChunkPieces = 4;
-
-// copy_chunk_to_shared and chunk_stats in one, for a 16-byte-aligned chunk (others: the two
-// calls): the chunk's aligned part comes in as kChunkPieces bulk copies, each on its own
-// barrier, and each thread folds its groups of a piece into an online (max, sum) as soon as
-// that piece has landed, so the arithmetic overlaps the later pieces' copies.
-template <typename T>
-__device__ __forceinline__ float2 copy_chunk_and_stats(const T* src, int n, unsigned char* smem,
-                                                       std::uint64_t* bars, float inv_t, SharedChunk<T>* chunk) {
-  if (reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
-    *chunk = copy_chunk_to_shared(src, n, smem, &bars[0]);
-    return chunk_stats(*chunk, inv_t);
-  }
-  constexpr int kPer16 = 16 / static_cast<int>(sizeof(T));
-  const int bulk = n / kPer16 * kPer16;
-  const int piece = ((bulk + kChunkPieces - 1) / kChunkPieces + kPer16 - 1) / kPer16 * kPer16;
-  T* s = reinterpret_cast<T*>(smem);
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < kChunkPieces; ++k) mbarrier_init(&bars[k], 1);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < kChunkPieces; ++k) {
-      const int lo = k * piece, hi = min(bulk, lo + piece);
-      if (hi <= lo) break;
-      const unsigned bytes = static_cast<unsigned>((hi - lo) * sizeof(T));
-      mbarrier_arrive_expect_tx(&bars[k], bytes);
-      bulk_copy_to_shared(s + lo, src + lo, bytes, &bars[k]);
-    }
-  }
-  for (int i = bulk + threadIdx.x; i < n; i += blockDim.x) s[i] = src[i];
-  __syncthreads();  // the tail is in place (the pieces are waited for one by one below)
-  OnlineMax acc;
-  const auto fold = [&](int lo, int hi) {  // elements [lo, hi), lo and hi multiples of 4
-    float pm = -INFINITY;
-    for (int g = lo / 4 + threadIdx.x; g < hi / 4; g += blockDim.x) {
-      const Group4<T> x = reinterpret_cast<const Group4<T>*>(s)[g];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) pm = max_nan(pm, load_float(&x.v[j]));
-    }
-    pm *= inv_t;
-    if (pm != pm) {
-      acc.has_nan = true;
-      return;
-    }
-    if (pm > acc.m) {
-      acc.s *= fast_exp2((acc.m - pm) * kLog2e);
-      acc.m = pm;
-    }
-    if (acc.m == -INFINITY) return;
-    for (int g = lo / 4 + threadIdx.x; g < hi / 4; g += blockDim.x) {
-      const Group4<T> x = reinterpret_cast<const Group4<T>*>(s)[g];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc.s += fast_exp2((load_float(&x.v[j]) * inv_t - acc.m) * kLog2e);
-    }
-  };
-  for (int k = 0; k < kChunkPieces; ++k) {
-    const int lo = k * piece, hi = min(bulk, lo + piece);
-    if (hi <= lo) break;
-    mbarrier_wait_parity(&bars[k], 0);
-    fold(lo, hi);
-  }
-  // The tail: fewer than 16 bytes of elements, one per thread at most.
-  const int i = bulk + static_cast<int>(threadIdx.x);
-  if (i < n) {
-    const float x = load_float(s + i) * inv_t;
-    if (x != x) {
-      acc.has_nan = true;
-    } else {
-      if (x > acc.m) {
-        acc.s *= fast_exp2((acc.m - x) * kLog2e);
-        acc.m = x;
-      }
-      if (acc.m != -INFINITY) acc.s += fast_exp2((x - acc.m) * kLog2e);
-    }
-  }
-  const OnlineMax row = block_merge(acc);
-  *chunk = SharedChunk<T>{s, n, true};
-  const bool nan = row.has_nan || row.m != row.m || row.s != row.s;
-  return make_float2(nan ? -INFINITY : row.m, nan ? NAN : row.s);
-}
-#endif
-
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads)
     softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
@@ -139,11 +55,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem[];
-#ifdef AOTINFER_LAB_PIPELINED
-  __shared__ std::uint64_t bars[kChunkPieces];
-#else
   __shared__ std::uint64_t bar;
-#endif
   __shared__ float2 own_stats;  // read by the cluster's other CTAs
   pdl_wait_for_prior_grid();
   // The next kernel's wait covers this grid's completion, so it may start launching now.
@@ -154,13 +66,8 @@ __global__ void __launch_bounds__(kSplitThreads)
   const std::int64_t lo = static_cast<std::int64_t>(rank) * chunk_elems;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
   const float inv_t = p.inv_temperature(row);
-#ifdef AOTINFER_LAB_PIPELINED
-  SharedChunk<T> c;
-  const float2 st = copy_chunk_and_stats(p.logits + row * p.in_row_stride + lo, n, smem, bars, inv_t, &c);
-#else
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
-#endif
   if (threadIdx.x == 0) own_stats = st;
   cluster.sync();  // every CTA's pair is written and visible to the cluster
   const float2 row_m_inv_s =
