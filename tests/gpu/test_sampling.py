@@ -281,6 +281,52 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
     )
 
 
+def _ordered_rows(order, rows, vocab, seed, dtype=torch.float32):
+    """Logits for the level-0 list (head_bound_list.cuh): rows in random order, sorted
+    ascending (the head holds the smallest values: everything after it is listed and the
+    list overflows), sorted descending (the head holds the largest values and most of the
+    crossing bin), all equal (one bin), and random with NaN / inf in the head."""
+    x = make_logits(rows, vocab, seed=seed)
+    if order == "ascending":
+        x = x.sort(-1).values
+    elif order == "descending":
+        x = x.sort(-1, descending=True).values
+    elif order == "equal":
+        x = torch.full_like(x, 0.25)
+    elif order == "special-head":
+        x[:, 3] = NAN
+        x[:, 10:20] = float("inf")
+        x[:, 30:40] = -float("inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "special-head"])
+@pytest.mark.parametrize("threads", ["512", "1024"])
+def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch):
+    """Top-k masking and renormalisation of rows beyond L1 (vocab >= 65536) list their
+    candidates in level 0 from a bound on the row's head (head_bound_list.cuh): exact for any
+    row order, the list dropped where a slice overflows, no list where k > capacity / 16
+    (1002 at 1024 threads, 250 at 512: capacity vocab / 8 and vocab / 32). The k values
+    straddle both limits; each row has its own k."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    vocab = 128256
+    k = torch.tensor([1, 50, 249, 251, 1000, 1002, 1003, 5000], device=DEV, dtype=torch.int32)
+    rows = k.numel()
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = _ordered_rows(order, rows, vocab, seed=len(order) + int(threads), dtype=dtype)
+        assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k)), f"{dtype}"
+        assert torch.equal(aotinfer.top_k_mask_logits(logits, 50), ref.top_k_mask_logits(logits, 50))
+    probs = torch.softmax(_ordered_rows(order, rows, vocab, seed=3).nan_to_num(0.0, 0.0, 0.0), -1)
+    if order == "special-head":
+        probs[:, 3] = NAN
+        probs[:, 10:20] = float("inf")
+    want = ref.renorm_probs(probs, MODES["top_k"], k)
+    torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, k), want, rtol=1e-5, atol=1e-9)
+    want = ref.renorm_probs(probs, MODES["top_k"], 50)
+    torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, 50), want, rtol=1e-5, atol=1e-9)
+
+
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_top_p_on_rows_of_subnormal_and_lone_probabilities(vocab, sampling_kernel):
     """Top-p searches where the fixed-point masses have no implicit bit (subnormal bins,

@@ -36,9 +36,12 @@ enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 constexpr GatherMode sampler_gather(FilterFamily f) {
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
+// Top-k renormalisation and masking list their candidates in level 0 instead (kHeadBound).
 constexpr GatherMode renorm_gather(FilterFamily f) {
-  return f == FilterFamily::kTopP ? GatherMode::kSearch : GatherMode::kOff;
+  return f == FilterFamily::kTopP ? GatherMode::kSearch
+                                  : (f == FilterFamily::kTopK ? GatherMode::kHeadBound : GatherMode::kOff);
 }
+constexpr GatherMode kMaskGather = GatherMode::kHeadBound;
 
 struct FilterParams {
   FilterMode mode;
@@ -268,8 +271,9 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
 }
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
-// (No gathering: a top-k search mostly stops after level 1, so the gather pass would only
-// replace that pass, at a higher cost per element; measured 1.0-1.09x slower.)
+// (No gather pass: a top-k search mostly stops after level 1, so the gather pass would only
+// replace that pass, at a higher cost per element; measured 1.0-1.09x slower. With
+// kMaskGather, level 0 lists the candidates as it reads the row: head_bound_list.cuh.)
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                          Sh& sh) {
@@ -370,7 +374,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
 // kept), -inf elsewhere and for NaN. kFamily (renormalisation): kTopK or kTopP; top-p
-// gathers its crossing bin (gather.cuh).
+// gathers its crossing bin (gather.cuh), top-k and the mask list their candidates in level 0
+// (head_bound_list.cuh).
 template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
@@ -392,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     });
   };
   if constexpr (kMask) {
-    const RowScope<T> scope(x, n);
+    const RowScope<T, kMaskGather> scope(x, n);
     const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
     write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
   } else {

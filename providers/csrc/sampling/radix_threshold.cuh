@@ -13,7 +13,8 @@
 // value kept) or the smallest top-p set (ties kept). A search may stop after one or two
 // passes when the crossing bin is kept whole (see the loop's end). In the one-CTA-per-row
 // kernels, levels 1 and 2 may instead read level 0's crossing bin from shared memory, where a
-// gather pass copied it (gather.cuh, gather_crossing_bin).
+// gather pass copied it (gather.cuh, gather_crossing_bin), or, for a count search, where level
+// 0 listed it while it read the row (head_bound_list.cuh).
 //
 // The histograms take 11/11/10 key bits per level (RadixShared: 2048 bins, 24 KB). A 13/13/6
 // layout (8192 bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
@@ -27,6 +28,7 @@
 #include "../common/block_reduce.cuh"
 #include "fixed_point.cuh"
 #include "gather.cuh"
+#include "head_bound_list.cuh"
 #include "row_scope.cuh"
 #include "segment_pass.cuh"
 
@@ -79,6 +81,7 @@ struct RadixShared {
   GatherSizes gather_sizes;    // the kernel's (gather.cuh); read only by kernels that gather
   std::uint32_t gathered[32];  // per warp: how many keys the gather pass listed
   int gather_overflow;         // some warp's slice was too small: the list is dropped
+  std::uint32_t head_bound;    // head_bound_list.cuh: the row head's crossing bin
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };
@@ -186,13 +189,18 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
 // masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
 // for SliceScope). With Scope::kGathers, levels 1 and 2 may read the crossing bin of level 0
-// from shared memory instead of the row, when it fits (gather_crossing_bin).
+// from shared memory instead of the row, when it fits (gather_crossing_bin); with
+// GatherMode::kHeadBound a count search's level 0 lists them as it reads the row
+// (head_bound_list.cuh).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
   bool segments_ready = false;
+  constexpr bool kHeadBound = Scope::kGathers == GatherMode::kHeadBound;
+  int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)
+  std::uint32_t head_listed = 0;  // and this warp's list after the head
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
@@ -218,10 +226,18 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
+    if constexpr (kHeadBound) {
+      // (sh.gather_sizes is read only after the level's first barrier.)
+      if (level == 0 && !target.by_mass) {
+        head_units = head_bound_units(target.count, 4 * scope.local_groups(), sh.gather_sizes.capacity);
+      }
+    }
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
+    } else if (kHeadBound && head_units > 0) {  // level 0
+      head_listed = level0_with_list(scope, key_of, add, target.count, head_units, shift, sh);
     } else {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
@@ -304,9 +320,18 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
+    // Level 0 listed every key of the crossing bin but the head's: add those.
+    if constexpr (kHeadBound) {
+      if (head_units > 0) {
+        listed = sh.gather_overflow == 0 &&
+                 list_head_crossing_bin(scope, key_of, head_units, Sh::shift(0), sh.digit, head_listed, sh);
+        listed_count = sh.gathered[threadIdx.x >> 5];
+        head_units = 0;
+      }
+    }
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
-    if constexpr (Scope::kGathers != GatherMode::kOff) {
+    if constexpr (Scope::kGathers == GatherMode::kSearch || Scope::kGathers == GatherMode::kSearchAndDraw) {
       if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;

@@ -235,7 +235,7 @@ void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, c
                                                                                sampler_gather(kFamily), op);
 }
 
-// Renormalisation gathers (top-p only: renorm_gather) from rows beyond L1's reach: at vocab
+// Renormalisation gathers (top-p; top-k lists in level 0: renorm_gather) from rows beyond L1's reach: at vocab
 // 32000 (a row stays in L1 between passes) the gather pass cost more than the level-1 pass it
 // replaced (peaked rows 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
 template <typename T, FilterFamily kFamily>
@@ -268,11 +268,14 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     return;
   }
   if (mask) {
+    // Level 0 lists the candidates where rows are beyond L1 (as launch_renorm_rows).
+    const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? kMaskGather : GatherMode::kOff;
     launch_rows<row_filter_kernel<T, true>, row_filter_kernel<T, true, kRowThreads / 2>>(p, p.rows, input.device,
-                                                                                        stream, GatherMode::kOff, op);
+                                                                                        stream, gather, op);
   } else {
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
-    // stops after level 1, which the gather pass would only replace, at a higher cost.
+    // stops after level 1, which the gather pass would only replace, at a higher cost, so
+    // its level 0 lists the candidates instead (renorm_gather, head_bound_list.cuh).
     if (f.mode == FilterMode::kTopP) {
       launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, op);
     } else {
