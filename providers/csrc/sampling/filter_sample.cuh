@@ -37,11 +37,16 @@ constexpr GatherMode sampler_gather(FilterFamily f) {
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
 // Top-k renormalisation and masking list their candidates in level 0 instead (kHeadBound).
+#ifdef AOTINFER_LAB_NO_HEAD_LIST  // Lab (to be removed): the code before the list, for an A/B
+constexpr GatherMode kTopKListing = GatherMode::kOff;
+#else
+constexpr GatherMode kTopKListing = GatherMode::kHeadBound;
+#endif
 constexpr GatherMode renorm_gather(FilterFamily f) {
   return f == FilterFamily::kTopP ? GatherMode::kSearch
-                                  : (f == FilterFamily::kTopK ? GatherMode::kHeadBound : GatherMode::kOff);
+                                  : (f == FilterFamily::kTopK ? kTopKListing : GatherMode::kOff);
 }
-constexpr GatherMode kMaskGather = GatherMode::kHeadBound;
+constexpr GatherMode kMaskGather = kTopKListing;
 
 struct FilterParams {
   FilterMode mode;
