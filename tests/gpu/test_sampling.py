@@ -303,11 +303,12 @@ def _ordered_rows(order, rows, vocab, seed, dtype=torch.float32):
 @pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "special-head"])
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch):
-    """Top-k masking and renormalisation of rows beyond L1 (vocab >= 65536) list their
-    candidates in level 0 from a bound on the row's head (head_bound_list.cuh): exact for any
-    row order, the list dropped where a slice overflows, no list where k > capacity / 16
-    (1002 at 1024 threads, 250 at 512: capacity vocab / 8 and vocab / 32). The k values
-    straddle both limits; each row has its own k."""
+    """Top-k masking and renormalisation of rows beyond L1 (vocab >= 65536) in the 512-thread
+    row kernels list their candidates in level 0 from a bound on the row's head
+    (head_bound_list.cuh): exact for any row order, the list dropped where a slice
+    overflows, no list where k > capacity / 16 (250: a list of vocab / 32 keys). The k values
+    straddle that limit; each row has its own k. The 1024-thread kernels (no list) run the
+    same rows."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     vocab = 128256

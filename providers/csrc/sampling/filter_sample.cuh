@@ -36,17 +36,9 @@ enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 constexpr GatherMode sampler_gather(FilterFamily f) {
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
-// Top-k renormalisation and masking list their candidates in level 0 instead (kHeadBound).
-#ifdef AOTINFER_LAB_NO_HEAD_LIST  // Lab (to be removed): the code before the list, for an A/B
-constexpr GatherMode kTopKListing = GatherMode::kOff;
-#else
-constexpr GatherMode kTopKListing = GatherMode::kHeadBound;
-#endif
 constexpr GatherMode renorm_gather(FilterFamily f) {
-  return f == FilterFamily::kTopP ? GatherMode::kSearch
-                                  : (f == FilterFamily::kTopK ? kTopKListing : GatherMode::kOff);
+  return f == FilterFamily::kTopP ? GatherMode::kSearch : GatherMode::kOff;
 }
-constexpr GatherMode kMaskGather = kTopKListing;
 
 struct FilterParams {
   FilterMode mode;
@@ -277,8 +269,8 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
 
 // The smallest ordered key of the row's top-k logits (0: keep all).
 // (No gather pass: a top-k search mostly stops after level 1, so the gather pass would only
-// replace that pass, at a higher cost per element; measured 1.0-1.09x slower. With
-// kMaskGather, level 0 lists the candidates as it reads the row: head_bound_list.cuh.)
+// replace that pass, at a higher cost per element; measured 1.0-1.09x slower. The listing
+// kernels' level 0 lists the candidates as it reads the row instead: head_bound_list.cuh.)
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                          Sh& sh) {
@@ -379,11 +371,16 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 // Renormalisation (kMask = false): out = kept ? p / mass(kept) : 0, for top-k or top-p.
 // Top-k masking (kMask = true): out = logits where the logit is among the row's top k (ties
 // kept), -inf elsewhere and for NaN. kFamily (renormalisation): kTopK or kTopP; top-p
-// gathers its crossing bin (gather.cuh), top-k and the mask list their candidates in level 0
-// (head_bound_list.cuh).
-template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch>
+// gathers its crossing bin (gather.cuh). kLists (the mask and top-k; the launcher's
+// launch_top_k_rows says where): level 0 lists the search's candidates (head_bound_list.cuh),
+// in an instance of its own, since the listing code's registers slowed the kernels where no
+// list runs.
+template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch,
+          bool kLists = false>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
+  static_assert(!kLists || kMask || kFamily == FilterFamily::kTopK, "only count searches list");
+  constexpr GatherMode kGather = kLists ? GatherMode::kHeadBound : renorm_gather(kFamily);
   __shared__ RowRadixShared sh;
   if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after the first search level's barriers
   pdl_wait_for_prior_grid();
@@ -402,11 +399,11 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     });
   };
   if constexpr (kMask) {
-    const RowScope<T, kMaskGather> scope(x, n);
+    const RowScope<T, kGather> scope(x, n);
     const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
     write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
   } else {
-    const RowScope<T, renorm_gather(kFamily)> scope(x, n);
+    const RowScope<T, kGather> scope(x, n);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });

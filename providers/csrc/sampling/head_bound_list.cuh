@@ -86,13 +86,13 @@ __device__ std::uint32_t count_crossing_bin(Sh& sh, std::uint64_t k) {
     for (int b = top; b >= bottom; --b) {
       run += sh.count[b];
       if (run >= k) {
-        sh.head_bound = static_cast<std::uint32_t>(b);
+        sh.digit = static_cast<std::uint32_t>(b);  // until level 0's crossing replaces it
         break;
       }
     }
   }
   __syncthreads();  // (also: no thread adds to the histogram before the finder has read it)
-  return sh.head_bound;
+  return sh.digit;
 }
 
 // Appends to this warp's slice the keys of group g whose bit is set in `match`, while the

@@ -76,12 +76,12 @@ struct RadixShared {
     // inverse_cdf.cuh, once the threshold search is over: the mass of each row segment.
     std::uint64_t segment_mass[kBins * 3 / 2];
   };
-  // The crossing of one level, written by the one thread that finds it.
+  // The crossing of one level, written by the one thread that finds it (before level 0's:
+  // the row head's crossing bin, head_bound_list.cuh's count_crossing_bin).
   std::uint32_t digit;
   GatherSizes gather_sizes;    // the kernel's (gather.cuh); read only by kernels that gather
   std::uint32_t gathered[32];  // per warp: how many keys the gather pass listed
   int gather_overflow;         // some warp's slice was too small: the list is dropped
-  std::uint32_t head_bound;    // head_bound_list.cuh: the row head's crossing bin
   int found;
   std::uint64_t above_count, above_mass, bin_count, bin_mass;
 };

@@ -235,7 +235,7 @@ void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, c
                                                                                sampler_gather(kFamily), op);
 }
 
-// Renormalisation gathers (top-p; top-k lists in level 0: renorm_gather) from rows beyond L1's reach: at vocab
+// Renormalisation gathers (top-p only: renorm_gather) from rows beyond L1's reach: at vocab
 // 32000 (a row stays in L1 between passes) the gather pass cost more than the level-1 pass it
 // replaced (peaked rows 1.05-1.06x); at 128256 it saved 2-6% (history/sampling-*-gather-*.md).
 template <typename T, FilterFamily kFamily>
@@ -243,6 +243,27 @@ void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t st
   const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? renorm_gather(kFamily) : GatherMode::kOff;
   launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
       p, p.rows, device, stream, gather, op);
+}
+
+// Top-k masking (kMask) and top-k renormalisation. Where a batch takes the two-CTA-per-SM
+// kernels and rows are beyond L1, level 0 lists the search's candidates (head_bound_list.cuh;
+// a kernel instance of its own). Measured at 633e77d (dev/ab_provider_builds.sh, graph us,
+// history/ab-sampling-head-list-633e77d.txt): at 512 x 128256 the mask 0.872x / 0.919x (flat /
+// peaked), top-k renorm 0.899x / 0.959x; at 128 x 128256 (one 1024-thread CTA per SM) the
+// list did not pay: mask 0.993x / 1.040x, renorm 1.045x / 1.097x, part of it (1.01-1.05x at
+// vocab 32000, where the list was off) the listing code's registers in the shared kernel.
+template <typename T, bool kMask, FilterFamily kFamily>
+void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
+#ifndef AOTINFER_LAB_NO_HEAD_LIST  // Lab (to be removed): the code before the list, for an A/B
+  if (p.vocab >= kRowBeyondL1Vocab && row_threads(device, p.rows, op) == kRowThreads / 2) {
+    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads / 2, kFamily, true>>(
+        p, p.rows, kRowThreads / 2, device, stream, GatherMode::kHeadBound, op);
+    finish(cudaGetLastError(), op, device);
+    return;
+  }
+#endif
+  launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily>, row_filter_kernel<T, kMask, kRowThreads / 2, kFamily>>(
+      p, p.rows, device, stream, GatherMode::kOff, op);
 }
 
 template <typename T>
@@ -268,18 +289,14 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     return;
   }
   if (mask) {
-    // Level 0 lists the candidates where rows are beyond L1 (as launch_renorm_rows).
-    const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? kMaskGather : GatherMode::kOff;
-    launch_rows<row_filter_kernel<T, true>, row_filter_kernel<T, true, kRowThreads / 2>>(p, p.rows, input.device,
-                                                                                        stream, gather, op);
+    launch_top_k_rows<T, true, FilterFamily::kOneSearch>(p, input.device, stream, op);
   } else {
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
-    // stops after level 1, which the gather pass would only replace, at a higher cost, so
-    // its level 0 lists the candidates instead (renorm_gather, head_bound_list.cuh).
+    // stops after level 1, which the gather pass would only replace, at a higher cost.
     if (f.mode == FilterMode::kTopP) {
       launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, op);
     } else {
-      launch_renorm_rows<T, FilterFamily::kTopK>(p, input.device, stream, op);
+      launch_top_k_rows<T, false, FilterFamily::kTopK>(p, input.device, stream, op);
     }
   }
 }
