@@ -15,7 +15,10 @@ KV head, and a merge combines their partial states):
   request by a merge kernel: the wrapper's plan() says why). ``chunk`` is the candidate
   (multiples ``CHUNK_FACTORS`` of the fair share of one round, ``total_pages * Hkv /
   (WAVES * num_sms)``, at least ``MIN_CHUNK_TOKENS``, or no split) with the least estimated
-  time:
+  time; where the requests' CTAs fill at most one round, also the few chunks just below
+  the best at which one of the longest requests gets one piece more
+  (:func:`_breakpoints_below`: the factors step too coarsely there, at 16 x 1024 skewed 46
+  pages for the longest piece where 39 still fits one round):
 
   - the CTAs, largest first, run in rounds of ``WAVES * num_sms`` (the CTAs resident at
     once); a round lasts its average work (the card is bandwidth-bound) or, if longer,
@@ -123,6 +126,11 @@ MERGE_TOKENS_PER_SPLIT = 12
 # and the first tiles, the pipeline's drain, the partial write; not hidden by streaming);
 # runs replace the chunked plan only when their estimate is below RUNS_MARGIN times its
 # estimate (the model is least sure there).
+# After the factors' best chunk, the chunks just below it at which one of the longest
+# requests gets one more piece are tried too (_breakpoints_below; module docstring): at most
+# REFINE_CANDIDATES of them, from the REFINE_SIZES longest distinct request lengths.
+REFINE_CANDIDATES = 4
+REFINE_SIZES = 4
 RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
@@ -264,6 +272,25 @@ def _estimated_time(
     return t
 
 
+def _breakpoints_below(sizes: List[int], chunk: int, floor: int) -> List[int]:
+    """Chunk sizes in ``[floor, chunk)`` at which a request of one of the ``REFINE_SIZES``
+    longest ``sizes`` (pages) first gets one more piece (the largest chunk that cuts ``p``
+    pages into more than ``n`` pieces: ``ceil(p / n) - 1``), the ``REFINE_CANDIDATES``
+    largest. The factors of ``CHUNK_FACTORS`` step too coarsely for a skewed batch: at 16 x
+    1024 skewed they gave chunk 46 (232 CTAs, the longest piece 46 pages) where 42 (256 CTAs,
+    still one round; the longest piece 39) is the model's best."""
+    found = set()
+    for p in sorted(set(sizes), reverse=True)[:REFINE_SIZES]:
+        n = max(_ceil_div(p, chunk), 1)  # (a request of no pages: n = 1, no candidates)
+        for k in range(n, n + REFINE_CANDIDATES):
+            c = _ceil_div(p, k) - 1
+            if c < floor:
+                break
+            if c < chunk:
+                found.add(c)
+    return sorted(found, reverse=True)[:REFINE_CANDIDATES]
+
+
 def work_runs_mode() -> str:
     """``AOTINFER_DECODE_WORK_RUNS=auto|always|off`` (README switch table): whether plan_work
     gives CTAs runs of entries where the cost model prefers them (``auto``, the default),
@@ -386,7 +413,6 @@ def plan_work(
             ((_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in candidates),
             key=lambda tc: tc[0],
         )
-        force_chunk = best[1]
         mode, runs = work_runs_mode(), None
         # Runs take at least the fair share of one wave of groups: where the best chunk is
         # already within RUNS_MARGIN of that (uniform batches), their search is skipped.
@@ -395,6 +421,17 @@ def plan_work(
             runs = _plan_runs(host, units, slots, page_size, allowed)
         if runs is not None and (mode == "always" or runs[0] < RUNS_MARGIN * best[0]):
             return _runs_work_list(runs[1], runs[2], len(host))
+        # Chunks: the finer candidates below the best, where the requests' CTAs fill at most
+        # one round (there the longest piece is the time; larger batches are left as they
+        # were, and their plan() does not pay for the search). After the runs' decision,
+        # which was fitted against the factors' best.
+        if len(host) * units <= slots:
+            finer = _breakpoints_below(list(hist), best[1], min_chunk)
+            best = min(
+                [best] + [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer],
+                key=lambda tc: tc[0],
+            )
+        force_chunk = best[1]
     chunk = max(force_chunk, 1)
 
     # Request b in n pieces [s * p // n, (s + 1) * p // n), s < n: never empty when p >= n.

@@ -210,6 +210,39 @@ def test_work_list_choices():
     assert p.split_counts[0] > 1 and p.chunk_pages < 256
 
 
+# bench_decode's 16 x 1024 skewed lengths (seeded as there): one 4x request, 15 others
+SKEWED_16x1024 = [4096, 443, 905, 479, 1196, 871, 621, 730, 299, 1223, 785, 1204, 1233, 727, 435, 1137]
+
+
+def test_finer_chunks_shorten_the_longest_piece_within_one_round():
+    # The factors' best is 48 pages (29 pieces = 232 CTAs, the longest 46 pages); just below
+    # it, 42 cuts the 4x request into one piece more: 32 pieces = 256 CTAs, still one round
+    # of 264, the longest 39 pages (the cost model: 50.4 against 55.6 pages).
+    pages, p = work_plan(SKEWED_16x1024)
+    check_work(pages, p)
+    assert p.work.shape[0] * 8 <= 264 and p.chunk_pages == 39 and p.split_counts[0] == 7
+
+
+def test_finer_chunks_only_where_the_requests_fill_at_most_one_round(monkeypatch):
+    # 64 requests x 8 heads > 264: the factors' choice stands, refinement or not.
+    lens = [16384] + [3900] * 63
+    plain = work_plan(lens)[1]
+    monkeypatch.setattr(dp, "REFINE_CANDIDATES", 0)
+    assert work_plan(lens)[1] == plain
+    monkeypatch.undo()
+    monkeypatch.setattr(dp, "REFINE_CANDIDATES", 0)  # and without it, 16 x 1024 as before
+    assert work_plan(SKEWED_16x1024)[1].chunk_pages == 46
+
+
+def test_breakpoints_below_are_the_largest_chunks_with_one_piece_more():
+    # 256 pages: 6 pieces at chunk 48; 42 gives 7, 36 gives 8, 31 gives 9, 28 gives 10
+    assert dp._breakpoints_below([256], 48, 8) == [42, 36, 31, 28]
+    for c in dp._breakpoints_below([256, 78, 77], 48, 8):
+        assert c < 48 and c >= 8
+    assert dp._breakpoints_below([256], 48, 40) == [42]  # none below the floor
+    assert dp._breakpoints_below([10], 48, 8) == [9]  # 10 pages: two pieces from chunk 9 down
+    assert dp._breakpoints_below([10], 48, 10) == []  # but not at or above the floor
+
 # ---------------------------------------------------------------- runs of entries
 
 SKEWED_16x4096 = [16384] + [3277] * 14 + [3262]  # bench_decode's shape: one 4x request

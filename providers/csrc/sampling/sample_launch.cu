@@ -254,14 +254,12 @@ void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t st
 // vocab 32000, where the list was off) the listing code's registers in the shared kernel.
 template <typename T, bool kMask, FilterFamily kFamily>
 void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
-#ifndef AOTINFER_LAB_NO_HEAD_LIST  // Lab (to be removed): the code before the list, for an A/B
   if (p.vocab >= kRowBeyondL1Vocab && row_threads(device, p.rows, op) == kRowThreads / 2) {
     launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads / 2, kFamily, true>>(
         p, p.rows, kRowThreads / 2, device, stream, GatherMode::kHeadBound, op);
     finish(cudaGetLastError(), op, device);
     return;
   }
-#endif
   launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily>, row_filter_kernel<T, kMask, kRowThreads / 2, kFamily>>(
       p, p.rows, device, stream, GatherMode::kOff, op);
 }
