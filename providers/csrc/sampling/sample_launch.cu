@@ -180,8 +180,7 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
 }
 
 template <auto Kernel>
-GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, std::int64_t share,
-                         const char* op) {
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
@@ -190,7 +189,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-  const std::int64_t want = std::max<std::int64_t>(vocab / share, kMinGatherCapacity);
+  const std::int64_t want = std::max<std::int64_t>(vocab / gather_share(threads, vocab), kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
@@ -198,10 +197,9 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
 
 template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
-                       const char* op, std::int64_t share = 0) {
-  if (share == 0) share = gather_share(threads, p.vocab);
+                       const char* op) {
   p.gather = gather != GatherMode::kOff && gather_enabled()
-                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather == GatherMode::kSearchAndDraw, share, op)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather == GatherMode::kSearchAndDraw, op)
                  : GatherSizes{0, 0};
   const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
@@ -259,16 +257,6 @@ void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t str
   if (p.vocab >= kRowBeyondL1Vocab && row_threads(device, p.rows, op) == kRowThreads / 2) {
     launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads / 2, kFamily, true>>(
         p, p.rows, kRowThreads / 2, device, stream, GatherMode::kHeadBound, op);
-    finish(cudaGetLastError(), op, device);
-    return;
-  }
-  // Lab (to be removed): AOTINFER_LAB_LIST_1024=<share> lists in the 1024-thread kernels
-  // too, with a list of vocab / share keys.
-  const char* lab = std::getenv("AOTINFER_LAB_LIST_1024");
-  const int lab_share = lab ? std::atoi(lab) : 0;
-  if (p.vocab >= kRowBeyondL1Vocab && lab_share > 0) {
-    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily, true>>(
-        p, p.rows, kRowThreads, device, stream, GatherMode::kHeadBound, op, lab_share);
     finish(cudaGetLastError(), op, device);
     return;
   }
