@@ -8,9 +8,9 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
-softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k sampling 128 x 128256
-(bench_sampling's flat and peaked rows), and ("renorm") top-k masking and top-k / top-p
-renormalisation on those rows.
+softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k
+sampling 128 x 128256 (bench_sampling's flat and peaked rows), and ("renorm") top-k masking
+and top-k / top-p renormalisation on those rows.
 """
 
 from __future__ import annotations

@@ -427,10 +427,8 @@ def plan_work(
         # which was fitted against the factors' best.
         if len(host) * units <= slots:
             finer = _breakpoints_below(list(hist), best[1], min_chunk)
-            best = min(
-                [best] + [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer],
-                key=lambda tc: tc[0],
-            )
+            tried = [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer]
+            best = min([best] + tried, key=lambda tc: tc[0])
         force_chunk = best[1]
     chunk = max(force_chunk, 1)
 

@@ -211,7 +211,9 @@ def test_work_list_choices():
 
 
 # bench_decode's 16 x 1024 skewed lengths (seeded as there): one 4x request, 15 others
-SKEWED_16x1024 = [4096, 443, 905, 479, 1196, 871, 621, 730, 299, 1223, 785, 1204, 1233, 727, 435, 1137]
+SKEWED_16x1024 = [
+    4096, 443, 905, 479, 1196, 871, 621, 730, 299, 1223, 785, 1204, 1233, 727, 435, 1137
+]
 
 
 def test_finer_chunks_shorten_the_longest_piece_within_one_round():

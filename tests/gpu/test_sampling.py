@@ -316,8 +316,10 @@ def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch)
     rows = k.numel()
     for dtype in (torch.float32, torch.bfloat16):
         logits = _ordered_rows(order, rows, vocab, seed=len(order) + int(threads), dtype=dtype)
-        assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k)), f"{dtype}"
-        assert torch.equal(aotinfer.top_k_mask_logits(logits, 50), ref.top_k_mask_logits(logits, 50))
+        got = aotinfer.top_k_mask_logits(logits, k)
+        assert torch.equal(got, ref.top_k_mask_logits(logits, k)), f"{dtype}"
+        got = aotinfer.top_k_mask_logits(logits, 50)
+        assert torch.equal(got, ref.top_k_mask_logits(logits, 50)), f"{dtype}"
     probs = torch.softmax(_ordered_rows(order, rows, vocab, seed=3).nan_to_num(0.0, 0.0, 0.0), -1)
     if order == "special-head":
         probs[:, 3] = NAN
