@@ -260,14 +260,6 @@ void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t str
     finish(cudaGetLastError(), op, device);
     return;
   }
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT  // Lab (to be removed): the list in the 1024-thread kernels too
-  if (p.vocab >= kRowBeyondL1Vocab) {
-    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily, true>>(
-        p, p.rows, kRowThreads, device, stream, GatherMode::kHeadBound, op);
-    finish(cudaGetLastError(), op, device);
-    return;
-  }
-#endif
   launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily>, row_filter_kernel<T, kMask, kRowThreads / 2, kFamily>>(
       p, p.rows, device, stream, GatherMode::kOff, op);
 }
