@@ -254,14 +254,18 @@ void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t st
 // vocab 32000, where the list was off) the listing code's registers in the shared kernel.
 template <typename T, bool kMask, FilterFamily kFamily>
 void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
-  if (p.vocab >= kRowBeyondL1Vocab && row_threads(device, p.rows, op) == kRowThreads / 2) {
-    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads / 2, kFamily, true>>(
-        p, p.rows, kRowThreads / 2, device, stream, GatherMode::kHeadBound, op);
-    finish(cudaGetLastError(), op, device);
-    return;
+  constexpr int kHalf = kRowThreads / 2;
+  if (row_threads(device, p.rows, op) == kRowThreads) {
+    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily>>(p, p.rows, kRowThreads, device, stream,
+                                                                         GatherMode::kOff, op);
+  } else if (p.vocab >= kRowBeyondL1Vocab) {
+    launch_row_kernel<row_filter_kernel<T, kMask, kHalf, kFamily, true>>(p, p.rows, kHalf, device, stream,
+                                                                         GatherMode::kHeadBound, op);
+  } else {
+    launch_row_kernel<row_filter_kernel<T, kMask, kHalf, kFamily>>(p, p.rows, kHalf, device, stream,
+                                                                   GatherMode::kOff, op);
   }
-  launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily>, row_filter_kernel<T, kMask, kRowThreads / 2, kFamily>>(
-      p, p.rows, device, stream, GatherMode::kOff, op);
+  finish(cudaGetLastError(), op, device);
 }
 
 template <typename T>
