@@ -278,7 +278,8 @@ def _breakpoints_below(sizes: List[int], chunk: int, floor: int) -> List[int]:
     pages into more than ``n`` pieces: ``ceil(p / n) - 1``), the ``REFINE_CANDIDATES``
     largest. The factors of ``CHUNK_FACTORS`` step too coarsely for a skewed batch: at 16 x
     1024 skewed they gave chunk 46 (232 CTAs, the longest piece 46 pages) where 42 (256 CTAs,
-    still one round; the longest piece 39) is the model's best."""
+    still one round; the longest piece 39) is the model's best. Its cost: plan() ~10-70 us
+    more on batches of 16 (history/plan-work-host-finer-89ab039.txt)."""
     found = set()
     for p in sorted(set(sizes), reverse=True)[:REFINE_SIZES]:
         n = max(_ceil_div(p, chunk), 1)  # (a request of no pages: n = 1, no candidates)
