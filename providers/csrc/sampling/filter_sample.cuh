@@ -107,6 +107,9 @@ struct KeptSet {
   int base;
   bool any;
   bool segments_ready = false;  // the search's gather pass summed the draw's segments (gather.cuh)
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT
+  bool listed = false;  // Threshold::kept_listed of the (top-k) search
+#endif
 };
 
 // The largest participating key of the scope's row (0: none).
@@ -204,6 +207,9 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT
+    kept.listed = t.kept_listed;
+#endif
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -227,6 +233,9 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       floor_key = key;  // t_k, or 0 without top-k
     }
     if (search) {
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT
+      kept.listed = false;  // the top-k search's list is not this search's kept set
+#endif
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
       const Threshold t = radix_threshold(scope, key_of, target, sh);
@@ -279,6 +288,41 @@ __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, con
   auto key_of = [](float v) { return ordered_key(v); };
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
+
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT
+// top_k_logit_key's search, whole (Threshold::kept_listed says whether the list holds the kept
+// set); key 0 and no list where no search runs.
+template <typename Scope, typename Sh>
+__device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, const FilterParams& f,
+                                           std::int64_t row, Sh& sh) {
+  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  if (!(k > 0 && k < n)) return Threshold{0u, 0, 0, 0, 0, 0};
+  auto key_of = [](float v) { return ordered_key(v); };
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh);
+}
+
+// The value an ordered key stands for (ordered_key's inverse, exact).
+__device__ __forceinline__ float ordered_value(std::uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+
+// The output pass from the list (Threshold::kept_listed): every element gets `dropped`
+// without a read of the row, then each warp writes its slice's kept keys (key >= min_key) at
+// their positions, value_of(key). The row is not read after the search, so out may alias it.
+template <typename T, typename ValueFn>
+__device__ void write_from_list(T* y, std::int64_t n, bool aligned, float dropped, std::uint32_t min_key,
+                                const RowRadixShared& sh, ValueFn value_of) {
+  const float fill[4] = {dropped, dropped, dropped, dropped};
+  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) store_group4(y, n, g, aligned, fill);
+  __syncthreads();  // the fill is in place before any kept element is written over it
+  const GatherSpace space = GatherSpace::of(sh.gather_sizes);
+  const std::uint32_t count = sh.gathered[threadIdx.x >> 5];
+  for (std::uint32_t i = threadIdx.x & 31; i < count; i += 32) {
+    const std::uint32_t key = space.keys[space.slice_begin + i];
+    if (key != 0u && key >= min_key) store_float(y + space.positions[space.slice_begin + i], value_of(key));
+  }
+}
+#endif
 
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
 // nothing took part.
@@ -398,6 +442,31 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     });
   };
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT
+  if constexpr (kMask && kLists) {
+    const RowScope<T, kGather> scope(x, n);
+    const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
+    if (t.kept_listed) {
+      detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value);
+    } else {
+      write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
+    }
+    pdl_launch_dependents();
+    return;
+  } else if constexpr (!kMask && kLists) {
+    const RowScope<T, kGather> scope(x, n);
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    if (kept.listed && kept.any) {
+      detail::write_from_list(y, n, out_aligned, 0.f, kept.min_key, sh,
+                              [&](std::uint32_t key) { return __uint_as_float(key) * factor; });
+    } else {
+      write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
+    }
+    pdl_launch_dependents();
+    return;
+  }
+#endif
   if constexpr (kMask) {
     const RowScope<T, kGather> scope(x, n);
     const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);

@@ -138,11 +138,12 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
 }
 
 // After level 0's scan found the crossing bin `digit` and no slice overflowed: the head's keys
-// in that bin join the list. Returns whether the list holds the whole bin (no slice
-// overflowed); sh.gathered[w] is then warp w's list length.
+// in that bin (and with `and_above`, in every higher bin: the list then holds every key of
+// the bin and above, the kept set with its positions) join the list. Returns whether the
+// list holds them all (no slice overflowed); sh.gathered[w] is then warp w's list length.
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ bool list_head_crossing_bin(const Scope& scope, KeyFn key_of, int head_units, int shift,
-                                       std::uint32_t digit, std::uint32_t count, Sh& sh) {
+                                       std::uint32_t digit, std::uint32_t count, Sh& sh, bool and_above = false) {
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   for_each_unit(scope, 0, head_units, [&](int g, const float (&v)[4]) {
     std::uint32_t key[4];
@@ -150,7 +151,8 @@ __device__ bool list_head_crossing_bin(const Scope& scope, KeyFn key_of, int hea
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       key[j] = key_of(v[j]);
-      if (key[j] != 0u && (key[j] >> shift) == digit) match |= 1u << j;
+      const std::uint32_t bin = key[j] >> shift;
+      if (key[j] != 0u && (bin == digit || (and_above && bin > digit))) match |= 1u << j;
     }
     list_group(space, count, match, key, g);
   });

@@ -256,6 +256,14 @@ template <typename T, bool kMask, FilterFamily kFamily>
 void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
   constexpr int kHalf = kRowThreads / 2;
   if (row_threads(device, p.rows, op) == kRowThreads) {
+#ifdef AOTINFER_LAB_SCATTER_OUTPUT  // Lab (to be removed): the list in the 1024-thread kernels too
+    if (p.vocab >= kRowBeyondL1Vocab) {
+      launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily, true>>(
+          p, p.rows, kRowThreads, device, stream, GatherMode::kHeadBound, op);
+      finish(cudaGetLastError(), op, device);
+      return;
+    }
+#endif
     launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily>>(p, p.rows, kRowThreads, device, stream,
                                                                          GatherMode::kOff, op);
   } else if (p.vocab >= kRowBeyondL1Vocab) {
