@@ -303,12 +303,12 @@ def _ordered_rows(order, rows, vocab, seed, dtype=torch.float32):
 @pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "special-head"])
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch):
-    """Top-k masking and renormalisation of rows beyond L1 (vocab >= 65536) in the 512-thread
-    row kernels list their candidates in level 0 from a bound on the row's head
-    (head_bound_list.cuh): exact for any row order, the list dropped where a slice
-    overflows, no list where k > capacity / 16 (250: a list of vocab / 32 keys). The k values
-    straddle that limit; each row has its own k. The 1024-thread kernels (no list) run the
-    same rows."""
+    """Top-k masking and renormalisation of rows beyond L1 (vocab >= 65536) list their
+    candidates in level 0 from a bound on the row's head (head_bound_list.cuh), and where the
+    list holds the kept set the output is written from it: exact for any row order, the list
+    dropped where a slice overflows, no list where k > capacity / 16 (250 in the 512-thread
+    kernels: a list of vocab / 32 keys). The k values straddle that limit; each row has its
+    own k. Both kernel sizes run the same rows."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     vocab = 128256
@@ -328,6 +328,23 @@ def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch)
     torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, k), want, rtol=1e-5, atol=1e-9)
     want = ref.renorm_probs(probs, MODES["top_k"], 50)
     torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, 50), want, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("threads", ["512", "1024"])
+def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
+    """The output written from the level-0 list (fill, then the kept elements at their
+    positions) for rows that start off a 16-byte boundary, with a row length that is not a
+    multiple of four and a row stride wider than the row; outputs start poisoned (conftest)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    vocab, offset, rows = 65539, 3, 6
+    k = torch.tensor([1, 7, 64, 100, 33, 2], device=DEV, dtype=torch.int32)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = make_logits(rows, vocab + offset, seed=11, dtype=dtype)[:, offset:]
+        assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k)), f"{dtype}"
+    probs = make_probs(rows, vocab + offset, seed=12)[:, offset:]
+    want = ref.renorm_probs(probs, MODES["top_k"], k)
+    torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, k), want, rtol=1e-5, atol=1e-9)
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])

@@ -107,9 +107,7 @@ struct KeptSet {
   int base;
   bool any;
   bool segments_ready = false;  // the search's gather pass summed the draw's segments (gather.cuh)
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-  bool listed = false;  // Threshold::kept_listed of the (top-k) search
-#endif
+  bool listed = false;  // Threshold::kept_listed of the top-k search, which decided the kept set
 };
 
 // The largest participating key of the scope's row (0: none).
@@ -207,9 +205,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     const Threshold t = radix_threshold(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
     kept.listed = t.kept_listed;
-#endif
     key = t.key;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
@@ -233,9 +229,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       floor_key = key;  // t_k, or 0 without top-k
     }
     if (search) {
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
       kept.listed = false;  // the top-k search's list is not this search's kept set
-#endif
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
       const Threshold t = radix_threshold(scope, key_of, target, sh);
@@ -276,22 +270,12 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
-// The smallest ordered key of the row's top-k logits (0: keep all).
+// The top-k search over the row's logits: Threshold::key, the smallest ordered key of the top k
+// (0 and no list where no search runs: keep all), and with GatherMode::kHeadBound whether the
+// list holds the kept set (kept_listed).
 // (No gather pass: a top-k search mostly stops after level 1, so the gather pass would only
 // replace that pass, at a higher cost per element; measured 1.0-1.09x slower. The listing
 // kernels' level 0 lists the candidates as it reads the row instead: head_bound_list.cuh.)
-template <typename Scope, typename Sh>
-__device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
-                                         Sh& sh) {
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
-  if (!(k > 0 && k < n)) return 0u;
-  auto key_of = [](float v) { return ordered_key(v); };
-  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
-}
-
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-// top_k_logit_key's search, whole (Threshold::kept_listed says whether the list holds the kept
-// set); key 0 and no list where no search runs.
 template <typename Scope, typename Sh>
 __device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, const FilterParams& f,
                                            std::int64_t row, Sh& sh) {
@@ -299,6 +283,16 @@ __device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, c
   if (!(k > 0 && k < n)) return Threshold{0u, 0, 0, 0, 0, 0};
   auto key_of = [](float v) { return ordered_key(v); };
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh);
+}
+
+// The smallest ordered key of the row's top-k logits (0: keep all).
+template <typename Scope, typename Sh>
+__device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
+                                         Sh& sh) {
+  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  if (!(k > 0 && k < n)) return 0u;
+  auto key_of = [](float v) { return ordered_key(v); };
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
 // The value an ordered key stands for (ordered_key's inverse, exact).
@@ -322,7 +316,6 @@ __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float droppe
     if (key != 0u && key >= min_key) store_float(y + space.positions[space.slice_begin + i], value_of(key));
   }
 }
-#endif
 
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
 // nothing took part.
@@ -417,8 +410,9 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 // kept), -inf elsewhere and for NaN. kFamily (renormalisation): kTopK or kTopP; top-p
 // gathers its crossing bin (gather.cuh). kLists (the mask and top-k; the launcher's
 // launch_top_k_rows says where): level 0 lists the search's candidates (head_bound_list.cuh),
-// in an instance of its own, since the listing code's registers slowed the kernels where no
-// list runs.
+// and the output pass writes the kept set from that list when it holds it, without reading
+// the row again; an instance of its own, since the listing code's registers slowed the kernels
+// where no list runs.
 template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch,
           bool kLists = false>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
@@ -442,40 +436,30 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       store_group4(y, n, g, out_aligned, v);
     });
   };
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-  if constexpr (kMask && kLists) {
+  // kLists: where the list holds the kept set, the output pass writes from it instead.
+  if constexpr (kMask) {
     const RowScope<T, kGather> scope(x, n);
-    const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
-    if (t.kept_listed) {
-      detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value);
+    if constexpr (kLists) {
+      const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
+      if (t.kept_listed) {
+        detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value);
+      } else {
+        write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
+      }
     } else {
-      write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
+      const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
+      write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
     }
-    pdl_launch_dependents();
-    return;
-  } else if constexpr (!kMask && kLists) {
+  } else {
     const RowScope<T, kGather> scope(x, n);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
-    if (kept.listed && kept.any) {
+    if (kLists && kept.listed && kept.any) {
       detail::write_from_list(y, n, out_aligned, 0.f, kept.min_key, sh,
                               [&](std::uint32_t key) { return __uint_as_float(key) * factor; });
     } else {
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
-    pdl_launch_dependents();
-    return;
-  }
-#endif
-  if constexpr (kMask) {
-    const RowScope<T, kGather> scope(x, n);
-    const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
-    write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
-  } else {
-    const RowScope<T, kGather> scope(x, n);
-    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-    const float factor = detail::renorm_factor(kept);
-    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
   }
   pdl_launch_dependents();
 }

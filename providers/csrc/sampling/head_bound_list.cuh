@@ -9,12 +9,15 @@
 // units (128 elements each), and finds the head's own crossing bin b_h for the same k. The row
 // holds at least as many keys at or above any bin as its head does, so the row's crossing bin
 // b* is never below b_h. While level 0 reads the rest of the row it lists every key whose bin
-// is at or above b_h; once level 0's scan knows b*, the head is read again for its keys in b*.
-// The list then holds every element that levels 1 and 2 count (they test each key against the
-// prefix found so far, so the list's other keys do not count), and they read it from shared
-// memory instead of the row. That is exact whatever the row's order: the order only decides
-// how long the list gets, and a list that overflows any warp's slice is dropped (level 1 then
-// reads the row, as it does without a list).
+// is at or above b_h; once level 0's scan knows b*, the head is read again for its keys at or
+// above b*. The list then holds every element that levels 1 and 2 count (they test each key
+// against the prefix found so far, so the list's other keys do not count), and they read it
+// from shared memory instead of the row. It also holds every key of the kept set with its
+// position (Threshold::kept_listed), so the output pass need not read the row: it fills the
+// row and writes the kept elements from the list (filter_sample.cuh's write_from_list). That
+// is exact whatever the row's order: the order only decides how long the list gets, and a
+// list that overflows any warp's slice is dropped (level 1 and the output pass then read the
+// row, as they do without a list).
 //
 // The head's length: with the row in random order the list holds about k * V / head keys
 // besides b_h's share, so the head is at least 4 k V / C elements for a list of C keys, and
@@ -138,12 +141,12 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
 }
 
 // After level 0's scan found the crossing bin `digit` and no slice overflowed: the head's keys
-// in that bin (and with `and_above`, in every higher bin: the list then holds every key of
-// the bin and above, the kept set with its positions) join the list. Returns whether the
-// list holds them all (no slice overflowed); sh.gathered[w] is then warp w's list length.
+// in that bin and every higher one join the list, which then holds every key of the bin and
+// above (the kept set, with positions). Returns whether the list holds them all (no slice
+// overflowed); sh.gathered[w] is then warp w's list length.
 template <typename Scope, typename KeyFn, typename Sh>
-__device__ bool list_head_crossing_bin(const Scope& scope, KeyFn key_of, int head_units, int shift,
-                                       std::uint32_t digit, std::uint32_t count, Sh& sh, bool and_above = false) {
+__device__ bool list_head_from_crossing_bin(const Scope& scope, KeyFn key_of, int head_units, int shift,
+                                            std::uint32_t digit, std::uint32_t count, Sh& sh) {
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   for_each_unit(scope, 0, head_units, [&](int g, const float (&v)[4]) {
     std::uint32_t key[4];
@@ -151,8 +154,7 @@ __device__ bool list_head_crossing_bin(const Scope& scope, KeyFn key_of, int hea
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       key[j] = key_of(v[j]);
-      const std::uint32_t bin = key[j] >> shift;
-      if (key[j] != 0u && (bin == digit || (and_above && bin > digit))) match |= 1u << j;
+      if (key[j] != 0u && (key[j] >> shift) >= digit) match |= 1u << j;
     }
     list_group(space, count, match, key, g);
   });

@@ -128,11 +128,9 @@ struct Threshold {
   // The gather pass ran with GatherSpace::segments: those hold the draw's segment masses of
   // every key above the gathered bin, and the gathered list the bin itself (gather.cuh).
   bool segments_ready = false;
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT  // Lab (to be removed): the output pass from the list
   // kHeadBound: the list (sh.gathered[w] keys in warp w's slice, with positions) holds every
   // key >= key, so an output pass can write the kept elements from it without reading the row.
   bool kept_listed = false;
-#endif
 };
 
 struct SearchTarget {
@@ -206,9 +204,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   constexpr bool kHeadBound = Scope::kGathers == GatherMode::kHeadBound;
   int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)
   std::uint32_t head_listed = 0;  // and this warp's list after the head
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-  bool kept_listed = false;
-#endif
+  bool kept_listed = false;       // and it holds the kept set (Threshold::kept_listed)
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
@@ -318,19 +314,17 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     above_mass = sh.above_mass;
     bin_count = sh.bin_count;
     bin_mass = sh.bin_mass;
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-    // The head's keys at and above the crossing bin join the list (before the early exit,
-    // which keeps the bin whole): it then holds the kept set, with positions.
+    // Level 0 listed every key of the crossing bin and above but the head's: add those (before
+    // the early exit, which keeps the bin whole, so the list then holds the kept set).
     if constexpr (kHeadBound) {
       if (head_units > 0) {
         listed = sh.gather_overflow == 0 &&
-                 list_head_crossing_bin(scope, key_of, head_units, Sh::shift(0), sh.digit, head_listed, sh, true);
+                 list_head_from_crossing_bin(scope, key_of, head_units, Sh::shift(0), sh.digit, head_listed, sh);
         listed_count = sh.gathered[threadIdx.x >> 5];
         kept_listed = listed;
         head_units = 0;
       }
     }
-#endif
     // Early exit: when the crossing bin is kept whole (it holds only the crossing element,
     // or by count it fills the target exactly), "keep keys >= the bin's lowest key" is
     // already the exact kept set, and the remaining passes over the row are skipped (the
@@ -340,15 +334,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (!target.exact_key && level < 2 &&
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
-    }
-    // Level 0 listed every key of the crossing bin but the head's: add those.
-    if constexpr (kHeadBound) {
-      if (head_units > 0) {
-        listed = sh.gather_overflow == 0 &&
-                 list_head_crossing_bin(scope, key_of, head_units, Sh::shift(0), sh.digit, head_listed, sh);
-        listed_count = sh.gathered[threadIdx.x >> 5];
-        head_units = 0;
-      }
     }
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
@@ -361,12 +346,8 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       }
     }
   }
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT
-  return Threshold{prefix,  above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready,
+  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready,
                    kept_listed};
-#else
-  return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready};
-#endif
 }
 
 }  // namespace aotinfer::sampling

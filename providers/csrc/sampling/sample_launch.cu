@@ -245,35 +245,26 @@ void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t st
       p, p.rows, device, stream, gather, op);
 }
 
-// Top-k masking (kMask) and top-k renormalisation. Where a batch takes the two-CTA-per-SM
-// kernels and rows are beyond L1, level 0 lists the search's candidates (head_bound_list.cuh;
-// a kernel instance of its own). Measured at 633e77d (dev/ab_provider_builds.sh, graph us,
-// history/ab-sampling-head-list-633e77d.txt): at 512 x 128256 the mask 0.872x / 0.919x (flat /
-// peaked), top-k renorm 0.899x / 0.959x; at 128 x 128256 (one 1024-thread CTA per SM) the
-// list did not pay: mask 0.993x / 1.040x, renorm 1.045x / 1.097x, part of it (1.01-1.05x at
-// vocab 32000, where the list was off) the listing code's registers in the shared kernel.
+// Top-k masking (kMask) and top-k renormalisation. Where rows are beyond L1, level 0 lists the
+// search's candidates and the output pass writes the kept set from that list
+// (head_bound_list.cuh; kernel instances of their own, since the listing code's registers
+// slowed the shared kernel by 1.01-1.05x at vocab 32000 where no list ran, 633e77d).
+// Measured (dev/ab_provider_builds.sh, graph us): with the list for levels 1-2 only, in the
+// two-CTA-per-SM kernels (history/ab-sampling-head-list-633e77d.txt), 512 x 128256 mask
+// 0.872x / 0.919x (flat / peaked), renorm 0.899x / 0.959x, but 128 x 128256 (1024-thread
+// kernels) 0.993x-1.097x; with the output pass from the list too, in both kernel sizes
+// (history/ab-sampling-scatter-output-6b4c747.txt), 128 x 128256 mask 0.815x / 0.854x, renorm
+// 0.858x / 0.900x, and 512 x 128256 mask 0.809x / 0.811x, renorm 0.838x / 0.836x.
 template <typename T, bool kMask, FilterFamily kFamily>
 void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
-  constexpr int kHalf = kRowThreads / 2;
-  if (row_threads(device, p.rows, op) == kRowThreads) {
-#ifdef AOTINFER_LAB_SCATTER_OUTPUT  // Lab (to be removed): the list in the 1024-thread kernels too
-    if (p.vocab >= kRowBeyondL1Vocab) {
-      launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily, true>>(
-          p, p.rows, kRowThreads, device, stream, GatherMode::kHeadBound, op);
-      finish(cudaGetLastError(), op, device);
-      return;
-    }
-#endif
-    launch_row_kernel<row_filter_kernel<T, kMask, kRowThreads, kFamily>>(p, p.rows, kRowThreads, device, stream,
-                                                                         GatherMode::kOff, op);
-  } else if (p.vocab >= kRowBeyondL1Vocab) {
-    launch_row_kernel<row_filter_kernel<T, kMask, kHalf, kFamily, true>>(p, p.rows, kHalf, device, stream,
-                                                                         GatherMode::kHeadBound, op);
+  if (p.vocab >= kRowBeyondL1Vocab) {
+    launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily, true>,
+                row_filter_kernel<T, kMask, kRowThreads / 2, kFamily, true>>(p, p.rows, device, stream,
+                                                                             GatherMode::kHeadBound, op);
   } else {
-    launch_row_kernel<row_filter_kernel<T, kMask, kHalf, kFamily>>(p, p.rows, kHalf, device, stream,
-                                                                   GatherMode::kOff, op);
+    launch_rows<row_filter_kernel<T, kMask, kRowThreads, kFamily>,
+                row_filter_kernel<T, kMask, kRowThreads / 2, kFamily>>(p, p.rows, device, stream, GatherMode::kOff, op);
   }
-  finish(cudaGetLastError(), op, device);
 }
 
 template <typename T>
