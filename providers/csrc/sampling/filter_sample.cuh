@@ -317,41 +317,6 @@ __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float droppe
   }
 }
 
-#ifdef AOTINFER_LAB_LIST_MASS  // Lab (to be removed): top-k renorm's kept mass after the search
-// Whether the row's top-k search will try the level-0 list (radix_threshold's own test, from
-// the kernel's parameters: sh.gather_sizes is read only after the search's first barrier).
-__device__ __forceinline__ bool top_k_search_lists(const FilterParams& f, std::int64_t row, std::int64_t n,
-                                                   std::uint32_t capacity) {
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
-  return k > 0 && k < n && head_bound_units(static_cast<std::uint64_t>(k), 4 * ((n + 3) / 4), capacity) > 0;
-}
-
-// The kept set's fixed-point mass, per element in kept.base's unit: from the list where it
-// holds the kept set (KeptSet::listed), else from the row (one more pass).
-template <typename Scope>
-__device__ std::uint64_t kept_mass_after_search(const Scope& scope, const KeptSet& kept, const RowRadixShared& sh) {
-  const FixedPointScale unit{kept.base};
-  std::uint64_t local = 0;
-  if (kept.listed) {
-    const GatherSpace space = GatherSpace::of(sh.gather_sizes);
-    const std::uint32_t count = sh.gathered[threadIdx.x >> 5];
-    for (std::uint32_t i = threadIdx.x & 31; i < count; i += 32) {
-      const std::uint32_t key = space.keys[space.slice_begin + i];
-      if (key >= kept.min_key) local += unit.mass(key);
-    }
-  } else {
-    scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const std::uint32_t kk = prob_key(v[j]);
-        if (kk >= kept.min_key) local += unit.mass(kk);
-      }
-    });
-  }
-  return scope.reduce(local, SumOp{}, std::uint64_t{0});
-}
-#endif
-
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
 // nothing took part.
 __device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, std::int64_t drawn) {
@@ -487,15 +452,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     }
   } else {
     const RowScope<T, kGather> scope(x, n);
-#ifdef AOTINFER_LAB_LIST_MASS
-    // kLists: a search that lists does not track masses; the kept set's is summed afterwards.
-    bool mass_after = false;
-    if constexpr (kLists) mass_after = detail::top_k_search_lists(p.filter, row, n, p.gather.capacity);
-    detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, !mass_after, sh);
-    if (mass_after && kept.any) kept.mass = detail::kept_mass_after_search(scope, kept, sh);
-#else
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-#endif
     const float factor = detail::renorm_factor(kept);
     if (kLists && kept.listed && kept.any) {
       detail::write_from_list(y, n, out_aligned, 0.f, kept.min_key, sh,
