@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
@@ -303,11 +304,36 @@ __device__ __forceinline__ float ordered_value(std::uint32_t key) {
 // The output pass from the list (Threshold::kept_listed): every element gets `dropped`
 // without a read of the row, then each warp writes its slice's kept keys (key >= min_key) at
 // their positions, value_of(key). The row is not read after the search, so out may alias it.
-template <typename T, typename ValueFn>
-__device__ void write_from_list(T* y, std::int64_t n, bool aligned, float dropped, std::uint32_t min_key,
-                                const RowRadixShared& sh, ValueFn value_of) {
+template <typename T>
+__device__ __forceinline__ void fill_row(T* y, std::int64_t n, bool aligned, float dropped) {
   const float fill[4] = {dropped, dropped, dropped, dropped};
   for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) store_group4(y, n, g, aligned, fill);
+}
+
+#ifdef AOTINFER_LAB_EARLY_FILL
+// Lab (to be removed): a listing row scope that fills the output row (`dropped`) as soon as
+// level 0 has read the input row, so the writes drain while the scans and levels 1-2 run
+// from shared memory (filled: out does not alias the row; write_from_list then skips its
+// fill). Where the list is dropped the output pass writes every element anyway.
+template <typename T>
+struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
+  T* y;
+  bool out_aligned;
+  float dropped;
+  bool fills;
+  __device__ FillingRowScope(const T* row, std::int64_t length, T* out, bool aligned_out, float value)
+      : RowScope<T, GatherMode::kHeadBound>(row, length), y(out), out_aligned(aligned_out), dropped(value),
+        fills(static_cast<const void*>(out) != static_cast<const void*>(row)) {}
+  __device__ void after_listing_read() const {
+    if (fills) fill_row(y, this->n, out_aligned, dropped);
+  }
+};
+#endif
+
+template <typename T, typename ValueFn>
+__device__ void write_from_list(T* y, std::int64_t n, bool aligned, float dropped, std::uint32_t min_key,
+                                const RowRadixShared& sh, ValueFn value_of, bool filled = false) {
+  if (!filled) fill_row(y, n, aligned, dropped);
   __syncthreads();  // the fill is in place before any kept element is written over it
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   const std::uint32_t count = sh.gathered[threadIdx.x >> 5];
@@ -438,11 +464,25 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   };
   // kLists: where the list holds the kept set, the output pass writes from it instead.
   if constexpr (kMask) {
+#ifdef AOTINFER_LAB_EARLY_FILL
+    const std::conditional_t<kLists, detail::FillingRowScope<T>, RowScope<T, kGather>> scope = [&] {
+      if constexpr (kLists) {
+        return detail::FillingRowScope<T>(x, n, y, out_aligned, -INFINITY);
+      } else {
+        return RowScope<T, kGather>(x, n);
+      }
+    }();
+#else
     const RowScope<T, kGather> scope(x, n);
+#endif
     if constexpr (kLists) {
       const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
       if (t.kept_listed) {
+#ifdef AOTINFER_LAB_EARLY_FILL
+        detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value, scope.fills);
+#else
         detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value);
+#endif
       } else {
         write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
       }
@@ -451,12 +491,26 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
     }
   } else {
+#ifdef AOTINFER_LAB_EARLY_FILL
+    const std::conditional_t<kLists, detail::FillingRowScope<T>, RowScope<T, kGather>> scope = [&] {
+      if constexpr (kLists) {
+        return detail::FillingRowScope<T>(x, n, y, out_aligned, 0.f);
+      } else {
+        return RowScope<T, kGather>(x, n);
+      }
+    }();
+    bool filled = false;
+    if constexpr (kLists) filled = scope.fills;
+#else
     const RowScope<T, kGather> scope(x, n);
+    constexpr bool filled = false;
+#endif
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     if (kLists && kept.listed && kept.any) {
-      detail::write_from_list(y, n, out_aligned, 0.f, kept.min_key, sh,
-                              [&](std::uint32_t key) { return __uint_as_float(key) * factor; });
+      detail::write_from_list(
+          y, n, out_aligned, 0.f, kept.min_key, sh, [&](std::uint32_t key) { return __uint_as_float(key) * factor; },
+          filled);
     } else {
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
