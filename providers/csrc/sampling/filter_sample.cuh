@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
@@ -301,20 +300,21 @@ __device__ __forceinline__ float ordered_value(std::uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
 
-// The output pass from the list (Threshold::kept_listed): every element gets `dropped`
-// without a read of the row, then each warp writes its slice's kept keys (key >= min_key) at
-// their positions, value_of(key). The row is not read after the search, so out may alias it.
+// Every element of the output row gets `dropped` (no read of the input).
 template <typename T>
 __device__ __forceinline__ void fill_row(T* y, std::int64_t n, bool aligned, float dropped) {
   const float fill[4] = {dropped, dropped, dropped, dropped};
   for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) store_group4(y, n, g, aligned, fill);
 }
 
-#ifdef AOTINFER_LAB_EARLY_FILL
-// Lab (to be removed): a listing row scope that fills the output row (`dropped`) as soon as
-// level 0 has read the input row, so the writes drain while the scans and levels 1-2 run
-// from shared memory (filled: out does not alias the row; write_from_list then skips its
-// fill). Where the list is dropped the output pass writes every element anyway.
+// The listing kernels' row scope: it fills the output row with `dropped` as soon as level 0
+// has read the input row (after_listing_read), so that the writes drain while the scans and
+// levels 1-2 run from shared memory, instead of after them (A/B at 128 x 128256, one CTA per
+// SM: mask 0.956x / 0.964x flat / peaked, top-k renorm 0.956x / 0.958x; 512 rows 0.964x-0.977x;
+// history/ab-sampling-early-fill-daa92de.txt). write_from_list then writes only the kept
+// elements; where the list is dropped, the output pass writes every element anyway. It fills
+// only where the output is not the row itself (fills; the core never passes one that is),
+// since the head is read again after level 0 and a dropped list's output pass reads the row.
 template <typename T>
 struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
   T* y;
@@ -328,8 +328,11 @@ struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
     if (fills) fill_row(y, this->n, out_aligned, dropped);
   }
 };
-#endif
 
+// The output pass from the list (Threshold::kept_listed): every element gets `dropped`
+// without a read of the row (unless `filled`: FillingRowScope did it), then each warp writes
+// its slice's kept keys (key >= min_key) at their positions, value_of(key). The row is not
+// read after the search, so out may alias it.
 template <typename T, typename ValueFn>
 __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float dropped, std::uint32_t min_key,
                                 const RowRadixShared& sh, ValueFn value_of, bool filled = false) {
@@ -463,57 +466,34 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     });
   };
   // kLists: where the list holds the kept set, the output pass writes from it instead.
-  if constexpr (kMask) {
-#ifdef AOTINFER_LAB_EARLY_FILL
-    const std::conditional_t<kLists, detail::FillingRowScope<T>, RowScope<T, kGather>> scope = [&] {
-      if constexpr (kLists) {
-        return detail::FillingRowScope<T>(x, n, y, out_aligned, -INFINITY);
-      } else {
-        return RowScope<T, kGather>(x, n);
-      }
-    }();
-#else
-    const RowScope<T, kGather> scope(x, n);
-#endif
-    if constexpr (kLists) {
-      const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
-      if (t.kept_listed) {
-#ifdef AOTINFER_LAB_EARLY_FILL
-        detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value, scope.fills);
-#else
-        detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value);
-#endif
-      } else {
-        write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
-      }
+  if constexpr (kMask && kLists) {
+    const detail::FillingRowScope<T> scope(x, n, y, out_aligned, -INFINITY);
+    const Threshold t = detail::top_k_logit_threshold(scope, n, p.filter, row, sh);
+    if (t.kept_listed) {
+      detail::write_from_list(y, n, out_aligned, -INFINITY, t.key, sh, detail::ordered_value, scope.fills);
     } else {
-      const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
-      write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
+      write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, t.key); });
     }
-  } else {
-#ifdef AOTINFER_LAB_EARLY_FILL
-    const std::conditional_t<kLists, detail::FillingRowScope<T>, RowScope<T, kGather>> scope = [&] {
-      if constexpr (kLists) {
-        return detail::FillingRowScope<T>(x, n, y, out_aligned, 0.f);
-      } else {
-        return RowScope<T, kGather>(x, n);
-      }
-    }();
-    bool filled = false;
-    if constexpr (kLists) filled = scope.fills;
-#else
+  } else if constexpr (kMask) {
     const RowScope<T, kGather> scope(x, n);
-    constexpr bool filled = false;
-#endif
+    const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
+    write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
+  } else if constexpr (kLists) {
+    const detail::FillingRowScope<T> scope(x, n, y, out_aligned, 0.f);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
-    if (kLists && kept.listed && kept.any) {
+    if (kept.listed && kept.any) {
       detail::write_from_list(
           y, n, out_aligned, 0.f, kept.min_key, sh, [&](std::uint32_t key) { return __uint_as_float(key) * factor; },
-          filled);
+          scope.fills);
     } else {
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
+  } else {
+    const RowScope<T, kGather> scope(x, n);
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
   }
   pdl_launch_dependents();
 }

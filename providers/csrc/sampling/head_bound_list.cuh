@@ -137,9 +137,7 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
     list_group(space, count, match, key, g);
   });
   if ((threadIdx.x & 31) == 0 && count > space.slice) sh.gather_overflow = 1;
-#ifdef AOTINFER_LAB_EARLY_FILL
   scope.after_listing_read();
-#endif
   return count;
 }
 

@@ -93,10 +93,9 @@ struct RowScope {
   __device__ void level_start(int) const { __syncthreads(); }
   // Before the histograms' memory is used for something else (the draw's segments).
   __device__ void reuse_histograms() const { __syncthreads(); }
-#ifdef AOTINFER_LAB_EARLY_FILL  // Lab (to be removed)
-  // Every thread, once a listing level 0 (head_bound_list.cuh) has read the whole row.
+  // Every thread, once a listing level 0 (head_bound_list.cuh) has read the whole row
+  // (filter_sample.cuh's FillingRowScope starts its output there).
   __device__ void after_listing_read() const {}
-#endif
   // The one thread that finds a level's crossing records it (publish_crossing shares it).
   template <typename Sh>
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
@@ -207,9 +206,7 @@ struct SliceScope {
   // After a search or a reduction: the last remote reads of the histograms (a level's
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
-#ifdef AOTINFER_LAB_EARLY_FILL
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
-#endif
   // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier; the
   // draw calls it once per kernel, so its slots are never written twice).
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
