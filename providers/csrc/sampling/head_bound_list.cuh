@@ -118,9 +118,6 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
                                           int head_units, int shift, Sh& sh) {
   const int units = static_cast<int>((scope.local_groups() + kUnitGroups - 1) / kUnitGroups);
   scope.next_pass_descending();  // one pass of the alternation (this one ascends)
-#ifdef AOTINFER_LAB_FILL_FIRST  // Lab (to be removed): the output fill before level 0's reads
-  scope.after_listing_read();
-#endif
   for_each_unit(scope, 0, head_units, [&](int, const float (&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // NaN past the end gives key 0
@@ -140,9 +137,7 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
     list_group(space, count, match, key, g);
   });
   if ((threadIdx.x & 31) == 0 && count > space.slice) sh.gather_overflow = 1;
-#ifndef AOTINFER_LAB_FILL_FIRST
   scope.after_listing_read();
-#endif
   return count;
 }
 
