@@ -341,7 +341,8 @@ def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypa
     k = torch.tensor([1, 7, 64, 100, 33, 2], device=DEV, dtype=torch.int32)
     for dtype in (torch.float32, torch.bfloat16):
         logits = make_logits(rows, vocab + offset, seed=11, dtype=dtype)[:, offset:]
-        assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k)), f"{dtype}"
+        want = ref.top_k_mask_logits(logits, k)
+        assert torch.equal(aotinfer.top_k_mask_logits(logits, k), want), f"{dtype}"
     probs = make_probs(rows, vocab + offset, seed=12)[:, offset:]
     want = ref.renorm_probs(probs, MODES["top_k"], k)
     torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, k), want, rtol=1e-5, atol=1e-9)
