@@ -285,7 +285,8 @@ __device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, c
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh);
 }
 
-// The smallest ordered key of the row's top-k logits (0: keep all).
+// The smallest ordered key of the row's top-k logits (0: keep all). (Its own body, not
+// top_k_logit_threshold(...).key: that changed the code of the mask kernels that do not list.)
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                          Sh& sh) {
