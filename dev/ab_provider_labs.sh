@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A/B of several lab macros in one machine start (a lab tool, GPU machine): A is the wheel
+# ci/gpu-test.sh left in dist/ (the default build of this tree); each name in LABS is built
+# as its own wheel with -DCMAKE_CUDA_FLAGS=-D<name> (the tree holds every lab's code behind
+# its macro). The timing script (as dev/ab_provider_builds.sh's) runs under A, B1 .. Bn, A,
+# B1 .. Bn, one process each, and per lab dev/compare_graph_times.py prints A against it
+# ($OUT/ab-<name>.txt). With LAB_TESTS (a pytest command), it runs under each lab's wheel.
+# A stays installed at the end. One build fewer and one machine start fewer than a call of
+# dev/ab_provider_builds.sh per lab.
+#   LABS="AOTINFER_LAB_X AOTINFER_LAB_Y" LAB_TESTS='python3 -m pytest -q tests/gpu/test_sampling.py' \
+#     dev/ab_provider_labs.sh dev/time_sampling_graph.py 128 512
+set -euo pipefail
+cd "$(dirname "$0")/.."
+script=$1
+shift
+out=${OUT:-/tmp/ab-out}
+labs=(${LABS:?LABS names the lab macros})
+rm -rf /tmp/ab-wheels
+mkdir -p "$out" /tmp/ab-wheels/a
+arch=$(PYTHONPATH=core python3 -c '
+import torch
+from aotinfer._arches import suggested_provider
+print(suggested_provider(torch.cuda.get_device_capability(0)))')
+cp dist/aotinfer_"$arch"-*.whl /tmp/ab-wheels/a/
+for lab in "${labs[@]}"; do
+  mkdir -p "/tmp/ab-wheels/$lab"
+  rm -rf "providers/$arch/build"
+  CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-D$lab" python3 -m pip wheel -q --no-build-isolation --no-deps \
+    "providers/$arch" -w "/tmp/ab-wheels/$lab"
+done
+for round in 1 2; do
+  for v in a "${labs[@]}"; do
+    python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/$v/*.whl
+    python3 "$script" "/tmp/ab-$v-$round.json" "$@"
+  done
+done
+for lab in "${labs[@]}"; do
+  {
+    echo "A: -  B: -D$lab  (us per call, two processes each, A B1 .. Bn A B1 .. Bn)"
+    python3 dev/compare_graph_times.py /tmp/ab-a-1.json /tmp/ab-a-2.json /tmp/ab-$lab-1.json /tmp/ab-$lab-2.json
+  } | tee "$out/ab-$lab.txt"
+  if [ -n "${LAB_TESTS:-}" ]; then
+    python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/$lab/*.whl
+    echo "tests under -D$lab: $LAB_TESTS"
+    bash -c "$LAB_TESTS" 2>&1 | tail -n 3
+  fi
+done
+python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/a/*.whl  # A stays installed
