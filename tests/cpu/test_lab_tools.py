@@ -55,3 +55,34 @@ def test_core_ab_runs_each_side_on_its_core(tmp_path):
     ).stdout
     assert f"A: {base}  B: {ROOT / 'core'}" in out
     assert "   12.00     9.00   0.750  top_k_sampling_from_probs" in out
+
+
+# dev/ab_winner.py: the wheel a same-call benchmark should run on, from B/A lines only.
+COMPARISON = """A: -  B: -DLAB  (us per call, two processes each, A B A B)
+top_k_mask 128x128256 flat         A    56.9    57.3  B    54.7    54.5  B/A 0.956
+top_k_mask 128x128256 peaked       A    55.9    55.9  B    53.9    53.8  B/A 0.964
+top_k_renorm 128x128256 flat       A    63.7    63.7  B    66.0    66.1  B/A 1.036
+top_k_mask 128x128256 flat               57.3 us
+"""
+
+
+def pick(tmp_path, *args):
+    path = tmp_path / "ab.txt"
+    path.write_text(COMPARISON)
+    return subprocess.run(
+        ["python3", str(ROOT / "dev" / "ab_winner.py"), str(path), *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_winner_follows_the_mean_of_the_matching_b_over_a_lines(tmp_path):
+    # The timing line ("57.3 us") does not count: two mask lines, mean 0.960.
+    assert pick(tmp_path, "top_k_mask 128x128256", "0.985", "2").stdout.strip() == "b"
+    assert pick(tmp_path, "top_k_(mask|renorm) 128x128256", "0.985", "3").stdout.strip() == "a"
+
+
+def test_a_pattern_that_matches_no_comparison_is_an_error(tmp_path):
+    result = pick(tmp_path, "top_p_renorm")
+    assert result.returncode != 0 and "0 B/A lines match" in result.stderr
+    assert pick(tmp_path, "top_k_mask", "0.985", "3").returncode != 0  # 2 found, 3 expected
