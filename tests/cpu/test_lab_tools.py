@@ -86,3 +86,65 @@ def test_a_pattern_that_matches_no_comparison_is_an_error(tmp_path):
     result = pick(tmp_path, "top_p_renorm")
     assert result.returncode != 0 and "0 B/A lines match" in result.stderr
     assert pick(tmp_path, "top_k_mask", "0.985", "3").returncode != 0  # 2 found, 3 expected
+
+
+# dev/ab_provider_labs.sh in a scratch copy of dev/, with a python3 shim on PATH that builds
+# and installs nothing: the order of the processes, one wheel per lab, the per-lab comparison
+# files and tests, and A installed last.
+SHIM = """#!/usr/bin/env bash
+if [ "$1" = "-c" ]; then echo sm90a; exit 0; fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$3" = "wheel" ]; then
+  for ((i = 1; i <= $#; i++)); do
+    if [ "${!i}" = "-w" ]; then j=$((i + 1)); touch "${!j}/aotinfer_sm90a-0-py3-none-any.whl"; fi
+  done
+  echo "$CMAKE_ARGS" >> "$SHIM_LOG"; exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "install ${@: -1}" >> "$SHIM_LOG"; exit 0; fi
+if [ "${1##*/}" = fake_timing.py ]; then echo "run $(tail -n 1 "$SHIM_LOG")" >> "$SHIM_LOG"; fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+FAKE_LAB_TIMING = """
+import json, sys
+json.dump({"us": {"op 1x2 flat": 10.0}, "tokens": {}}, open(sys.argv[1], "w"))
+"""
+
+
+def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
+    import shutil
+    import sys
+
+    (tmp_path / "dev").mkdir()
+    for name in ("ab_provider_labs.sh", "compare_graph_times.py"):
+        shutil.copy(ROOT / "dev" / name, tmp_path / "dev" / name)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "aotinfer_sm90a-0-cp312-linux_x86_64.whl").touch()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text(SHIM)
+    (shim / "python3").chmod(0o755)
+    timing = tmp_path / "fake_timing.py"
+    timing.write_text(FAKE_LAB_TIMING)
+    log = tmp_path / "shim.log"
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "REAL_PYTHON": sys.executable,
+        "SHIM_LOG": str(log),
+        "OUT": str(tmp_path / "out"),
+        "LABS": "LAB_X LAB_Y",
+        "LAB_TESTS": "echo tests-ran",
+    }
+    out = subprocess.run(
+        ["bash", str(tmp_path / "dev" / "ab_provider_labs.sh"), str(timing), "128"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    events = log.read_text().split("\n")
+    assert events[:2] == ["-DCMAKE_CUDA_FLAGS=-DLAB_X", "-DCMAKE_CUDA_FLAGS=-DLAB_Y"]
+    runs = [e.split("/")[-2] for e in events if e.startswith("run install")]
+    assert runs == ["a", "LAB_X", "LAB_Y", "a", "LAB_X", "LAB_Y"]
+    assert [e for e in events if e.startswith("install")][-1].split("/")[-2] == "a"
+    assert out.split("\n").count("tests-ran") == 2 and out.count("B/A 1.000") == 2
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ab-LAB_X.txt", "ab-LAB_Y.txt"]
