@@ -97,6 +97,11 @@ __device__ __forceinline__ std::int64_t source_row(const void* indices, bool is6
               : static_cast<const std::int32_t*>(indices)[b];
 }
 
+// Row `row`'s top-k parameter (the per-row tensor where one is given).
+__device__ __forceinline__ std::int32_t row_top_k(const FilterParams& f, std::int64_t row) {
+  return f.top_k_array ? f.top_k_array[row] : f.top_k;
+}
+
 // The key every kept probability reaches and the key of the largest one (any: the row has a
 // participant). Renormalisation also gets the fixed-point mass of the kept set and its unit
 // (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
@@ -148,7 +153,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   constexpr bool kTwoSearches = kFamily == FilterFamily::kTwoSearches;
   constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  const std::int32_t k = row_top_k(f, row);
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
   const bool use_k = kMayTopK &&
@@ -279,7 +284,7 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
 template <typename Scope, typename Sh>
 __device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, const FilterParams& f,
                                            std::int64_t row, Sh& sh) {
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n)) return Threshold{0u, 0, 0, 0, 0, 0};
   auto key_of = [](float v) { return ordered_key(v); };
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh);
@@ -290,7 +295,7 @@ __device__ Threshold top_k_logit_threshold(const Scope& scope, std::int64_t n, c
 template <typename Scope, typename Sh>
 __device__ std::uint32_t top_k_logit_key(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                          Sh& sh) {
-  const std::int32_t k = f.top_k_array ? f.top_k_array[row] : f.top_k;
+  const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n)) return 0u;
   auto key_of = [](float v) { return ordered_key(v); };
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
@@ -336,7 +341,7 @@ struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
 // read after the search, so out may alias it.
 template <typename T, typename ValueFn>
 __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float dropped, std::uint32_t min_key,
-                                const RowRadixShared& sh, ValueFn value_of, bool filled = false) {
+                                const RowRadixShared& sh, ValueFn value_of, bool filled) {
   if (!filled) fill_row(y, n, aligned, dropped);
   __syncthreads();  // the fill is in place before any kept element is written over it
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
