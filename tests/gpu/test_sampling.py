@@ -330,34 +330,6 @@ def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch)
     torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, 50), want, rtol=1e-5, atol=1e-9)
 
 
-@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "special-head", "peaked"])
-@pytest.mark.parametrize("threads", ["512", "1024"])
-def test_top_p_renorm_with_the_level0_window(order, threads, monkeypatch):
-    """Top-p renorm of rows beyond L1 lists a window of level-0 bins around the head's own
-    crossing bin (head_bound_list.cuh, AOTINFER_LAB_TOPP_WINDOW): a guess, so the row's
-    crossing bin may fall outside it (ascending and peaked rows), the list may overflow, or
-    no window is taken; every case equals the reference. Each row has its own p."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
-    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
-    vocab = 128256
-    p = torch.tensor([0.05, 0.5, 0.9, 0.9, 0.95, 0.99, 0.999, 1.0], device=DEV)
-    rows = p.numel()
-    if order == "peaked":
-        g = gen(77)
-        u = torch.rand(rows, vocab, device=DEV, generator=g).clamp_min(1e-9)
-        logits = torch.randn(rows, vocab, device=DEV, generator=g) * 3 - torch.log(-torch.log(u))
-    else:
-        logits = _ordered_rows(order, rows, vocab, seed=5 + int(threads))
-    probs = torch.softmax(logits.nan_to_num(0.0, 0.0, 0.0), -1)
-    if order == "special-head":
-        probs[:, 3] = NAN
-        probs[:, 10:20] = float("inf")
-    want = ref.renorm_probs(probs, MODES["top_p"], 0, p)
-    torch.testing.assert_close(aotinfer.top_p_renorm_probs(probs, p), want, rtol=1e-5, atol=1e-9)
-    want = ref.renorm_probs(probs, MODES["top_p"], 0, 0.9)
-    torch.testing.assert_close(aotinfer.top_p_renorm_probs(probs, 0.9), want, rtol=1e-5, atol=1e-9)
-
-
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
     """The output written from the level-0 list (fill, then the kept elements at their

@@ -118,9 +118,6 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
                                           int head_units, int shift, Sh& sh) {
   const int units = static_cast<int>((scope.local_groups() + kUnitGroups - 1) / kUnitGroups);
   scope.next_pass_descending();  // one pass of the alternation (this one ascends)
-#ifdef AOTINFER_LAB_FILL_FIRST  // Lab (to be removed): the output fill before level 0's reads
-  scope.after_listing_read();
-#endif
   for_each_unit(scope, 0, head_units, [&](int, const float (&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // NaN past the end gives key 0
@@ -140,9 +137,7 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
     list_group(space, count, match, key, g);
   });
   if ((threadIdx.x & 31) == 0 && count > space.slice) sh.gather_overflow = 1;
-#ifndef AOTINFER_LAB_FILL_FIRST
   scope.after_listing_read();
-#endif
   return count;
 }
 
@@ -150,8 +145,7 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
 // in that bin and every higher one join the list, which then holds every key of the bin and
 // above (the kept set, with positions). Returns whether the list holds them all (no slice
 // overflowed); sh.gathered[w] is then warp w's list length.
-// (kAndAbove false: the head's keys in the bin alone, for the mass window below.)
-template <bool kAndAbove = true, typename Scope, typename KeyFn, typename Sh>
+template <typename Scope, typename KeyFn, typename Sh>
 __device__ bool list_head_from_crossing_bin(const Scope& scope, KeyFn key_of, int head_units, int shift,
                                             std::uint32_t digit, std::uint32_t count, Sh& sh) {
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
@@ -161,8 +155,7 @@ __device__ bool list_head_from_crossing_bin(const Scope& scope, KeyFn key_of, in
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       key[j] = key_of(v[j]);
-      const std::uint32_t bin = key[j] >> shift;
-      if (key[j] != 0u && (kAndAbove ? bin >= digit : bin == digit)) match |= 1u << j;
+      if (key[j] != 0u && (key[j] >> shift) >= digit) match |= 1u << j;
     }
     list_group(space, count, match, key, g);
   });
@@ -173,135 +166,5 @@ __device__ bool list_head_from_crossing_bin(const Scope& scope, KeyFn key_of, in
   __syncthreads();
   return sh.gather_overflow == 0;
 }
-
-#ifdef AOTINFER_LAB_TOPP_WINDOW  // Lab (to be removed): top-p renorm's level 0 lists a window
-// A mass search (top-p renorm, GatherMode::kSearch) cannot bound its crossing bin from the
-// head as a count search can (a mass goal is a fraction of the whole row's mass), so level 0
-// lists a window of bins around the head's own crossing bin instead: a guess, checked once
-// level 0's scan knows the row's crossing bin b*. Where b* lies in the window and no slice
-// overflowed, the head is read again for its keys in b* and levels 1-2 read the list;
-// otherwise the gather pass runs as before (gather_crossing_bin). The window grows from
-// the head's crossing bin b_h outward, up and down, while the head's counts scaled to the
-// row (n / head) stay within half the list; none where b_h alone is more than that.
-// Simulated on the benchmark's rows (128256, p = 0.9, 1/8-row list): flat rows b* == b_h in
-// 64 of 64, peaked rows b* in the window in 61 of 64, no overflow.
-
-// The window's bounds live in sh.gathered[0] and [1] until level 0's scan is done (the list
-// lengths are written there only afterwards): a field of their own would have moved every
-// kernel's shared-memory layout.
-template <typename Sh>
-__device__ __forceinline__ std::uint32_t& window_lo(Sh& sh) {
-  return sh.gathered[0];
-}
-template <typename Sh>
-__device__ __forceinline__ std::uint32_t& window_hi(Sh& sh) {
-  return sh.gathered[1];
-}
-
-// The head's length in warp units for the window: 1/16 of the row (0: no list).
-__device__ __forceinline__ int window_head_units(std::int64_t n, std::uint32_t capacity) {
-  constexpr std::uint32_t kMinCapacity = 256;
-  if (capacity < kMinCapacity) return 0;
-  return static_cast<int>(((n + 15) / 16 + 4 * kUnitGroups - 1) / (4 * kUnitGroups));
-}
-
-// From the head's histogram (sh.count, sh.mass_lo / mass_hi, complete when called), the
-// window [window_lo(sh), window_hi(sh)] (lo > hi: none) for a mass fraction p of the head's
-// mass. The masses here are a guess's, in doubles scaled by 2^40 (exactness is not needed).
-template <typename Sh>
-__device__ void head_mass_window(Sh& sh, float p, std::int64_t head, std::int64_t n, std::uint32_t capacity) {
-  if (threadIdx.x == 0) {
-    window_lo(sh) = 1u;
-    window_hi(sh) = 0u;
-  }
-  __syncthreads();  // the head's histogram is complete
-  const int per = (Sh::kBins + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-  const int top = Sh::kBins - 1 - per * static_cast<int>(threadIdx.x), bottom = max(top - per + 1, 0);
-  auto mass_of = [&](int b) -> std::uint64_t {
-    const double sum = static_cast<double>((static_cast<std::uint64_t>(sh.mass_hi[b]) << 12) + sh.mass_lo[b]);
-    const int field = max(static_cast<int>(Sh::exponent_field(static_cast<std::uint32_t>(b))), 1);
-    return static_cast<std::uint64_t>(fmin(ldexp(sum, field - 110), 0x1p50));
-  };
-  std::uint64_t m = 0, c = 0;
-  for (int b = top; b >= bottom; --b) {
-    m += mass_of(b);
-    c += sh.count[b];
-  }
-  std::uint64_t all_m, all_c;
-  const std::uint64_t before_m = block_exclusive_scan(m, &all_m);
-  const std::uint64_t before_c = block_exclusive_scan(c, &all_c);
-  const std::uint64_t goal = max(static_cast<std::uint64_t>(static_cast<double>(p) * static_cast<double>(all_m)),
-                                 std::uint64_t{1});
-  // The budget in head counts: half the list, scaled from the row to the head.
-  const double budget = 0.5 * capacity * static_cast<double>(head) / static_cast<double>(n);
-  if (all_m >= goal && before_m < goal && before_m + m >= goal) {  // exactly one thread
-    std::uint64_t run_m = before_m, run_c = before_c;
-    for (int b = top; b >= bottom; --b) {
-      run_m += mass_of(b);
-      if (run_m >= goal) {
-        const std::uint32_t cb = sh.count[b];
-        if (cb <= budget) {
-          sh.digit = static_cast<std::uint32_t>(b);         // b_h, until level 0's crossing
-          sh.above_count = run_c;                           // head keys above b_h
-          sh.bin_count = static_cast<std::uint64_t>((budget - cb) / 2);  // each side's share
-          window_lo(sh) = window_hi(sh) = static_cast<std::uint32_t>(b);
-        }
-        break;
-      }
-      run_c += sh.count[b];
-    }
-  }
-  __syncthreads();
-  if (window_lo(sh) > window_hi(sh)) return;  // no window (the same in every thread)
-  const int bh = static_cast<int>(sh.digit);
-  const std::uint64_t above = sh.above_count, half = sh.bin_count, at_bh = above + sh.count[bh];
-  int lo = bh, hi = bh;
-  std::uint64_t gt = before_c;  // head keys in bins above b
-  for (int b = top; b >= bottom; --b) {
-    // b above b_h: its keys and those between it and b_h; below: from b up to b_h's.
-    if (b > bh && above - gt <= half) hi = max(hi, b);
-    if (b < bh && gt + sh.count[b] - at_bh <= half) lo = min(lo, b);
-    gt += sh.count[b];
-  }
-  if (hi > bh) atomicMax(&window_hi(sh), static_cast<std::uint32_t>(hi));
-  if (lo < bh) atomicMin(&window_lo(sh), static_cast<std::uint32_t>(lo));
-  __syncthreads();
-}
-
-// Level 0 of a mass search with a window list: adds every key of the row to the level's
-// histogram through add(key), and lists the keys after the head whose bin lies in the window
-// head_mass_window found. Returns this warp's list length (sh.gather_overflow as
-// level0_with_list).
-template <typename Scope, typename KeyFn, typename AddFn, typename Sh>
-__device__ std::uint32_t level0_with_window(const Scope& scope, KeyFn key_of, AddFn add, float p, int head_units,
-                                            int shift, Sh& sh) {
-  const int units = static_cast<int>((scope.local_groups() + kUnitGroups - 1) / kUnitGroups);
-  scope.next_pass_descending();  // one pass of the alternation (this one ascends)
-  for_each_unit(scope, 0, head_units, [&](int, const float (&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) add(key_of(v[j]));  // NaN past the end gives key 0
-  });
-  const std::int64_t n = 4 * scope.local_groups();
-  head_mass_window(sh, p, min(static_cast<std::int64_t>(4 * kUnitGroups) * head_units, n), n,
-                   sh.gather_sizes.capacity);
-  const std::uint32_t lo = window_lo(sh), hi = window_hi(sh);
-  const GatherSpace space = GatherSpace::of(sh.gather_sizes);
-  std::uint32_t count = 0;
-  for_each_unit(scope, head_units, units, [&](int g, const float (&v)[4]) {
-    std::uint32_t key[4];
-    unsigned match = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      key[j] = key_of(v[j]);
-      add(key[j]);
-      const std::uint32_t bin = key[j] >> shift;
-      if (key[j] != 0u && bin >= lo && bin <= hi) match |= 1u << j;
-    }
-    list_group(space, count, match, key, g);
-  });
-  if ((threadIdx.x & 31) == 0 && count > space.slice) sh.gather_overflow = 1;
-  return count;
-}
-#endif
 
 }  // namespace aotinfer::sampling

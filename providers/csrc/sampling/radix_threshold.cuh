@@ -203,9 +203,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   bool segments_ready = false;
   constexpr bool kHeadBound = Scope::kGathers == GatherMode::kHeadBound;
   int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)
-#ifdef AOTINFER_LAB_TOPP_WINDOW
-  constexpr bool kWindow = Scope::kGathers == GatherMode::kSearch;  // a mass search's window
-#endif
   std::uint32_t head_listed = 0;  // and this warp's list after the head
   bool kept_listed = false;       // and it holds the kept set (Threshold::kept_listed)
   std::uint32_t prefix = 0, prefix_mask = 0;
@@ -239,25 +236,12 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         head_units = head_bound_units(target.count, 4 * scope.local_groups(), sh.gather_sizes.capacity);
       }
     }
-#ifdef AOTINFER_LAB_TOPP_WINDOW
-    if constexpr (kWindow) {
-      if (level == 0 && target.by_mass && target.mass_base == 0) {
-        head_units = window_head_units(4 * scope.local_groups(), sh.gather_sizes.capacity);
-      }
-    }
-#endif
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else if (kHeadBound && head_units > 0) {  // level 0
       head_listed = level0_with_list(scope, key_of, add, target.count, head_units, shift, sh);
-#ifdef AOTINFER_LAB_TOPP_WINDOW
-    } else if (kWindow && head_units > 0) {  // level 0
-      if constexpr (kWindow) {
-        head_listed = level0_with_window(scope, key_of, add, target.mass_fraction, head_units, shift, sh);
-      }
-#endif
     } else {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
@@ -351,33 +335,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
-#ifdef AOTINFER_LAB_TOPP_WINDOW
-    // The window held the row's crossing bin: the head's keys in it join the list. Otherwise
-    // the gather pass below starts from a clean overflow flag.
-    if constexpr (kWindow) {
-      if (head_units > 0) {
-        if (sh.gather_overflow == 0 && window_lo(sh) <= sh.digit && sh.digit <= window_hi(sh)) {
-          listed = list_head_from_crossing_bin<false>(scope, key_of, head_units, Sh::shift(0), sh.digit, head_listed,
-                                                      sh);
-          listed_count = sh.gathered[threadIdx.x >> 5];
-        }
-        if (!listed) {
-          __syncthreads();
-          if (threadIdx.x == 0) sh.gather_overflow = 0;
-          __syncthreads();
-        }
-        head_units = 0;
-      }
-    }
-#endif
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
     if constexpr (Scope::kGathers == GatherMode::kSearch || Scope::kGathers == GatherMode::kSearchAndDraw) {
-#ifdef AOTINFER_LAB_TOPP_WINDOW
-      if (level == 0 && !(kWindow && listed) && bin_count <= sh.gather_sizes.capacity / 2) {
-#else
       if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
-#endif
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;
         segments_ready = r.segments;
