@@ -149,6 +149,34 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
   const std::uint32_t first = space.slice_begin;  // this warp's slice, `gathered` long
+#ifdef AOTINFER_LAB_RUN_ATOMICS
+  // Each lane sums a contiguous run of the list and adds once per segment it meets: the gather
+  // pass appends a segment's keys next to each other (one warp load per call of its mass_of),
+  // so a lane's run spans one or two segments and lanes seldom share a word, where lanes 32
+  // entries apart ran the emulated 64-bit add's CAS loop on the same few words. Positions and
+  // the segment length fit 32 bits (rows below 2^31).
+  const std::uint32_t per_lane = (gathered + 31u) / 32u;
+  const std::uint32_t lo = first + (threadIdx.x & 31) * per_lane, hi = min(lo + per_lane, first + gathered);
+  const std::uint32_t segment_elements = static_cast<std::uint32_t>(4 * kSegmentUnitGroups * layout.per_segment);
+  const bool one_unit = layout.per_segment == 1;
+  std::uint32_t current = 0;
+  std::uint64_t run = 0;
+  for (std::uint32_t i = lo; i < hi; ++i) {
+    const std::uint32_t k = space.keys[i];
+    if (k < min_key) continue;
+    const std::uint32_t pos = space.positions[i];
+    const std::uint32_t s = one_unit ? pos >> 7 : pos / segment_elements;  // 128 = 4 * kSegmentUnitGroups
+    if (s != current && run != 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[current]), static_cast<unsigned long long>(run));
+      run = 0;
+    }
+    current = s;
+    run += fx.mass(k);
+  }
+  if (run != 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[current]), static_cast<unsigned long long>(run));
+  }
+#else
   for (std::uint32_t i = first + (threadIdx.x & 31); i < first + gathered; i += 32) {
     const std::uint32_t k = space.keys[i];
     if (k >= min_key) {
@@ -156,6 +184,7 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
                 static_cast<unsigned long long>(fx.mass(k)));
     }
   }
+#endif
   __syncthreads();
   return draw_from_segments(scope, layout, space.segments, min_key, fx, rng);
 }
