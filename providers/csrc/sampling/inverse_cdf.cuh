@@ -149,7 +149,7 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
   const std::uint32_t first = space.slice_begin;  // this warp's slice, `gathered` long
-#ifdef AOTINFER_LAB_RUN_ATOMICS
+#ifndef AOTINFER_LAB_BEFORE
   // Each lane sums a contiguous run of the list and adds once per segment it meets: the gather
   // pass appends a segment's keys next to each other (one warp load per call of its mass_of),
   // so a lane's run spans one or two segments and lanes seldom share a word, where lanes 32

@@ -195,14 +195,15 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // from shared memory instead of the row, when it fits (gather_crossing_bin); with
 // GatherMode::kHeadBound a count search's level 0 lists them as it reads the row
 // (head_bound_list.cuh).
-#ifdef AOTINFER_LAB_PEEL_LEVEL0
-// kPeelLevel0: level 0's pass over the row with add0 (false for top_k_select, whose 32
-// registers let two 1024-thread CTAs share an SM; the peeled loop took it to 50).
+// kPeelLevel0 = false keeps level 0 in the shared loop where the scope peels it (top_k_select:
+// its 32 registers let two 1024-thread CTAs share an SM, and the peeled loop took it to 50).
 template <bool kPeelLevel0 = true, typename Scope, typename KeyFn, typename Sh>
-#else
-template <typename Scope, typename KeyFn, typename Sh>
-#endif
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
+#ifdef AOTINFER_LAB_BEFORE
+  constexpr bool kPeel = false;
+#else
+  constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
+#endif
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
@@ -236,17 +237,15 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
-#ifdef AOTINFER_LAB_PEEL_LEVEL0
-    // Level 0 has no prefix: every participant takes part, and its bin is its top kBits
-    // (a constant shift, no mask). The level loop is not unrolled, so `add` tests a prefix
-    // and shifts by a run-time amount there too.
+    // Level 0 has no prefix: every participant takes part, and its bin is its top kBits. The
+    // level loop is not unrolled, so `add` would test a prefix and shift by a run-time amount
+    // there too; the scopes with kPeelsLevel0 run level 0's pass with this instead.
     auto add0 = [&](std::uint32_t k) {
       const bool takes_part = k != 0u;
       const std::uint32_t d = k >> Sh::shift(0);
       const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
-#endif
     if constexpr (kHeadBound) {
       // (sh.gather_sizes is read only after the level's first barrier.)
       if (level == 0 && !target.by_mass) {
@@ -258,16 +257,16 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else if (kHeadBound && head_units > 0) {  // level 0
-#ifdef AOTINFER_LAB_PEEL_LEVEL0
-      head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
-    } else if (kPeelLevel0 && level == 0) {
+      if constexpr (kPeel) {
+        head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
+      } else {
+        head_listed = level0_with_list(scope, key_of, add, target.count, head_units, shift, sh);
+      }
+    } else if (kPeel && level == 0) {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) add0(key_of(v[j]));
+        for (int j = 0; j < 4; ++j) add0(key_of(v[j]));  // the NaN fill of a tail gives key 0
       });
-#else
-      head_listed = level0_with_list(scope, key_of, add, target.count, head_units, shift, sh);
-#endif
     } else {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
