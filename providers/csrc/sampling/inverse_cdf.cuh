@@ -153,19 +153,21 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   // Each lane sums a contiguous run of the list and adds once per segment it meets: the gather
   // pass appends a segment's keys next to each other (one warp load per call of its mass_of),
   // so a lane's run spans one or two segments and lanes seldom share a word, where lanes 32
-  // entries apart ran the emulated 64-bit add's CAS loop on the same few words. Positions and
-  // the segment length fit 32 bits (rows below 2^31).
+  // entries apart ran the emulated 64-bit add's CAS loop on the same few words (flat top-p at
+  // 128 x 128256 0.967x; history/ab-sampling-run-atomics-9d33cbc.txt). Positions and the
+  // segment length fit 32 bits (rows below 2^31).
   const std::uint32_t per_lane = (gathered + 31u) / 32u;
   const std::uint32_t lo = first + (threadIdx.x & 31) * per_lane, hi = min(lo + per_lane, first + gathered);
   const std::uint32_t segment_elements = static_cast<std::uint32_t>(4 * kSegmentUnitGroups * layout.per_segment);
-  const bool one_unit = layout.per_segment == 1;
+  const bool one_unit = layout.per_segment == 1;  // then a segment is 128 elements
+  static_assert(4 * kSegmentUnitGroups == 128, "one_unit's shift");
   std::uint32_t current = 0;
   std::uint64_t run = 0;
   for (std::uint32_t i = lo; i < hi; ++i) {
     const std::uint32_t k = space.keys[i];
     if (k < min_key) continue;
     const std::uint32_t pos = space.positions[i];
-    const std::uint32_t s = one_unit ? pos >> 7 : pos / segment_elements;  // 128 = 4 * kSegmentUnitGroups
+    const std::uint32_t s = one_unit ? pos >> 7 : pos / segment_elements;
     if (s != current && run != 0) {
       atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[current]), static_cast<unsigned long long>(run));
       run = 0;

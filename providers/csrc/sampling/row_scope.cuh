@@ -51,8 +51,9 @@ template <typename T, GatherMode kGather = GatherMode::kOff, bool kAlternates = 
 struct RowScope {
   static constexpr GatherMode kGathers = kGather;
   // radix_threshold's level 0 runs its own loop over the row (no prefix test, a constant
-  // shift): 1.5-3.5% faster top-k sampling, masking and renormalisation at 128 and 512 rows
-  // (history/ab-sampling-peel-level0-9d33cbc.txt).
+  // shift). At 128 and 512 rows: top-k sampling 1.4-3.1% faster, masking and top-k renorm
+  // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;
+  // history/ab-sampling-peel-level0-9d33cbc.txt).
   static constexpr bool kPeelsLevel0 = true;
   const T* x;
   std::int64_t n;
@@ -170,9 +171,8 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-  // Level 0 in the shared loop of every level: the peeled loop (RowScope's) made these
-  // kernels 3.6% faster to 3.6% slower by case, the slice in shared memory
-  // (history/ab-sampling-peel-level0-9d33cbc.txt).
+  // Level 0 in the loop of every level: RowScope's peeled loop made these kernels (the slice
+  // already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt).
   static constexpr bool kPeelsLevel0 = false;
   const float4* s;
   std::int64_t groups;
