@@ -149,7 +149,6 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), RadixShared::kDrawSegments);
   const std::uint32_t first = space.slice_begin;  // this warp's slice, `gathered` long
-#ifndef AOTINFER_LAB_BEFORE
   // Each lane sums a contiguous run of the list and adds once per segment it meets: the gather
   // pass appends a segment's keys next to each other (one warp load per call of its mass_of),
   // so a lane's run spans one or two segments and lanes seldom share a word, where lanes 32
@@ -178,15 +177,6 @@ __device__ std::int64_t draw_after_gather(const Scope& scope, std::int64_t n, st
   if (run != 0) {
     atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[current]), static_cast<unsigned long long>(run));
   }
-#else
-  for (std::uint32_t i = first + (threadIdx.x & 31); i < first + gathered; i += 32) {
-    const std::uint32_t k = space.keys[i];
-    if (k >= min_key) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(&space.segments[layout.segment_of(space.positions[i])]),
-                static_cast<unsigned long long>(fx.mass(k)));
-    }
-  }
-#endif
   __syncthreads();
   return draw_from_segments(scope, layout, space.segments, min_key, fx, rng);
 }

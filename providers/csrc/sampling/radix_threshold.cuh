@@ -199,11 +199,7 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // its 32 registers let two 1024-thread CTAs share an SM, and the peeled loop took it to 50).
 template <bool kPeelLevel0 = true, typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
-#ifdef AOTINFER_LAB_BEFORE
-  constexpr bool kPeel = false;
-#else
   constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
-#endif
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;

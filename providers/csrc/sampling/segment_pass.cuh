@@ -22,10 +22,6 @@ struct SegmentLayout {
     const std::int64_t per = (units + max_segments - 1) / max_segments;
     return SegmentLayout{groups, per > 0 ? per : 1, per > 0 ? (units + per - 1) / per : 0};
   }
-  // The segment holding local element `element`.
-  __device__ std::int64_t segment_of(std::int64_t element) const {
-    return element / (4 * kSegmentUnitGroups * per_segment);
-  }
 };
 
 // seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
