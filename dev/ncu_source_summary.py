@@ -8,11 +8,12 @@ machine): reads the CSV that
 writes (one table of SASS lines per profiled kernel), splits each kernel's code into runs of
 consecutive instructions that executed equally often (the body of one loop trip, between
 branches) and prints, per kernel, its executed instructions and stall samples in all and for
-the runs that executed most, with their instruction mix. A loop is recognised by its count:
+the runs that executed most, with their instruction mix; with HOT, also the kernel's stall
+reasons (shares of its samples) and its HOT SASS lines with the most samples. A loop is recognised by its count:
 in the one-CTA-per-row sampling kernels at 128 rows x 1024 threads, level 0 of a search runs
 29952 times per instruction and a segment pass 32768 (dev/NOTES.md item 38).
 
-    python dev/ncu_source_summary.py src.csv [TOP]
+    python dev/ncu_source_summary.py src.csv [TOP [HOT]]
 """
 
 from __future__ import annotations
@@ -42,9 +43,21 @@ class Run:
 
 
 @dataclass
+class Line:
+    """One SASS line: its address, text, executions, stall samples by reason (stall_*)."""
+
+    address: str
+    sass: str
+    executed: int
+    samples: int
+    reasons: Dict[str, int]
+
+
+@dataclass
 class Kernel:
     name: str
     runs: List[Run]
+    lines: List[Line] = field(default_factory=list)
 
     @property
     def executed(self) -> int:
@@ -75,14 +88,19 @@ def read_kernels(lines: Iterable[str]) -> List[Kernel]:
         table = list(csv.reader(rows))
         name, header, body = table[0][1], table[1], table[2:]
         col = {h: i for i, h in enumerate(header)}
+        reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
         runs: List[Run] = []
+        lines: List[Line] = []
         for i, r in enumerate(body):
             executed = int(r[col[EXECUTED]] or 0)
             if not runs or runs[-1].executed != executed:
                 runs.append(Run(executed, i))
             runs[-1].opcodes.append(opcode(r[col["Source"]]))
-            runs[-1].samples += int(r[col[SAMPLES]] or 0)
-        kernel = Kernel(name, runs)
+            samples = int(r[col[SAMPLES]] or 0)
+            runs[-1].samples += samples
+            by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
+            lines.append(Line(r[col["Address"]], r[col["Source"]].strip(), executed, samples, by_reason))
+        kernel = Kernel(name, runs, lines)
         if not kernels or kernels[-1] != kernel:  # ncu prints each kernel's page twice
             kernels.append(kernel)
 
@@ -116,11 +134,29 @@ def summary(kernel: Kernel, top: int = 12) -> str:
     return "\n".join(out)
 
 
+def hot_lines(kernel: Kernel, hot: int) -> str:
+    """The kernel's stall reasons as shares of its samples, then its `hot` SASS lines with the
+    most samples: address, executions, samples, text and the line's two largest reasons."""
+    totals: collections.Counter = collections.Counter()
+    for line in kernel.lines:
+        totals.update(line.reasons)
+    whole = max(sum(totals.values()), 1)
+    out = ["  stall reasons: " + " ".join(f"{r} {100 * n / whole:.1f}%" for r, n in totals.most_common(8) if n)]
+    for line in sorted(kernel.lines, key=lambda x: -x.samples)[:hot]:
+        two = sorted(line.reasons.items(), key=lambda x: -x[1])[:2]
+        why = " ".join(f"{r}:{n}" for r, n in two if n)
+        out.append(f"  {line.address} {line.executed:>9d} x {line.samples:>6d} samples  {line.sass[:56]:56s} {why}")
+    return "\n".join(out)
+
+
 def main():
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    hot = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     with open(sys.argv[1], errors="replace") as f:
         for kernel in read_kernels(f):
             print(summary(kernel, top))
+            if hot:
+                print(hot_lines(kernel, hot))
 
 
 if __name__ == "__main__":
