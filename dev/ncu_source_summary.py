@@ -9,8 +9,9 @@ writes (one table of SASS lines per profiled kernel), splits each kernel's code 
 consecutive instructions that executed equally often (the body of one loop trip, between
 branches) and prints, per kernel, its executed instructions and stall samples in all and for
 the runs that executed most, with their instruction mix; with HOT, also the kernel's stall
-reasons (shares of its samples) and its HOT SASS lines with the most samples. A loop is recognised by its count:
-in the one-CTA-per-row sampling kernels at 128 rows x 1024 threads, level 0 of a search runs
+reasons (shares of its samples) and its HOT SASS lines with the most samples. A loop is
+recognised by its count: in the one-CTA-per-row sampling kernels at 128 rows x 1024 threads,
+level 0 of a search runs
 29952 times per instruction and a segment pass 32768 (dev/NOTES.md item 38).
 
     python dev/ncu_source_summary.py src.csv [TOP [HOT]]
@@ -99,7 +100,8 @@ def read_kernels(lines: Iterable[str]) -> List[Kernel]:
             samples = int(r[col[SAMPLES]] or 0)
             runs[-1].samples += samples
             by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
-            lines.append(Line(r[col["Address"]], r[col["Source"]].strip(), executed, samples, by_reason))
+            text = r[col["Source"]].strip()
+            lines.append(Line(r[col["Address"]], text, executed, samples, by_reason))
         kernel = Kernel(name, runs, lines)
         if not kernels or kernels[-1] != kernel:  # ncu prints each kernel's page twice
             kernels.append(kernel)
@@ -141,11 +143,13 @@ def hot_lines(kernel: Kernel, hot: int) -> str:
     for line in kernel.lines:
         totals.update(line.reasons)
     whole = max(sum(totals.values()), 1)
-    out = ["  stall reasons: " + " ".join(f"{r} {100 * n / whole:.1f}%" for r, n in totals.most_common(8) if n)]
+    shares = [f"{r} {100 * n / whole:.1f}%" for r, n in totals.most_common(8) if n]
+    out = ["  stall reasons: " + " ".join(shares)]
     for line in sorted(kernel.lines, key=lambda x: -x.samples)[:hot]:
         two = sorted(line.reasons.items(), key=lambda x: -x[1])[:2]
         why = " ".join(f"{r}:{n}" for r, n in two if n)
-        out.append(f"  {line.address} {line.executed:>9d} x {line.samples:>6d} samples  {line.sass[:56]:56s} {why}")
+        counts = f"{line.executed:>9d} x {line.samples:>6d} samples"
+        out.append(f"  {line.address} {counts}  {line.sass[:56]:56s} {why}")
     return "\n".join(out)
 
 

@@ -43,7 +43,8 @@ def test_stall_reasons_and_hot_lines():
     body = [("LDG.E R2, [R4]", 2, 10, 0, 2, 9), ("HMMA.16816.F32 R8, R4, R6, R8", 6, 10, 1, 5, 9),
             ("EXIT", 0, 10, 0, 0, 0)]
     lines = ['"Kernel Name","k<3>",', REASONS_HEADER]
-    lines += [f'"0x{i:x}","  {sass}","{s}","{e}","{lsb}","{w}","{wn}"' for i, (sass, s, e, lsb, w, wn) in enumerate(body)]
+    for i, (sass, s, e, lsb, w, wn) in enumerate(body):
+        lines.append(f'"0x{i:x}","  {sass}","{s}","{e}","{lsb}","{w}","{wn}"')
     (k,) = tool.read_kernels(lines)
     assert [(x.sass, x.reasons) for x in k.lines][:2] == [
         ("LDG.E R2, [R4]", {"long_sb": 0, "wait": 2}),

@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(kRowThreads) top_k_select_kernel(const __grid_
   const std::int64_t n = p.vocab, k = p.k;
   auto key_of = [](float v) { return ordered_key(v); };
   // NaN (key 0) takes no part in the search; when fewer than k values remain, B = 0 takes all.
-  const Threshold t = radix_threshold<false>(RowScope<T>(x, n), key_of,
-                                             SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false, true}, sh);
+  const SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, false, true};
+  const Threshold t = radix_threshold<false>(RowScope<T>(x, n), key_of, target, sh);
   const std::uint32_t bkey = t.key;  // exact: the tie logic below compares keys with it
   // Elements strictly above B: the search counted keys >= B among participants.
   std::uint64_t above = 0;
