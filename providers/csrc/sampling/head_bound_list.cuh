@@ -30,10 +30,9 @@
 
 #include "../common/block_reduce.cuh"
 #include "gather.cuh"
+#include "segment_pass.cuh"
 
 namespace aotinfer::sampling {
-
-constexpr int kUnitGroups = 32;  // one group of four per lane of a warp
 
 // The head's length in warp units for a count search of k among n elements with a list of
 // `capacity` keys (0: no list; see the file comment).
@@ -42,7 +41,7 @@ __device__ __forceinline__ int head_bound_units(std::uint64_t k, std::int64_t n,
   if (capacity < kMinCapacity || k == 0 || k > capacity / 16) return 0;
   const std::int64_t head = max((4 * static_cast<std::int64_t>(k) * n + capacity - 1) / capacity, (n + 31) / 32);
   if (4 * head > n) return 0;
-  return static_cast<int>((head + 4 * kUnitGroups - 1) / (4 * kUnitGroups));
+  return static_cast<int>((head + 4 * kSegmentUnitGroups - 1) / (4 * kSegmentUnitGroups));
 }
 
 // f(g, v) for the groups of warp units [u0, u1) of the scope's row (unit u: groups 32u ..
@@ -57,7 +56,7 @@ __device__ __forceinline__ void for_each_unit(const Scope& scope, int u0, int u1
     float v[kInFlight][4];
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      const int unit = u + i * warps, g = unit * kUnitGroups + lane;
+      const int unit = u + i * warps, g = unit * kSegmentUnitGroups + lane;
       if (unit < u1 && g < whole) {
         scope.load_whole(g, v[i]);
       } else if (unit < u1 && g < groups) {
@@ -68,7 +67,7 @@ __device__ __forceinline__ void for_each_unit(const Scope& scope, int u0, int u1
       }
     }
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) f((u + i * warps) * kUnitGroups + lane, v[i]);
+    for (int i = 0; i < kInFlight; ++i) f((u + i * warps) * kSegmentUnitGroups + lane, v[i]);
   }
 }
 
@@ -108,15 +107,35 @@ __device__ __forceinline__ void list_group(const GatherSpace& space, std::uint32
   }
 }
 
+// Reads warp units [u0, u1) of the row: every key goes to add(key) (the level's histogram,
+// or nothing), and the keys whose bin (key >> shift) is at or above `bin` join this warp's
+// slice of the list (`count`, as list_group's).
+template <typename Scope, typename KeyFn, typename AddFn>
+__device__ __forceinline__ void list_units_from_bin(const Scope& scope, KeyFn key_of, AddFn add, int u0, int u1,
+                                                    int shift, std::uint32_t bin, const GatherSpace& space,
+                                                    std::uint32_t& count) {
+  for_each_unit(scope, u0, u1, [&](int g, const float (&v)[4]) {
+    std::uint32_t key[4];
+    unsigned match = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      key[j] = key_of(v[j]);
+      add(key[j]);
+      if (key[j] != 0u && (key[j] >> shift) >= bin) match |= 1u << j;
+    }
+    list_group(space, count, match, key, g);
+  });
+}
+
 // Level 0 of a count search with a list (see the file comment): adds every key of the row to
 // the level's histogram through add(key), and lists (warp slices of GatherSpace) the keys
 // after the head whose bin (key >> shift) is at or above the head's crossing bin. Returns this
-// warp's list length; the head is listed later (list_head_crossing_bin), once b* is known. A
-// warp whose slice overflowed sets sh.gather_overflow (read after the level's scan).
+// warp's list length; the head is listed later (list_head_from_crossing_bin), once b* is
+// known. A warp whose slice overflowed sets sh.gather_overflow (read after the level's scan).
 template <typename Scope, typename KeyFn, typename AddFn, typename Sh>
 __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddFn add, std::uint64_t k,
                                           int head_units, int shift, Sh& sh) {
-  const int units = static_cast<int>((scope.local_groups() + kUnitGroups - 1) / kUnitGroups);
+  const int units = static_cast<int>((scope.local_groups() + kSegmentUnitGroups - 1) / kSegmentUnitGroups);
   scope.next_pass_descending();  // one pass of the alternation (this one ascends)
   for_each_unit(scope, 0, head_units, [&](int, const float (&v)[4]) {
 #pragma unroll
@@ -125,17 +144,7 @@ __device__ std::uint32_t level0_with_list(const Scope& scope, KeyFn key_of, AddF
   const std::uint32_t bound = count_crossing_bin(sh, k);
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   std::uint32_t count = 0;
-  for_each_unit(scope, head_units, units, [&](int g, const float (&v)[4]) {
-    std::uint32_t key[4];
-    unsigned match = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      key[j] = key_of(v[j]);
-      add(key[j]);
-      if (key[j] != 0u && (key[j] >> shift) >= bound) match |= 1u << j;
-    }
-    list_group(space, count, match, key, g);
-  });
+  list_units_from_bin(scope, key_of, add, head_units, units, shift, bound, space, count);
   if ((threadIdx.x & 31) == 0 && count > space.slice) sh.gather_overflow = 1;
   scope.after_listing_read();
   return count;
@@ -149,16 +158,7 @@ template <typename Scope, typename KeyFn, typename Sh>
 __device__ bool list_head_from_crossing_bin(const Scope& scope, KeyFn key_of, int head_units, int shift,
                                             std::uint32_t digit, std::uint32_t count, Sh& sh) {
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
-  for_each_unit(scope, 0, head_units, [&](int g, const float (&v)[4]) {
-    std::uint32_t key[4];
-    unsigned match = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      key[j] = key_of(v[j]);
-      if (key[j] != 0u && (key[j] >> shift) >= digit) match |= 1u << j;
-    }
-    list_group(space, count, match, key, g);
-  });
+  list_units_from_bin(scope, key_of, [](std::uint32_t) {}, 0, head_units, shift, digit, space, count);
   if ((threadIdx.x & 31) == 0) {
     sh.gathered[threadIdx.x >> 5] = count;
     if (count > space.slice) sh.gather_overflow = 1;
