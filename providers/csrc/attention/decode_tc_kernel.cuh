@@ -240,12 +240,32 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
   int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
+#ifdef AOTINFER_LAB_TILE_PAGE
+  // Page arithmetic by a shift where the page size is a power of two (a 32-bit division is
+  // ~20 instructions, and the copy bookkeeping ran two per tile: Nsight Compute at 64 x 4096,
+  // history/ncu-decode-source-92a4326.txt). And where every tile lies inside one page (page
+  // sizes that are multiples of the tile, a range that starts on a tile boundary; or one
+  // contiguous request), a tile's rows are one base plus a stride: one page id per tile, and
+  // no per-row pointers passed between lanes.
+  const std::int64_t page_size = p.page_size;
+  const bool page_pow2 = page_size > 0 && page_size < (1ll << 31) && (page_size & (page_size - 1)) == 0;
+  const int page_shift = page_pow2 ? __ffsll(page_size) - 1 : 0;
+  auto page_of = [&](std::int64_t j) { return page_pow2 ? j >> page_shift : tc::page_index(j, page_size); };
+  const bool tile_in_page =
+      !p.indptr || (page_size % kTcTileKeys == 0 && rg.k_begin % kTcTileKeys == 0);
+  auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
+    const std::int64_t j = tile_start(t) + lane;
+    if (!p.indptr || lane >= (tile_in_page ? 1 : kTcTileKeys) || t >= n_w || j >= rg.k_end) return;
+    detail::cp_async4(my_pid + slot * kTcTileKeys + lane, p.indices + rg.page_begin + page_of(j));
+  };
+#else
   auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
     const std::int64_t j = tile_start(t) + lane;
     if (!p.indptr || lane >= kTcTileKeys || t >= n_w || j >= rg.k_end) return;
     detail::cp_async4(my_pid + slot * kTcTileKeys + lane,
                       p.indices + rg.page_begin + tc::page_index(j, p.page_size));
   };
+#endif
   const T* k_head = p.k + kv_head * p.k_stride_head;
   const T* v_head = p.v + kv_head * p.v_stride_head;
   // This lane's element offset for copy c of a tile: row c * kRowsPerCopy + my_row, chunk
@@ -271,6 +291,31 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   auto issue = [&](int i, int si) {
     const std::int64_t t0 = tile_start(i);
     const std::int64_t left = rg.k_end - t0;  // rows of this tile that exist
+#ifdef AOTINFER_LAB_TILE_PAGE
+    if (tile_in_page && left >= kTcTileKeys) {
+      // Row r of the tile is slot slot0 + r of one page. (A range's last, partial tile takes
+      // the general path below: its absent rows then point at the cache's first row.)
+      std::int64_t page = 0, slot0 = t0;  // one contiguous request: page 0, the slot is the key
+      if (p.indptr) {
+        page = my_pid[si * kTcTileKeys];
+        page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+        slot0 = t0 - page_of(t0) * page_size;
+      }
+      const T* ks = k_head + page * p.k_stride_page + (slot0 + my_row) * p.k_stride_slot + my_chunk * 8;
+      const T* vs = v_head + page * p.v_stride_page + (slot0 + my_row) * p.v_stride_slot + my_chunk * 8;
+      const std::int64_t k_step = kRowsPerCopy * p.k_stride_slot, v_step = kRowsPerCopy * p.v_stride_slot;
+      T* kd = my_kv + si * 2 * kTileElems;
+      T* vd = kd + kTileElems;
+#pragma unroll
+      for (int c = 0; c < kCopies; ++c) {  // every row present
+        detail::cp_async16(kd + dst_of(c), ks + c * k_step, true);
+        detail::cp_async16(vd + dst_of(c), vs + c * v_step, true);
+      }
+      fetch_pages(i + stages - 1, si == 0 ? stages - 1 : si - 1);
+      __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
+      return;
+    }
+#endif
     // Lane r (mod 16) turns key row r into its K and V row addresses once (one division);
     // absent rows point at the cache's first row, which cp.async then does not read.
     const T* krow = p.k;
@@ -281,9 +326,15 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
       if (r < left) {
         std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
         if (p.indptr) {
+#ifdef AOTINFER_LAB_TILE_PAGE
+          page = my_pid[si * kTcTileKeys + (tile_in_page ? 0 : r)];  // one id per tile there
+          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+          slot = j - page_of(j) * page_size;
+#else
           page = my_pid[si * kTcTileKeys + r];
           page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
           slot = j - tc::page_index(j, p.page_size) * p.page_size;
+#endif
         }
         krow = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
