@@ -54,7 +54,9 @@ constexpr int kTcMaxStages = 4;
 // 64 x 4096 (dev/NOTES.md). Each lane's offsets are precomputed once (the address
 // arithmetic was once a large share of the loop's instructions).
 __host__ __device__ constexpr std::size_t tc_q_bytes(int d) { return static_cast<std::size_t>(kRowBlock) * d * 2; }
-__host__ __device__ constexpr std::size_t tc_ml_bytes() { return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4; }
+__host__ __device__ constexpr std::size_t tc_ml_bytes() {
+  return static_cast<std::size_t>(kTcWarps) * kRowBlock * 2 * 4;
+}
 __host__ __device__ constexpr std::size_t tc_pid_bytes() {  // page ids, per warp and stage: [4][4][16] int
   return static_cast<std::size_t>(kTcWarps) * kTcMaxStages * kTcTileKeys * 4;
 }
@@ -240,7 +242,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
   int* my_pid = spid + warp * kTcMaxStages * kTcTileKeys;
-#ifdef AOTINFER_LAB_TILE_PAGE
   // Page arithmetic by a shift where the page size is a power of two (a 32-bit division is
   // ~20 instructions, and the copy bookkeeping ran two per tile: Nsight Compute at 64 x 4096,
   // history/ncu-decode-source-92a4326.txt). And where every tile lies inside one page (page
@@ -258,14 +259,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     if (!p.indptr || lane >= (tile_in_page ? 1 : kTcTileKeys) || t >= n_w || j >= rg.k_end) return;
     detail::cp_async4(my_pid + slot * kTcTileKeys + lane, p.indices + rg.page_begin + page_of(j));
   };
-#else
-  auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
-    const std::int64_t j = tile_start(t) + lane;
-    if (!p.indptr || lane >= kTcTileKeys || t >= n_w || j >= rg.k_end) return;
-    detail::cp_async4(my_pid + slot * kTcTileKeys + lane,
-                      p.indices + rg.page_begin + tc::page_index(j, p.page_size));
-  };
-#endif
   const T* k_head = p.k + kv_head * p.k_stride_head;
   const T* v_head = p.v + kv_head * p.v_stride_head;
   // This lane's element offset for copy c of a tile: row c * kRowsPerCopy + my_row, chunk
@@ -291,7 +284,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   auto issue = [&](int i, int si) {
     const std::int64_t t0 = tile_start(i);
     const std::int64_t left = rg.k_end - t0;  // rows of this tile that exist
-#ifdef AOTINFER_LAB_TILE_PAGE
     if (tile_in_page && left >= kTcTileKeys) {
       // Row r of the tile is slot slot0 + r of one page. (A range's last, partial tile takes
       // the general path below: its absent rows then point at the cache's first row.)
@@ -315,9 +307,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
       __syncwarp();  // the ring slot read above is rewritten by a later call, by other lanes
       return;
     }
-#endif
-    // Lane r (mod 16) turns key row r into its K and V row addresses once (one division);
-    // absent rows point at the cache's first row, which cp.async then does not read.
+    // The general path (tiles that cross pages, a range's last partial tile): lane r (mod 16)
+    // turns key row r into its K and V row addresses once; absent rows point at the cache's
+    // first row, which cp.async then does not read.
     const T* krow = p.k;
     const T* vrow = p.v;
     {
@@ -326,15 +318,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
       if (r < left) {
         std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
         if (p.indptr) {
-#ifdef AOTINFER_LAB_TILE_PAGE
           page = my_pid[si * kTcTileKeys + (tile_in_page ? 0 : r)];  // one id per tile there
           page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
           slot = j - page_of(j) * page_size;
-#else
-          page = my_pid[si * kTcTileKeys + r];
-          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-          slot = j - tc::page_index(j, p.page_size) * p.page_size;
-#endif
         }
         krow = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
