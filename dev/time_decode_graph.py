@@ -39,6 +39,13 @@ BATCH_CASES = [  # (batch, kv, skewed)
     (256, 4096, False),
     (256, 4096, True),
 ]
+# The CUDA-core kernel's shapes (decode_kernel.cuh: fp8 KV, in-kernel RoPE), uniform lengths.
+CUDA_CORE_CASES = [  # (variant, batch, kv)
+    ("fp8", 1, 1024),
+    ("fp8", 16, 16384),
+    ("fp8", 64, 4096),
+    ("rope", 64, 4096),
+]
 SINGLE_KV = (32768, 131072)
 MERGE_STATES = (8, 32)
 
@@ -47,13 +54,24 @@ def checksum(t: torch.Tensor) -> float:
     return round(float(t.double().sum()), 2)
 
 
-def batch_case(batch, kv, skewed, us, sums):
+def batch_case(batch, kv, skewed, us, sums, variant=None):
+    """variant None: bench_decode's case; "fp8": the same cache in float8_e4m3fn; "rope":
+    with ROPE_LLAMA (both on the CUDA-core kernel)."""
     name = f"batch {batch}x{kv} {'skewed' if skewed else 'uniform'}"
     _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
+    kv_dtype, opts = DT, {}
+    if variant == "fp8":
+        kv_dtype = torch.float8_e4m3fn
+        caches = [(c.to(kv_dtype),) for (c,) in caches]
+        cache = caches[0][0]
+    elif variant == "rope":
+        opts = {"pos_encoding_mode": "ROPE_LLAMA"}
+    if variant:
+        name = f"{variant} {name}"
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
         torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD"
     )
-    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=kv_dtype, **opts)
     us[name] = rotation_graph_us(lambda c: w.run(q, c), caches)
     sums[name] = checksum(w.run(q, cache))
 
@@ -88,6 +106,10 @@ def main():
     for batch, kv, skewed in BATCH_CASES:
         if wanted(f"batch {batch}x{kv}"):
             batch_case(batch, kv, skewed, us, sums)
+            torch.cuda.empty_cache()
+    for variant, batch, kv in CUDA_CORE_CASES:
+        if wanted(f"{variant} batch {batch}x{kv}"):
+            batch_case(batch, kv, False, us, sums, variant)
             torch.cuda.empty_cache()
     for kv in SINGLE_KV:
         if wanted(f"single {kv}"):

@@ -376,6 +376,25 @@ def test_work_list_pieces_agree(chunk, q_len, hq, decode_kernel, monkeypatch):
     check(out, lse, want, dtype)
 
 
+@pytest.mark.parametrize("page_size", [3, 8, 12, 32, 48])
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn])
+def test_page_sizes_beyond_the_sampled_ones(page_size, kv_dtype, decode_kernel):
+    """Page sizes the sampled test does not draw: 8 and 32 (powers of two: page arithmetic by
+    shifts), 3 and 12 (a 16-key tile crosses pages: row by row), 48 (tiles lie in one page,
+    found by division). A skewed batch, so the long request splits at page boundaries."""
+    lens = [5000, 1, 16, 17, 300, 2048, 33]
+    dtype = torch.bfloat16
+    kv_dtype = kv_dtype or dtype
+    q, cache, indptr, indices, last = make_batch(
+        lens, page_size=page_size, dtype=dtype, kv_dtype=kv_dtype, seed=page_size
+    )
+    out, lse = run_wrapper(
+        q, cache, indptr, indices, last, dtype=dtype, kv_dtype=kv_dtype, page_size=page_size
+    )
+    want = oracle(q, cache, indptr, indices, last)
+    check(out, lse, want, dtype, fp8=kv_dtype in FP8)
+
+
 @pytest.mark.parametrize("lens", [[1000], [300], [3000, 40]])
 def test_request_zero_with_a_page_table_that_does_not_start_at_zero(lens):
     """The kernels read request 0's first page from indptr[0], never assume it is 0 (a
