@@ -102,6 +102,50 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
     sm.l[tid] = 0.f;
   }
 
+#ifdef AOTINFER_LAB_CC_PAGES
+  // Each thread copies one 16-byte chunk column of rows my_row0 + n * kRowStep of every tile.
+  // Its page ids for the next tile are loaded while the current tile is used (registers,
+  // issued where they stand), so a tile's copies never wait on a dependent page-table load;
+  // page arithmetic by a shift for power-of-two page sizes (a 64-bit division is ~70
+  // instructions, and it ran once per 16-byte copy).
+  constexpr int kChunks = Layout::kChunks;
+  static_assert(kDecodeThreads % kChunks == 0 && kTileKeys % (kDecodeThreads / kChunks) == 0,
+                "a thread's chunk column repeats every kRowStep rows of a tile");
+  constexpr int kRowStep = kDecodeThreads / kChunks;
+  constexpr int kRowsPerCopier = kTileKeys / kRowStep;
+  const int my_row0 = tid / kChunks, my_col = (tid % kChunks) * Layout::kElemsPerChunk;
+  const detail::PageMath pages_of(p.page_size);
+  const KVT* k_base = p.k + kv_head * p.k_stride_head + my_col;
+  const KVT* v_base = p.v + kv_head * p.v_stride_head + my_col;
+  std::int32_t next_pid[kRowsPerCopier];
+  auto load_pids = [&](std::int64_t tile_start) {
+#pragma unroll
+    for (int n = 0; n < kRowsPerCopier; ++n) {
+      const std::int64_t j = tile_start + my_row0 + n * kRowStep;
+      next_pid[n] = p.indptr && j < k_end ? detail::load_now(p.indices + page_begin + pages_of.page(j)) : 0;
+    }
+  };
+  load_pids(k_begin);
+  auto issue_tile = [&](std::int64_t tile_start, int stage) {
+#pragma unroll
+    for (int n = 0; n < kRowsPerCopier; ++n) {
+      const int row = my_row0 + n * kRowStep;
+      const std::int64_t j = tile_start + row;
+      const bool valid = j < k_end;
+      std::int64_t page = 0, slot = j;  // one contiguous request: page 0, the slot is the key
+      if (p.indptr) {
+        page = next_pid[n] < 0 ? 0 : (next_pid[n] >= p.num_pages ? p.num_pages - 1 : next_pid[n]);
+        slot = j - pages_of.page(j) * p.page_size;
+      }
+      const KVT* ksrc = k_base + page * p.k_stride_page + slot * p.k_stride_slot;
+      const KVT* vsrc = v_base + page * p.v_stride_page + slot * p.v_stride_slot;
+      detail::cp_async16(&sm.k[stage][Layout::offset(row, my_col)], valid ? ksrc : p.k, valid);
+      detail::cp_async16(&sm.v[stage][Layout::offset(row, my_col)], valid ? vsrc : p.v, valid);
+    }
+    detail::cp_async_commit();
+    load_pids(tile_start + kTileKeys);
+  };
+#else
   // Issues the cp.async copies of tile `t` (keys k_begin + t*kTileKeys ...) into stage `stage`.
   auto issue_tile = [&](std::int64_t tile_start, int stage) {
     constexpr int kChunks = Layout::kChunks;
@@ -127,6 +171,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
     }
     detail::cp_async_commit();
   };
+#endif
 
   // Per-thread output accumulators: columns c0 + 64*ci, rows rp + 2*ri.
   constexpr int kCols = D / 64;
