@@ -114,10 +114,6 @@ struct PageMath {
   std::int64_t size;
   bool pow2;
   int shift;
-  __device__ __forceinline__ explicit PageMath(std::int64_t page_size)
-      : size(page_size),
-        pow2(page_size > 0 && page_size < (1ll << 31) && (page_size & (page_size - 1)) == 0),
-        shift(pow2 ? __ffsll(page_size) - 1 : 0) {}
   __device__ __forceinline__ std::int64_t page(std::int64_t j) const {
     if (pow2) return j >> shift;
     if (j < (1ll << 31) && size < (1ll << 31))
@@ -125,6 +121,11 @@ struct PageMath {
     return j / size;
   }
 };
+
+__device__ __forceinline__ PageMath page_math(std::int64_t page_size) {
+  const bool pow2 = page_size > 0 && page_size < (1ll << 31) && (page_size & (page_size - 1)) == 0;
+  return PageMath{page_size, pow2, pow2 ? __ffsll(page_size) - 1 : 0};
+}
 
 }  // namespace detail
 

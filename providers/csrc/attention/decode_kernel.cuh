@@ -114,7 +114,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
   constexpr int kRowStep = kDecodeThreads / kChunks;
   constexpr int kRowsPerCopier = kTileKeys / kRowStep;
   const int my_row0 = tid / kChunks, my_col = (tid % kChunks) * Layout::kElemsPerChunk;
-  const detail::PageMath pages_of(p.page_size);
+  const detail::PageMath pages_of = detail::page_math(p.page_size);
   const KVT* k_base = p.k + kv_head * p.k_stride_head + my_col;
   const KVT* v_base = p.v + kv_head * p.v_stride_head + my_col;
   std::int32_t next_pid[kRowsPerCopier];
