@@ -5,7 +5,7 @@
 // by one CTA, so every K/V row is read from memory once per group, the decode kernel's
 // whole cost. K/V tiles of kTileKeys keys move to shared memory with cp.async, two stages
 // deep (the next tile is in flight while the current one is used); page ids are looked up
-// per row, so any page size and both layouts share one code path. Softmax is online in the
+// per row, one tile ahead, so any page size and both layouts share one code path. Softmax is online in the
 // exp2 domain; the output is written normalised with its base-2 LSE, or, with split-KV, as
 // a partial state that merge.cuh combines.
 //
@@ -102,7 +102,6 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
     sm.l[tid] = 0.f;
   }
 
-#ifdef AOTINFER_LAB_CC_PAGES
   // Each thread copies one 16-byte chunk column of rows my_row0 + n * kRowStep of every tile.
   // Its page ids for the next tile are loaded while the current tile is used (registers,
   // issued where they stand), so a tile's copies never wait on a dependent page-table load;
@@ -145,33 +144,6 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
     detail::cp_async_commit();
     load_pids(tile_start + kTileKeys);
   };
-#else
-  // Issues the cp.async copies of tile `t` (keys k_begin + t*kTileKeys ...) into stage `stage`.
-  auto issue_tile = [&](std::int64_t tile_start, int stage) {
-    constexpr int kChunks = Layout::kChunks;
-    for (int idx = tid; idx < kTileKeys * kChunks; idx += blockDim.x) {
-      const int row = idx / kChunks, chunk = idx % kChunks;
-      const std::int64_t j = tile_start + row;
-      const bool valid = j < k_end;
-      std::int64_t page = 0, slot = 0;
-      if (valid) {
-        if (p.indptr) {
-          page = p.indices[page_begin + j / p.page_size];
-          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-          slot = j % p.page_size;
-        } else {
-          slot = j;
-        }
-      }
-      const int col = chunk * Layout::kElemsPerChunk;
-      const KVT* ksrc = p.k + page * p.k_stride_page + slot * p.k_stride_slot + kv_head * p.k_stride_head + col;
-      const KVT* vsrc = p.v + page * p.v_stride_page + slot * p.v_stride_slot + kv_head * p.v_stride_head + col;
-      detail::cp_async16(&sm.k[stage][Layout::offset(row, col)], valid ? ksrc : p.k, valid);
-      detail::cp_async16(&sm.v[stage][Layout::offset(row, col)], valid ? vsrc : p.v, valid);
-    }
-    detail::cp_async_commit();
-  };
-#endif
 
   // Per-thread output accumulators: columns c0 + 64*ci, rows rp + 2*ri.
   constexpr int kCols = D / 64;

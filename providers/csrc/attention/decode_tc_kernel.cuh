@@ -157,14 +157,6 @@ __device__ __forceinline__ const T* shfl_ptr(const T* x, int src) {
   return reinterpret_cast<const T*>((static_cast<std::uintptr_t>(hi) << 32) | lo);
 }
 
-// j / page_size; 32-bit when it fits (always, in practice): 64-bit division costs ~70
-// instructions, more than the rest of a tile's copy bookkeeping.
-__device__ __forceinline__ std::int64_t page_index(std::int64_t j, std::int64_t page_size) {
-  if (j < (1ll << 31) && page_size < (1ll << 31))
-    return static_cast<std::uint32_t>(j) / static_cast<std::uint32_t>(page_size);
-  return j / page_size;
-}
-
 }  // namespace tc
 
 // One work entry of a decode_tc_kernel CTA: its keys, its rows' output or partial state, and
@@ -249,9 +241,8 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   // contiguous request), a tile's rows are one base plus a stride: one page id per tile, and
   // no per-row pointers passed between lanes.
   const std::int64_t page_size = p.page_size;
-  const bool page_pow2 = page_size > 0 && page_size < (1ll << 31) && (page_size & (page_size - 1)) == 0;
-  const int page_shift = page_pow2 ? __ffsll(page_size) - 1 : 0;
-  auto page_of = [&](std::int64_t j) { return page_pow2 ? j >> page_shift : tc::page_index(j, page_size); };
+  const detail::PageMath pages = detail::page_math(page_size);
+  auto page_of = [&](std::int64_t j) { return pages.page(j); };
   const bool tile_in_page =
       !p.indptr || (page_size % kTcTileKeys == 0 && rg.k_begin % kTcTileKeys == 0);
   auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
