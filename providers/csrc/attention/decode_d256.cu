@@ -5,7 +5,7 @@ namespace aotinfer::attention {
 
 cudaError_t launch_decode_d256(const RawDecode& r, DType q, DType kv, bool tensor_cores, dim3 grid,
                              cudaStream_t stream) {
-  if (tensor_cores) return launch_decode_tc_dim<256>(r, q, grid, stream);
+  if (tensor_cores) return launch_decode_tc_dim<256>(r, q, kv, grid, stream);
   return launch_decode_dim<256>(r, q, kv, grid, stream);
 }
 

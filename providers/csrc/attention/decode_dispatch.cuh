@@ -47,23 +47,35 @@ cudaError_t launch_decode_typed(const RawDecode& r, dim3 grid, cudaStream_t stre
   return launch_with_pdl(decode_kernel<QT, KVT, D>, grid, dim3(kDecodeThreads), kSmem, stream, r.pdl, p);
 }
 
-template <typename T, int D>
+template <typename T, typename KVT, int D>
 cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t stream) {
-  const DecodeParams<T, T> p = typed_params<T, T>(r);
-  const int smem = static_cast<int>(tc_smem_bytes(D, r.stages));
-  cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, D>>(smem, r.device);
+  const DecodeParams<T, KVT> p = typed_params<T, KVT>(r);
+  const int smem = static_cast<int>(tc_smem_bytes(D, r.stages, static_cast<int>(sizeof(KVT))));
+  cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, KVT, D>>(smem, r.device);
   if (err != cudaSuccess) return err;
   // A cluster merge groups the splits (grid z) of each (request, row block, KV head).
   const dim3 cluster(1, 1, r.cluster_merge ? grid.z : 1);
-  return launch_in_clusters(decode_tc_kernel<T, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream, r.pdl,
-                            cluster, p);
+  return launch_in_clusters(decode_tc_kernel<T, KVT, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream,
+                            r.pdl, cluster, p);
 }
 
-// The tensor-core kernel for one head dim: KV in q's dtype (fp16 or bf16).
+// The tensor-core kernel for one head dim and q's type T: KV in q's dtype (fp16 or bf16) or
+// (lab AOTINFER_LAB_FP8_TC) fp8.
+template <typename T, int D>
+cudaError_t launch_decode_tc_q(const RawDecode& r, DType kv, dim3 grid, cudaStream_t stream) {
+  constexpr DType kSame = std::is_same_v<T, __half> ? DType::kFloat16 : DType::kBFloat16;
+  if (kv == kSame) return launch_decode_tc_typed<T, T, D>(r, grid, stream);
+#ifdef AOTINFER_LAB_FP8_TC
+  if (kv == DType::kFloat8E4M3) return launch_decode_tc_typed<T, __nv_fp8_e4m3, D>(r, grid, stream);
+  if (kv == DType::kFloat8E5M2) return launch_decode_tc_typed<T, __nv_fp8_e5m2, D>(r, grid, stream);
+#endif
+  return cudaErrorInvalidValue;
+}
+
 template <int D>
-cudaError_t launch_decode_tc_dim(const RawDecode& r, DType q, dim3 grid, cudaStream_t stream) {
-  if (q == DType::kFloat16) return launch_decode_tc_typed<__half, D>(r, grid, stream);
-  if (q == DType::kBFloat16) return launch_decode_tc_typed<__nv_bfloat16, D>(r, grid, stream);
+cudaError_t launch_decode_tc_dim(const RawDecode& r, DType q, DType kv, dim3 grid, cudaStream_t stream) {
+  if (q == DType::kFloat16) return launch_decode_tc_q<__half, D>(r, kv, grid, stream);
+  if (q == DType::kBFloat16) return launch_decode_tc_q<__nv_bfloat16, D>(r, kv, grid, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -50,7 +50,7 @@ bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 // skewed batches, whose many short pieces share the launch with one long one, lost 1.2-1.4%
 // (64 x 16384 and 256 x 4096 skewed).
 constexpr std::int64_t kLongStreamKeys = 8192;
-int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta) {
+int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta, int kv_size) {
   int stages = d == 64 ? kTcMaxStages : (d == 128 && keys_per_cta >= kLongStreamKeys ? 2 : 3);
   // AOTINFER_DECODE_STAGES=2..4 overrides the preference (dev/sweep_decode.py tunes with it).
   if (const char* env = std::getenv("AOTINFER_DECODE_STAGES")) {
@@ -59,7 +59,8 @@ int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta
             std::string("AOTINFER_DECODE_STAGES must be 2..4, got '") + env + "'");
     stages = want;
   }
-  while (stages >= 2 && tc_smem_bytes(static_cast<int>(d), stages) > static_cast<std::size_t>(smem_limit)) --stages;
+  while (stages >= 2 && tc_smem_bytes(static_cast<int>(d), stages, kv_size) > static_cast<std::size_t>(smem_limit))
+    --stages;
   return stages >= 2 ? stages : 0;
 }
 
@@ -320,8 +321,14 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   // then) or the single request's length.
   const std::int64_t keys_per_cta =
       (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
-  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta);
-  const bool tensor_cores = use_tensor_core_kernel(major, r.stages, k.dtype == q.dtype, a.pos_encoding);
+  const bool fp8_kv = k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2;
+  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta, fp8_kv ? 1 : 2);
+#ifdef AOTINFER_LAB_FP8_TC
+  const bool tc_kv = k.dtype == q.dtype || fp8_kv;
+#else
+  const bool tc_kv = k.dtype == q.dtype;
+#endif
+  const bool tensor_cores = use_tensor_core_kernel(major, r.stages, tc_kv, a.pos_encoding);
   if (!tensor_cores) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
                              : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)

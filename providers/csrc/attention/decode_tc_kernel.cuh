@@ -60,9 +60,14 @@ __host__ __device__ constexpr std::size_t tc_ml_bytes() {
 __host__ __device__ constexpr std::size_t tc_pid_bytes() {  // page ids, per warp and stage: [4][4][16] int
   return static_cast<std::size_t>(kTcWarps) * kTcMaxStages * kTcTileKeys * 4;
 }
-__host__ __device__ constexpr std::size_t tc_tile_bytes(int d) { return static_cast<std::size_t>(kTcTileKeys) * d * 2; }
-__host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages) {
-  const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d);
+__host__ __device__ constexpr std::size_t tc_tile_bytes(int d, int kv_size = 2) {
+  return static_cast<std::size_t>(kTcTileKeys) * d * kv_size;
+}
+// kv_size: bytes per KV element. fp8 KV (1) lands in a ring of fp8 tiles and is converted into
+// one f16 K/V tile pair per warp, which the MMAs read.
+__host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages, int kv_size = 2) {
+  const std::size_t kv = static_cast<std::size_t>(kTcWarps) * stages * 2 * tc_tile_bytes(d, kv_size) +
+                         (kv_size == 1 ? static_cast<std::size_t>(kTcWarps) * 2 * tc_tile_bytes(d) : 0);
   const std::size_t merge = static_cast<std::size_t>(kTcWarps) * kRowBlock * d * 4;
   return tc_q_bytes(d) + tc_ml_bytes() + tc_pid_bytes() + (kv > merge ? kv : merge);
 }
@@ -161,11 +166,17 @@ __device__ __forceinline__ const T* shfl_ptr(const T* x, int src) {
 
 // One work entry of a decode_tc_kernel CTA: its keys, its rows' output or partial state, and
 // the merge when it is the last split of its request.
-template <typename T, int D>
-__device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, const CtaWork& work) {
+template <typename T, typename KVT, int D>
+__device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, const CtaWork& work) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
-  constexpr int kChunks = D / 8;             // 16-byte chunks per row
+  // fp8 KV: the MMAs run in f16 (every fp8 value is an f16; bf16 q is rescaled below).
+  constexpr bool kFp8 = kIsFp8<KVT>;
+  using MT = std::conditional_t<kFp8, __half, T>;
+  static_assert(kFp8 || std::is_same_v<KVT, T>, "KV in q's dtype or fp8");
+  constexpr int kChunks = D / 8;             // 16-byte chunks per row of q
+  constexpr int kKvChunks = D * static_cast<int>(sizeof(KVT)) / 16;  // and of K / V
+  constexpr int kKvElems = 16 / static_cast<int>(sizeof(KVT));        // KV elements per chunk
   constexpr int kKSteps = D / 16;            // k steps of S = Q K^T
   constexpr int kNTiles = D / 8;             // n tiles of O = P V
   extern __shared__ __align__(16) unsigned char smem_raw[];  // same declaration as decode_kernel's
@@ -199,6 +210,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
 
   const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
   const float scale_log2 = p.sm_scale * kLog2e;
+  // bf16 q with fp8 KV runs as f16 q times 2^-s (below): the scores get q_up = 2^s back.
+  constexpr bool kRescaledQ = kFp8 && !std::is_same_v<T, __half>;
+  float q_up = 1.f;
   // Positions of the CTA's first and last query rows.
   const std::int64_t pos_lo = rg.kv_len - p.q_len + row0 / p.group;
   const std::int64_t pos_hi = rg.kv_len - p.q_len + (row0 + rows - 1) / p.group;
@@ -219,7 +233,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   const int n_w = num_tiles > warp ? static_cast<int>((num_tiles - warp + kTcWarps - 1) / kTcWarps) : 0;
   auto tile_start = [&](int i) { return rg.k_begin + (static_cast<std::int64_t>(i) * kTcWarps + warp) * kTcTileKeys; };
   constexpr int kTileElems = kTcTileKeys * D;
-  T* my_kv = reinterpret_cast<T*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTileElems;
+  KVT* my_kv = reinterpret_cast<KVT*>(skv) + static_cast<std::size_t>(warp) * stages * 2 * kTileElems;
+  // fp8: this warp's f16 K/V tile pair, after every warp's ring.
+  MT* my_f16 = reinterpret_cast<MT*>(skv + static_cast<std::size_t>(kTcWarps) * stages * 2 * kTileElems * sizeof(KVT)) +
+               static_cast<std::size_t>(warp) * 2 * kTileElems;
 
   // Copies: each cp.async instruction of the warp moves whole rows (512 contiguous bytes at
   // D = 128: two rows of 16 lanes), so no 32-byte sector is requested twice.
@@ -229,7 +246,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   // committed with tile t - stages + 1's K/V, so it has landed when tile t's copies are
   // issued and no page-table load waits on a tile's critical path. (Measured, that alone did
   // not move the time: the copy bookkeeping's instruction count was the limit; dev/NOTES.md.)
-  constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
+  constexpr int kLanesPerRow = kKvChunks < 32 ? kKvChunks : 32;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
   constexpr int kCopies = kTcTileKeys / kRowsPerCopy;
   const int my_chunk = lane % kLanesPerRow, my_row = lane / kLanesPerRow;
@@ -250,8 +267,8 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     if (!p.indptr || lane >= (tile_in_page ? 1 : kTcTileKeys) || t >= n_w || j >= rg.k_end) return;
     detail::cp_async4(my_pid + slot * kTcTileKeys + lane, p.indices + rg.page_begin + page_of(j));
   };
-  const T* k_head = p.k + kv_head * p.k_stride_head;
-  const T* v_head = p.v + kv_head * p.v_stride_head;
+  const KVT* k_head = p.k + kv_head * p.k_stride_head;
+  const KVT* v_head = p.v + kv_head * p.v_stride_head;
   // This lane's element offset for copy c of a tile: row c * kRowsPerCopy + my_row, chunk
   // my_chunk swizzled by the row. The swizzle repeats every 8 rows (kDstPeriod copies), so
   // up to D = 128 the offsets of one period sit in registers and the rest add a constant;
@@ -264,7 +281,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   for (int j = 0; j < (kDstInRegs ? kDstPeriod : 1); ++j)
     dst_reg[j] = (j * kRowsPerCopy + my_row) * D + 8 * (lane_x ^ ((j * kRowsPerCopy) & 7));
   auto dst_of = [&](int c) {
-    if constexpr (kDstInRegs) {
+    if constexpr (kFp8) {  // the fp8 ring is not swizzled: the conversion reads whole rows
+      return (c * kRowsPerCopy + my_row) * D + my_chunk * kKvElems;
+    } else if constexpr (kDstInRegs) {
       return dst_reg[c % kDstPeriod] + (c / kDstPeriod) * 8 * D;
     } else {
       return (c * kRowsPerCopy + my_row) * D + 8 * (lane_x ^ ((c * kRowsPerCopy) & 7));
@@ -284,11 +303,11 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
         page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
         slot0 = t0 - page_of(t0) * page_size;
       }
-      const T* ks = k_head + page * p.k_stride_page + (slot0 + my_row) * p.k_stride_slot + my_chunk * 8;
-      const T* vs = v_head + page * p.v_stride_page + (slot0 + my_row) * p.v_stride_slot + my_chunk * 8;
+      const KVT* ks = k_head + page * p.k_stride_page + (slot0 + my_row) * p.k_stride_slot + my_chunk * kKvElems;
+      const KVT* vs = v_head + page * p.v_stride_page + (slot0 + my_row) * p.v_stride_slot + my_chunk * kKvElems;
       const std::int64_t k_step = kRowsPerCopy * p.k_stride_slot, v_step = kRowsPerCopy * p.v_stride_slot;
-      T* kd = my_kv + si * 2 * kTileElems;
-      T* vd = kd + kTileElems;
+      KVT* kd = my_kv + si * 2 * kTileElems;
+      KVT* vd = kd + kTileElems;
 #pragma unroll
       for (int c = 0; c < kCopies; ++c) {  // every row present
         detail::cp_async16(kd + dst_of(c), ks + c * k_step, true);
@@ -301,8 +320,8 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     // The general path (tiles that cross pages, a range's last partial tile): lane r (mod 16)
     // turns key row r into its K and V row addresses once; absent rows point at the cache's
     // first row, which cp.async then does not read.
-    const T* krow = p.k;
-    const T* vrow = p.v;
+    const KVT* krow = p.k;
+    const KVT* vrow = p.v;
     {
       const int r = lane % kTcTileKeys;
       const std::int64_t j = t0 + r;
@@ -317,13 +336,13 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;
       }
     }
-    T* kd = my_kv + si * 2 * kTileElems;
-    T* vd = kd + kTileElems;
+    KVT* kd = my_kv + si * 2 * kTileElems;
+    KVT* vd = kd + kTileElems;
 #pragma unroll
     for (int c = 0; c < kCopies; ++c) {
       const int row = c * kRowsPerCopy + my_row;
-      const T* ks = tc::shfl_ptr(krow, row) + my_chunk * 8;
-      const T* vs = tc::shfl_ptr(vrow, row) + my_chunk * 8;
+      const KVT* ks = tc::shfl_ptr(krow, row) + my_chunk * kKvElems;
+      const KVT* vs = tc::shfl_ptr(vrow, row) + my_chunk * kKvElems;
       detail::cp_async16(kd + dst_of(c), ks, row < left);
       detail::cp_async16(vd + dst_of(c), vs, row < left);
     }
@@ -343,6 +362,35 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     detail::cp_async_commit();  // empty groups keep the wait counts uniform
   }
   __syncthreads();  // q in shared memory
+  if constexpr (kRescaledQ) {
+    // bf16 q for f16 MMAs: q times 2^-s, with s the smallest shift that brings its largest
+    // |element| below 2^15 (f16's limit is 65504), and the scores get 2^s back. bf16's 8
+    // significant bits fit f16's 11; only elements 2^29 times smaller than the largest can
+    // lose bits (as f16 subnormals), far below what the fp32 dot product resolves.
+    const __nv_bfloat162* q2 = reinterpret_cast<const __nv_bfloat162*>(sq);
+    float mx = 0.f;
+    for (int idx = tid; idx < kRowBlock * D / 2; idx += kTcThreads) {
+      const float2 f = __bfloat1622float2(q2[idx]);
+      mx = fmaxf(mx, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) sml[warp] = mx;  // sml is free until the warps' merge
+    __syncthreads();
+    mx = fmaxf(fmaxf(sml[0], sml[1]), fmaxf(sml[2], sml[3]));
+    int e = 0;
+    if (mx > 0.f && mx < INFINITY) frexpf(mx, &e);  // mx < 2^e
+    const int shift = e > 15 ? e - 15 : 0;
+    const float down = ldexpf(1.f, -shift);
+    q_up = ldexpf(1.f, shift);
+    __half2* h2 = reinterpret_cast<__half2*>(sq);
+    for (int idx = tid; idx < kRowBlock * D / 2; idx += kTcThreads) {  // the elements this thread read
+      const float2 f = __bfloat1622float2(q2[idx]);
+      h2[idx] = __floats2half2_rn(f.x * down, f.y * down);
+    }
+    __syncthreads();
+  }
+  const MT* sqm = reinterpret_cast<const MT*>(sq);
 
   // Per-lane ldmatrix rows: A (q) and the transposed V want rows 0-15 in lane order
   // (lanes 8-15 -> rows 8-15); non-transposed K wants keys 0-7 then 8-15 in lanes 16-31.
@@ -356,7 +404,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
   std::uint32_t qf[kQInRegs ? kKSteps : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sq + a_off(ks));
+    for (int ks = 0; ks < kKSteps; ++ks) tc::ldsm_x4(qf[ks], sqm + a_off(ks));
   }
 
   float o[kNTiles][4];
@@ -369,8 +417,31 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     __syncwarp();  // tile i visible to the whole warp; the stage refilled next was read by all lanes
     if (i + stages - 1 < n_w) issue(i + stages - 1, ci == 0 ? stages - 1 : ci - 1);
     detail::cp_async_commit();
-    const T* kt = my_kv + ci * 2 * kTileElems;
-    const T* vt = kt + kTileElems;
+    const MT* kt;
+    if constexpr (kFp8) {
+      // This lane's 16-byte fp8 chunks of the K and V tiles into the f16 pair (swizzled, as
+      // ldmatrix reads it); the pair is rewritten next tile, after the __syncwarp above.
+      constexpr int kConvPerLane = kTcTileKeys * kKvChunks / 32;
+      const KVT* ring = my_kv + ci * 2 * kTileElems;
+#pragma unroll
+      for (int x = 0; x < kConvPerLane; ++x) {
+        const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          const uint4 w = *reinterpret_cast<const uint4*>(ring + kv * kTileElems + row * D + c * kKvElems);
+          const uint2 a = fp8x4_to_half4<KVT>(w.x), bb = fp8x4_to_half4<KVT>(w.y);
+          const uint2 cc = fp8x4_to_half4<KVT>(w.z), dd = fp8x4_to_half4<KVT>(w.w);
+          MT* dst = my_f16 + kv * kTileElems;
+          *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c)) = make_uint4(a.x, a.y, bb.x, bb.y);
+          *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c + 1)) = make_uint4(cc.x, cc.y, dd.x, dd.y);
+        }
+      }
+      __syncwarp();
+      kt = my_f16;
+    } else {
+      kt = my_kv + ci * 2 * kTileElems;
+    }
+    const MT* vt = kt + kTileElems;
 
     // S (16 rows x 16 keys) = Q K^T.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -379,16 +450,23 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
       std::uint32_t bk[4];
       tc::ldsm_x4(bk, kt + k_off(ks));
       if constexpr (kQInRegs) {
-        tc::mma<T>(s[0], qf[ks], bk[0], bk[1]);
-        tc::mma<T>(s[1], qf[ks], bk[2], bk[3]);
+        tc::mma<MT>(s[0], qf[ks], bk[0], bk[1]);
+        tc::mma<MT>(s[1], qf[ks], bk[2], bk[3]);
       } else {
         std::uint32_t a[4];
-        tc::ldsm_x4(a, sq + a_off(ks));
-        tc::mma<T>(s[0], a, bk[0], bk[1]);
-        tc::mma<T>(s[1], a, bk[2], bk[3]);
+        tc::ldsm_x4(a, sqm + a_off(ks));
+        tc::mma<MT>(s[0], a, bk[0], bk[1]);
+        tc::mma<MT>(s[1], a, bk[2], bk[3]);
       }
     }
 
+    if constexpr (kRescaledQ) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= q_up;
+      }
+    }
     // Scale, cap, bias, mask; base 2. A tile every row sees whole (the common case: inside
     // the range, before every row's position, inside the window) without cap or ALiBi is
     // one multiply per score.
@@ -453,24 +531,24 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
     // high part and remainder.
     std::uint32_t ph[4], pl[4];
     float r0, r1, q0, q1;
-    ph[0] = tc::pack2<T>(s[0][0], s[0][1], r0, r1);
-    pl[0] = tc::pack2<T>(r0, r1, q0, q1);
-    ph[1] = tc::pack2<T>(s[0][2], s[0][3], r0, r1);
-    pl[1] = tc::pack2<T>(r0, r1, q0, q1);
-    ph[2] = tc::pack2<T>(s[1][0], s[1][1], r0, r1);
-    pl[2] = tc::pack2<T>(r0, r1, q0, q1);
-    ph[3] = tc::pack2<T>(s[1][2], s[1][3], r0, r1);
-    pl[3] = tc::pack2<T>(r0, r1, q0, q1);
+    ph[0] = tc::pack2<MT>(s[0][0], s[0][1], r0, r1);
+    pl[0] = tc::pack2<MT>(r0, r1, q0, q1);
+    ph[1] = tc::pack2<MT>(s[0][2], s[0][3], r0, r1);
+    pl[1] = tc::pack2<MT>(r0, r1, q0, q1);
+    ph[2] = tc::pack2<MT>(s[1][0], s[1][1], r0, r1);
+    pl[2] = tc::pack2<MT>(r0, r1, q0, q1);
+    ph[3] = tc::pack2<MT>(s[1][2], s[1][3], r0, r1);
+    pl[3] = tc::pack2<MT>(r0, r1, q0, q1);
 
     // O (16 x D) += P V, two n-tiles per transposed ldmatrix.
 #pragma unroll
     for (int n2 = 0; n2 < kNTiles / 2; ++n2) {
       std::uint32_t bv[4];
       tc::ldsm_x4_trans(bv, vt + a_off(n2));
-      tc::mma<T>(o[2 * n2], ph, bv[0], bv[1]);
-      tc::mma<T>(o[2 * n2 + 1], ph, bv[2], bv[3]);
-      tc::mma<T>(o[2 * n2], pl, bv[0], bv[1]);
-      tc::mma<T>(o[2 * n2 + 1], pl, bv[2], bv[3]);
+      tc::mma<MT>(o[2 * n2], ph, bv[0], bv[1]);
+      tc::mma<MT>(o[2 * n2 + 1], ph, bv[2], bv[3]);
+      tc::mma<MT>(o[2 * n2], pl, bv[0], bv[1]);
+      tc::mma<MT>(o[2 * n2 + 1], pl, bv[2], bv[3]);
     }
   }
   detail::cp_async_wait<0>();
@@ -545,11 +623,11 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, T>& p, con
 #endif
 }
 
-template <typename T, int D>
+template <typename T, typename KVT, int D>
 __global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
-    decode_tc_kernel(const __grid_constant__ DecodeParams<T, T> p) {
+    decode_tc_kernel(const __grid_constant__ DecodeParams<T, KVT> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  for_each_work_entry(p, [&](const CtaWork& work) { decode_tc_piece<T, D>(p, work); });
+  for_each_work_entry(p, [&](const CtaWork& work) { decode_tc_piece<T, KVT, D>(p, work); });
 #endif
 }
 

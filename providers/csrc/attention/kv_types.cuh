@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace aotinfer::attention {
 
@@ -36,6 +37,19 @@ __device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
   const Pack8<T> pk = *reinterpret_cast<const Pack8<T>*>(p);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = to_f32(pk.v[i]);
+}
+
+template <typename T>
+constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+
+// Four fp8 values (the bytes of w, lowest first) as four halves in two registers, lowest
+// first. Exact: every e4m3 and e5m2 value is a half (one cvt per pair on sm_89+).
+template <typename KVT>
+__device__ __forceinline__ uint2 fp8x4_to_half4(std::uint32_t w) {
+  constexpr __nv_fp8_interpretation_t kKind = std::is_same_v<KVT, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), kKind);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), kKind);
+  return make_uint2(lo.x | (static_cast<unsigned>(lo.y) << 16), hi.x | (static_cast<unsigned>(hi.y) << 16));
 }
 
 }  // namespace aotinfer::attention
