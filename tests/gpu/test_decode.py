@@ -195,8 +195,8 @@ CASES = _sample_cases()
 @pytest.fixture(params=["auto", "cuda_cores"])
 def decode_kernel(request, monkeypatch):
     """Both decode kernels where both apply: "auto" takes the tensor-core kernel for fp16/bf16
-    KV without RoPE on sm_80+, "cuda_cores" pins the CUDA-core one (which otherwise serves
-    only fp8 KV and ROPE_LLAMA)."""
+    or fp8 KV without RoPE on sm_80+, "cuda_cores" pins the CUDA-core one (which otherwise
+    serves only ROPE_LLAMA)."""
     monkeypatch.setenv("AOTINFER_DECODE_KERNEL", request.param)
     return request.param
 
@@ -422,7 +422,7 @@ def test_request_zero_with_a_page_table_that_does_not_start_at_zero(lens):
         (128, 32, 1, None),
         (64, 32, 2, None),
         (256, 64, 4, None),
-        (128, 32, 1, torch.float8_e4m3fn),  # the CUDA-core kernel
+        (128, 32, 1, torch.float8_e4m3fn),  # the fp8 ring of the tensor-core kernel
     ],
 )
 def test_runs_of_entries_agree(d, hq, q_len, kv_dtype, decode_kernel, monkeypatch):

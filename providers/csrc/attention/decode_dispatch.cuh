@@ -60,15 +60,13 @@ cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t s
 }
 
 // The tensor-core kernel for one head dim and q's type T: KV in q's dtype (fp16 or bf16) or
-// (lab AOTINFER_LAB_FP8_TC) fp8.
+// fp8 (e4m3, e5m2).
 template <typename T, int D>
 cudaError_t launch_decode_tc_q(const RawDecode& r, DType kv, dim3 grid, cudaStream_t stream) {
   constexpr DType kSame = std::is_same_v<T, __half> ? DType::kFloat16 : DType::kBFloat16;
   if (kv == kSame) return launch_decode_tc_typed<T, T, D>(r, grid, stream);
-#ifdef AOTINFER_LAB_FP8_TC
   if (kv == DType::kFloat8E4M3) return launch_decode_tc_typed<T, __nv_fp8_e4m3, D>(r, grid, stream);
   if (kv == DType::kFloat8E5M2) return launch_decode_tc_typed<T, __nv_fp8_e5m2, D>(r, grid, stream);
-#endif
   return cudaErrorInvalidValue;
 }
 

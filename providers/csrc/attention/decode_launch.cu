@@ -64,11 +64,11 @@ int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta
   return stages >= 2 ? stages : 0;
 }
 
-// The tensor-core kernel serves sm_80+ with KV in q's dtype and no in-kernel RoPE; the
-// CUDA-core kernel everything else (fp8 KV, ROPE_LLAMA, sm_75). AOTINFER_DECODE_KERNEL=
+// The tensor-core kernel serves sm_80+ with KV in q's dtype or fp8 and no in-kernel RoPE; the
+// CUDA-core kernel everything else (ROPE_LLAMA, sm_75). AOTINFER_DECODE_KERNEL=
 // cuda_cores|tensor_cores pins one where both apply (tests and benchmarks cover both).
-bool use_tensor_core_kernel(int cc_major, int stages, bool same_dtype, PosEncoding pos) {
-  if (cc_major < 8 || stages < 2 || !same_dtype || pos == PosEncoding::kRopeLlama) return false;
+bool use_tensor_core_kernel(int cc_major, int stages, bool kv_dtype_ok, PosEncoding pos) {
+  if (cc_major < 8 || stages < 2 || !kv_dtype_ok || pos == PosEncoding::kRopeLlama) return false;
   const char* pin = std::getenv("AOTINFER_DECODE_KERNEL");
   if (!pin || !*pin) return true;
   const std::string want(pin);
@@ -323,11 +323,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
       (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
   const bool fp8_kv = k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2;
   r.stages = tensor_core_stages(D, smem_limit, keys_per_cta, fp8_kv ? 1 : 2);
-#ifdef AOTINFER_LAB_FP8_TC
   const bool tc_kv = k.dtype == q.dtype || fp8_kv;
-#else
-  const bool tc_kv = k.dtype == q.dtype;
-#endif
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, tc_kv, a.pos_encoding);
   if (!tensor_cores) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
