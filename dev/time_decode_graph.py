@@ -39,8 +39,9 @@ BATCH_CASES = [  # (batch, kv, skewed)
     (256, 4096, False),
     (256, 4096, True),
 ]
-# The CUDA-core kernel's shapes (decode_kernel.cuh: fp8 KV, in-kernel RoPE), uniform lengths.
-CUDA_CORE_CASES = [  # (variant, batch, kv)
+# Other KV types and position modes, uniform lengths: fp8 KV (the tensor-core kernel's fp8 ring,
+# decode_tc_kernel.cuh) and ROPE_LLAMA (the CUDA-core kernel, decode_kernel.cuh).
+VARIANT_CASES = [  # (variant, batch, kv)
     ("fp8", 1, 1024),
     ("fp8", 16, 16384),
     ("fp8", 64, 4096),
@@ -56,7 +57,7 @@ def checksum(t: torch.Tensor) -> float:
 
 def batch_case(batch, kv, skewed, us, sums, variant=None):
     """variant None: bench_decode's case; "fp8": the same cache in float8_e4m3fn; "rope":
-    with ROPE_LLAMA (both on the CUDA-core kernel)."""
+    with ROPE_LLAMA."""
     name = f"batch {batch}x{kv} {'skewed' if skewed else 'uniform'}"
     _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
     kv_dtype, opts = DT, {}
@@ -107,7 +108,7 @@ def main():
         if wanted(f"batch {batch}x{kv}"):
             batch_case(batch, kv, skewed, us, sums)
             torch.cuda.empty_cache()
-    for variant, batch, kv in CUDA_CORE_CASES:
+    for variant, batch, kv in VARIANT_CASES:
         if wanted(f"{variant} batch {batch}x{kv}"):
             batch_case(batch, kv, False, us, sums, variant)
             torch.cuda.empty_cache()

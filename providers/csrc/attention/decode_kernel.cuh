@@ -5,12 +5,16 @@
 // by one CTA, so every K/V row is read from memory once per group, the decode kernel's
 // whole cost. K/V tiles of kTileKeys keys move to shared memory with cp.async, two stages
 // deep (the next tile is in flight while the current one is used); page ids are looked up
-// per row, one tile ahead, so any page size and both layouts share one code path. Softmax is online in the
-// exp2 domain; the output is written normalised with its base-2 LSE, or, with split-KV, as
-// a partial state that merge.cuh combines.
+// per row, one tile ahead, so any page size and both layouts share one code path. Softmax is
+// online in the exp2 domain; the output is written normalised with its base-2 LSE, or, with
+// split-KV, as a partial state that merge.cuh combines.
 //
 // Variants (template): query dtype (fp16, bf16) x KV dtype (same, fp8 e4m3, fp8 e5m2) x head
 // dim (64, 128, 256). Everything else is a run-time argument.
+//
+// It serves ROPE_LLAMA and sm_75 (and the AOTINFER_DECODE_KERNEL=cuda_cores pin); fp16/bf16
+// and fp8 KV run on decode_tc_kernel.cuh on sm_80+ (fp8 there 4-6x faster than here at
+// large shapes: dev/NOTES.md item 53).
 #pragma once
 
 #include <cuda_runtime.h>
