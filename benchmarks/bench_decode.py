@@ -11,6 +11,8 @@ excluded; what a serving loop of layers sees). "eager" = one call, host time inc
 the call only enqueues: the host-time goal's figure (issue #5: at most 15 us). Skewed
 lengths hold the uniform case's total tokens (one request 4x, the rest smaller), so
 "skewed / uniform TB/s" is the load-balance goal's ratio; batch 1 has no skewed case.
+"batch fp8" rows: the uniform shapes' caches in float8_e4m3fn (scales 1), bytes counted with
+1-byte K and V, against FlashInfer on the same fp8 cache (torch SDPA has no fp8 K/V path).
 
     python benchmarks/bench_decode.py [--quick]
 """
@@ -36,6 +38,8 @@ import aotinfer
 
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 DT = torch.bfloat16
+FP8 = torch.float8_e4m3fn
+FP8_SHAPES = [(1, 1024), (16, 16384), (64, 4096)]  # (batch, kv), uniform
 
 
 def lengths(batch, kv, skewed, g):
@@ -93,34 +97,55 @@ def run_host_us(run) -> float:
     return statistics.median(busy_host_us(run) for _ in range(3))
 
 
+def time_aotinfer(row, table, q, cache, caches, kv_dtype):
+    """Our batch decode on a paged batch (table: indptr, indices, last_page_len): eager, host
+    and graph times into row."""
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    w.plan(*table, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=kv_dtype)
+    row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: w.run(q, cache))
+    row["aotinfer_host_us"] = run_host_us(lambda: w.run(q, cache))
+    row["aotinfer_graph_us"] = rotation_graph_us(lambda c: w.run(q, c), caches)
+
+
+def time_flashinfer(fi, row, table, q, cache, caches, kv_dtype):
+    """FlashInfer's BatchDecodeWithPagedKVCacheWrapper on the same inputs, with and without
+    tensor cores (graph times; eager and host times with tensor cores); a failure is
+    recorded as the row's entry."""
+    for tc in (True, False):
+        key = "fi_tc_graph_us" if tc else "fi_graph_us"
+        try:
+            fw = fi.BatchDecodeWithPagedKVCacheWrapper(
+                torch.empty(256 << 20, dtype=torch.uint8, device="cuda"),
+                "NHD",
+                use_tensor_cores=tc,
+            )
+            fw.plan(*table, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=kv_dtype)
+            row[key] = rotation_graph_us(lambda c: fw.run(q, c), caches)
+            if tc:
+                row["fi_tc_eager_us"] = 1e3 * time_ms(lambda: fw.run(q, cache))
+                row["fi_tc_host_us"] = run_host_us(lambda: fw.run(q, cache))
+        except Exception as exc:
+            row[key] = f"error: {type(exc).__name__}"
+    if isinstance(row.get("fi_tc_graph_us"), float):
+        row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
+
+
+def finish_row(row, nbytes, copy_bw, rows):
+    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
+    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
+    rows.append(row)
+    print(row, flush=True)
+
+
 def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
     lens, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
     nbytes = sum(lens) * HKV * D * 2 * 2 + 2 * q.numel() * 2
     row = {"case": "batch", "batch": batch, "kv": kv, "lens": "skewed" if skewed else "uniform"}
-    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
-    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-    row["aotinfer_eager_us"] = 1e3 * time_ms(lambda: w.run(q, cache))
-    row["aotinfer_host_us"] = run_host_us(lambda: w.run(q, cache))
-    row["aotinfer_graph_us"] = rotation_graph_us(lambda c: w.run(q, c), caches)
+    table = (indptr, indices, last)
+    time_aotinfer(row, table, q, cache, caches, DT)
     if fi is not None:
-        for tc in (True, False):
-            key = "fi_tc_graph_us" if tc else "fi_graph_us"
-            try:
-                fw = fi.BatchDecodeWithPagedKVCacheWrapper(
-                    torch.empty(256 << 20, dtype=torch.uint8, device="cuda"),
-                    "NHD",
-                    use_tensor_cores=tc,
-                )
-                fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-                row[key] = rotation_graph_us(lambda c: fw.run(q, c), caches)
-                if tc:
-                    row["fi_tc_eager_us"] = 1e3 * time_ms(lambda: fw.run(q, cache))
-                    row["fi_tc_host_us"] = run_host_us(lambda: fw.run(q, cache))
-            except Exception as exc:
-                row[key] = f"error: {type(exc).__name__}"
-        if isinstance(row.get("fi_tc_graph_us"), float):
-            row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
+        time_flashinfer(fi, row, table, q, cache, caches, DT)
     if not skewed:
         kv_sets = []
         for _ in range(len(caches)):
@@ -134,10 +159,22 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
         row["sdpa_graph_us"] = rotation_graph_us(sdpa, kv_sets)
         del kv_sets
     del caches
-    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
-    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
-    rows.append(row)
-    print(row, flush=True)
+    finish_row(row, nbytes, copy_bw, rows)
+
+
+def bench_fp8(batch, kv, fi, copy_bw, rows):
+    """A uniform shape with its caches (the same random values) in float8_e4m3fn."""
+    _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, False)
+    caches = [(c.to(FP8),) for (c,) in caches]
+    cache = caches[0][0]
+    nbytes = batch * kv * HKV * D * 2 + 2 * q.numel() * 2
+    row = {"case": "batch fp8", "batch": batch, "kv": kv, "lens": "uniform"}
+    table = (indptr, indices, last)
+    time_aotinfer(row, table, q, cache, caches, FP8)
+    if fi is not None:
+        time_flashinfer(fi, row, table, q, cache, caches, FP8)
+    del caches
+    finish_row(row, nbytes, copy_bw, rows)
 
 
 def bench_single(kv, fi, copy_bw, rows):
@@ -175,10 +212,7 @@ def bench_single(kv, fi, copy_bw, rows):
             row["vs_fi_tc"] = row["fi_tc_graph_us"] / row["aotinfer_graph_us"]
         except Exception as exc:
             row["fi_tc_graph_us"] = f"error: {type(exc).__name__}"
-    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
-    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
-    rows.append(row)
-    print(row, flush=True)
+    finish_row(row, nbytes, copy_bw, rows)
 
 
 def main() -> None:
@@ -200,6 +234,9 @@ def main() -> None:
                 torch.cuda.empty_cache()
             if rows[-1]["lens"] == "skewed":
                 rows[-1]["skewed / uniform TB/s"] = rows[-1]["TB/s"] / rows[-2]["TB/s"]
+    for batch, kv in FP8_SHAPES[::2] if args.quick else FP8_SHAPES:
+        bench_fp8(batch, kv, fi, copy_bw, rows)
+        torch.cuda.empty_cache()
     for kv in (32768, 131072):
         bench_single(kv, fi, copy_bw, rows)
     env = environment(copy_bw)
