@@ -90,6 +90,14 @@ def batch_inputs(batch, kv, skewed):
     return lens, cache, indptr, indices, last, caches, q
 
 
+def fp8_batch_inputs(batch, kv):
+    """batch_inputs of a uniform shape with the cache and its copies (the same random values)
+    in float8_e4m3fn: (cache, indptr, indices, last, caches, q)."""
+    _, _, indptr, indices, last, caches, q = batch_inputs(batch, kv, False)
+    caches = [(c.to(FP8),) for (c,) in caches]
+    return caches[0][0], indptr, indices, last, caches, q
+
+
 def run_host_us(run) -> float:
     """Host time of one eager run() (output allocated by run(), as a caller without ``out``
     gets it): median of 3 rounds of 200 calls with the GPU held busy, so each call only
@@ -163,10 +171,8 @@ def bench_batch(batch, kv, skewed, fi, copy_bw, rows):
 
 
 def bench_fp8(batch, kv, fi, copy_bw, rows):
-    """A uniform shape with its caches (the same random values) in float8_e4m3fn."""
-    _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, False)
-    caches = [(c.to(FP8),) for (c,) in caches]
-    cache = caches[0][0]
+    """A uniform shape with its caches in float8_e4m3fn (fp8_batch_inputs)."""
+    cache, indptr, indices, last, caches, q = fp8_batch_inputs(batch, kv)
     nbytes = batch * kv * HKV * D * 2 + 2 * q.numel() * 2
     row = {"case": "batch fp8", "batch": batch, "kv": kv, "lens": "uniform"}
     table = (indptr, indices, last)

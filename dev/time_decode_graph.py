@@ -18,7 +18,17 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import graph_time_ms, rotation_graph_us  # noqa: E402
-from bench_decode import DT, HKV, HQ, PAGE, D, batch_inputs, set_count  # noqa: E402
+from bench_decode import (  # noqa: E402
+    DT,
+    FP8,
+    HKV,
+    HQ,
+    PAGE,
+    D,
+    batch_inputs,
+    fp8_batch_inputs,
+    set_count,
+)
 
 import aotinfer  # noqa: E402
 
@@ -59,13 +69,13 @@ def batch_case(batch, kv, skewed, us, sums, variant=None):
     """variant None: bench_decode's case; "fp8": the same cache in float8_e4m3fn; "rope":
     with ROPE_LLAMA."""
     name = f"batch {batch}x{kv} {'skewed' if skewed else 'uniform'}"
-    _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
     kv_dtype, opts = DT, {}
     if variant == "fp8":
-        kv_dtype = torch.float8_e4m3fn
-        caches = [(c.to(kv_dtype),) for (c,) in caches]
-        cache = caches[0][0]
-    elif variant == "rope":
+        kv_dtype = FP8
+        cache, indptr, indices, last, caches, q = fp8_batch_inputs(batch, kv)
+    else:
+        _, cache, indptr, indices, last, caches, q = batch_inputs(batch, kv, skewed)
+    if variant == "rope":
         opts = {"pos_encoding_mode": "ROPE_LLAMA"}
     if variant:
         name = f"{variant} {name}"

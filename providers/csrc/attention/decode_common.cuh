@@ -122,6 +122,12 @@ struct PageMath {
   }
 };
 
+// A page id from the page table, clamped into the cache: a bad table entry reads a wrong page
+// of the cache, never outside it.
+__device__ __forceinline__ std::int64_t clamp_page(std::int64_t id, std::int64_t num_pages) {
+  return id < 0 ? 0 : (id >= num_pages ? num_pages - 1 : id);
+}
+
 __device__ __forceinline__ PageMath page_math(std::int64_t page_size) {
   const bool pow2 = page_size > 0 && page_size < (1ll << 31) && (page_size & (page_size - 1)) == 0;
   return PageMath{page_size, pow2, pow2 ? __ffsll(page_size) - 1 : 0};

@@ -97,7 +97,7 @@ cudaError_t launch_decode_dim(const RawDecode& r, DType q, DType kv, dim3 grid, 
 // the device cannot hold (sm_75 allows 64 KB) with a clear message before any launch.
 template <int D>
 std::size_t decode_smem_dim(DType q, DType kv) {
-  const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
+  const bool fp8 = is_fp8(kv);
   if (q == DType::kFloat16) return fp8 ? sizeof(DecodeSmem<__half, __nv_fp8_e4m3, D>) : sizeof(DecodeSmem<__half, __half, D>);
   return fp8 ? sizeof(DecodeSmem<__nv_bfloat16, __nv_fp8_e4m3, D>) : sizeof(DecodeSmem<__nv_bfloat16, __nv_bfloat16, D>);
 }

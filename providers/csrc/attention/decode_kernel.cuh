@@ -137,6 +137,8 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
       const bool valid = j < k_end;
       std::int64_t page = 0, slot = j;  // one contiguous request: page 0, the slot is the key
       if (p.indptr) {
+        // detail::clamp_page's expression, written out: calling it changed this kernel's code at
+        // d64 and d256 (ptxas placement), and the kernel as measured is kept.
         page = next_pid[n] < 0 ? 0 : (next_pid[n] >= p.num_pages ? p.num_pages - 1 : next_pid[n]);
         slot = j - pages_of.page(j) * p.page_size;
       }

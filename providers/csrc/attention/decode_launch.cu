@@ -154,7 +154,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   check_rank(v, 4, kOp, "v_cache");
   REQUIRE(is_half(q.dtype), std::string("batch_decode: q must be float16 or bfloat16, got ") + dtype_name(q.dtype));
   REQUIRE(k.dtype == v.dtype, "batch_decode: k_cache and v_cache must have one dtype");
-  REQUIRE(k.dtype == q.dtype || k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2,
+  REQUIRE(k.dtype == q.dtype || is_fp8(k.dtype),
           std::string("batch_decode: KV dtype must be q's dtype or float8, got ") + dtype_name(k.dtype));
   REQUIRE(k.shape == v.shape, "batch_decode: k_cache and v_cache must have one shape");
   check_same_device(k, q, kOp, "k_cache");
@@ -175,7 +175,7 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
               q.stride(0) % 8 == 0,
           "batch_decode: q and the KV cache must be 16-byte aligned");
   for (const TensorView* t : {&k, &v}) {
-    const std::int64_t elem_per_16 = (t->dtype == DType::kFloat8E4M3 || t->dtype == DType::kFloat8E5M2) ? 16 : 8;
+    const std::int64_t elem_per_16 = is_fp8(t->dtype) ? 16 : 8;
     for (int d = 0; d < 3; ++d)
       REQUIRE(t->stride(d) % elem_per_16 == 0, "batch_decode: KV cache strides must keep rows 16-byte aligned");
   }
@@ -321,9 +321,8 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   // then) or the single request's length.
   const std::int64_t keys_per_cta =
       (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
-  const bool fp8_kv = k.dtype == DType::kFloat8E4M3 || k.dtype == DType::kFloat8E5M2;
-  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta, fp8_kv ? 1 : 2);
-  const bool tc_kv = k.dtype == q.dtype || fp8_kv;
+  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta, is_fp8(k.dtype) ? 1 : 2);
+  const bool tc_kv = k.dtype == q.dtype || is_fp8(k.dtype);
   const bool tensor_cores = use_tensor_core_kernel(major, r.stages, tc_kv, a.pos_encoding);
   if (!tensor_cores) {
     const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)

@@ -266,13 +266,12 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
   // no per-row pointers passed between lanes.
   const std::int64_t page_size = p.page_size;
   const detail::PageMath pages = detail::page_math(page_size);
-  auto page_of = [&](std::int64_t j) { return pages.page(j); };
   const bool tile_in_page =
       !p.indptr || (page_size % kTcTileKeys == 0 && rg.k_begin % kTcTileKeys == 0);
   auto fetch_pages = [&](int t, int slot) {  // slot == t % stages
     const std::int64_t j = tile_start(t) + lane;
     if (!p.indptr || lane >= (tile_in_page ? 1 : kTcTileKeys) || t >= n_w || j >= rg.k_end) return;
-    detail::cp_async4(my_pid + slot * kTcTileKeys + lane, p.indices + rg.page_begin + page_of(j));
+    detail::cp_async4(my_pid + slot * kTcTileKeys + lane, p.indices + rg.page_begin + pages.page(j));
   };
   const KVT* k_head = p.k + kv_head * p.k_stride_head;
   const KVT* v_head = p.v + kv_head * p.v_stride_head;
@@ -306,9 +305,8 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
       // the general path below: its absent rows then point at the cache's first row.)
       std::int64_t page = 0, slot0 = t0;  // one contiguous request: page 0, the slot is the key
       if (p.indptr) {
-        page = my_pid[si * kTcTileKeys];
-        page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-        slot0 = t0 - page_of(t0) * page_size;
+        page = detail::clamp_page(my_pid[si * kTcTileKeys], p.num_pages);
+        slot0 = t0 - pages.page(t0) * page_size;
       }
       const KVT* ks = k_head + page * p.k_stride_page + (slot0 + my_row) * p.k_stride_slot + my_chunk * kKvElems;
       const KVT* vs = v_head + page * p.v_stride_page + (slot0 + my_row) * p.v_stride_slot + my_chunk * kKvElems;
@@ -335,9 +333,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
       if (r < left) {
         std::int64_t page = 0, slot = j;  // one request: page 0, the slot is the key
         if (p.indptr) {
-          page = my_pid[si * kTcTileKeys + (tile_in_page ? 0 : r)];  // one id per tile there
-          page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-          slot = j - page_of(j) * page_size;
+          const int id_at = tile_in_page ? 0 : r;  // one page id per tile there
+          page = detail::clamp_page(my_pid[si * kTcTileKeys + id_at], p.num_pages);
+          slot = j - pages.page(j) * page_size;
         }
         krow = k_head + page * p.k_stride_page + slot * p.k_stride_slot;
         vrow = v_head + page * p.v_stride_page + slot * p.v_stride_slot;

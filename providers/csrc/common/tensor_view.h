@@ -65,6 +65,7 @@ enum class DType : int {
 };
 
 const char* dtype_name(DType dtype);
+inline bool is_fp8(DType dtype) { return dtype == DType::kFloat8E4M3 || dtype == DType::kFloat8E5M2; }
 
 struct TensorView {
   std::uintptr_t data = 0;

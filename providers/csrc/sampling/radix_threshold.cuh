@@ -235,12 +235,17 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     };
     // Level 0 has no prefix: every participant takes part, and its bin is its top kBits. The
     // level loop is not unrolled, so `add` would test a prefix and shift by a run-time amount
-    // there too; the scopes with kPeelsLevel0 run level 0's pass with this instead.
+    // there too; the scopes with kPeelsLevel0 run level 0's pass with this instead (the
+    // others with `add`).
     auto add0 = [&](std::uint32_t k) {
-      const bool takes_part = k != 0u;
-      const std::uint32_t d = k >> Sh::shift(0);
-      const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
-      add_to_histogram(sh, takes_part, d, q);
+      if constexpr (kPeel) {
+        const bool takes_part = k != 0u;
+        const std::uint32_t d = k >> Sh::shift(0);
+        const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
+        add_to_histogram(sh, takes_part, d, q);
+      } else {
+        add(k);
+      }
     };
     if constexpr (kHeadBound) {
       // (sh.gather_sizes is read only after the level's first barrier.)
@@ -253,11 +258,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
     } else if (kHeadBound && head_units > 0) {  // level 0
-      if constexpr (kPeel) {
-        head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
-      } else {
-        head_listed = level0_with_list(scope, key_of, add, target.count, head_units, shift, sh);
-      }
+      head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
     } else if (kPeel && level == 0) {
       scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
