@@ -4,9 +4,10 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [latency] [softmax] [sampling] [renorm]
+        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm]
 
-Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table),
+Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
+"fp8": the same in float8_e4m3fn KV),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
 softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k
 sampling 128 x 128256 (bench_sampling's flat and peaked rows), and ("renorm") top-k masking
@@ -27,22 +28,24 @@ from bench_decode import DT, HKV, HQ, PAGE, D, paged_setup  # noqa: E402
 import aotinfer  # noqa: E402
 
 
-def decode_cases(fi):
+def decode_cases(fi, kv_dtype=DT):
     g = torch.Generator().manual_seed(64 * 7 + 4096)
     lens = [4096] * 64
     cache, indptr, indices, last = paged_setup(lens, g)
+    cache = cache.to(kv_dtype)
     q = torch.randn(64, HQ, D, dtype=DT, device="cuda")
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
         torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD"
     )
-    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-    cases = [("aotinfer decode 64x4096", lambda: w.run(q, cache))]
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=kv_dtype)
+    kind = "decode" if kv_dtype == DT else f"decode {str(kv_dtype).split('.')[-1]} KV"
+    cases = [(f"aotinfer {kind} 64x4096", lambda: w.run(q, cache))]
     if fi is not None:
         fw = fi.BatchDecodeWithPagedKVCacheWrapper(
             torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=True
         )
-        fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
-        cases.append(("flashinfer tc decode 64x4096", lambda: fw.run(q, cache)))
+        fw.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=kv_dtype)
+        cases.append((f"flashinfer tc {kind} 64x4096", lambda: fw.run(q, cache)))
     return cases
 
 
@@ -145,6 +148,8 @@ def main():
     cases = []
     if "decode" in want:
         cases += decode_cases(try_import_flashinfer())
+    if "fp8" in want:
+        cases += decode_cases(try_import_flashinfer(), torch.float8_e4m3fn)
     if "latency" in want:
         cases += latency_cases(try_import_flashinfer())
     if "softmax" in want:
