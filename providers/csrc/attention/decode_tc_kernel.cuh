@@ -171,6 +171,14 @@ __device__ __forceinline__ const T* shfl_ptr(const T* x, int src) {
 
 }  // namespace tc
 
+// (lab) Each fp8 lab is measured on top of the ones before it.
+#if defined(AOTINFER_LAB_FP8_P_HIGH_ONLY) && !defined(AOTINFER_LAB_FP8_QK_CHAINS)
+#define AOTINFER_LAB_FP8_QK_CHAINS
+#endif
+#if defined(AOTINFER_LAB_FP8_QK_CHAINS) && !defined(AOTINFER_LAB_FP8_LOADS_FIRST)
+#define AOTINFER_LAB_FP8_LOADS_FIRST
+#endif
+
 // One work entry of a decode_tc_kernel CTA: its keys, its rows' output or partial state, and
 // the merge when it is the last split of its request.
 template <typename T, typename KVT, int D>
@@ -428,6 +436,39 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
       // ldmatrix reads it); the pair is rewritten next tile, after the __syncwarp above.
       constexpr int kConvPerLane = kTcTileKeys * kKvChunks / 32;
       const KVT* ring = my_kv + ci * 2 * kTileElems;
+#if defined(AOTINFER_LAB_FP8_LOADS_FIRST)
+      auto chunk_of = [&](int x, int kv) {  // this lane's x-th 16-byte chunk of the K or V tile
+        const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
+        return *reinterpret_cast<const uint4*>(ring + kv * kTileElems + row * D + c * kKvElems);
+      };
+      auto put_f16 = [&](int x, int kv, uint4 w) {  // its 16 halves into the pair, swizzled
+        const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
+        const uint2 a = fp8x4_to_half4<KVT>(w.x), bb = fp8x4_to_half4<KVT>(w.y);
+        const uint2 cc = fp8x4_to_half4<KVT>(w.z), dd = fp8x4_to_half4<KVT>(w.w);
+        MT* dst = my_f16 + kv * kTileElems;
+        *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c)) = make_uint4(a.x, a.y, bb.x, bb.y);
+        *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c + 1)) = make_uint4(cc.x, cc.y, dd.x, dd.y);
+      };
+      // (lab) A batch's loads all before its first store: the ring and the f16 pair are one
+      // shared array to the compiler, which keeps every load after the stores before it, so
+      // each conversion waited out its own load's latency. K and V in one batch up to
+      // D = 128; at D = 256 (no registers to spare) K's chunks, then V's.
+      constexpr int kBatch = D <= 128 ? 2 : 1;
+#pragma unroll
+      for (int kv0 = 0; kv0 < 2; kv0 += kBatch) {
+        uint4 w[kConvPerLane][kBatch];
+#pragma unroll
+        for (int x = 0; x < kConvPerLane; ++x) {
+#pragma unroll
+          for (int kb = 0; kb < kBatch; ++kb) w[x][kb] = chunk_of(x, kv0 + kb);
+        }
+#pragma unroll
+        for (int x = 0; x < kConvPerLane; ++x) {
+#pragma unroll
+          for (int kb = 0; kb < kBatch; ++kb) put_f16(x, kv0 + kb, w[x][kb]);
+        }
+      }
+#else
 #pragma unroll
       for (int x = 0; x < kConvPerLane; ++x) {
         const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
@@ -441,6 +482,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
           *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c + 1)) = make_uint4(cc.x, cc.y, dd.x, dd.y);
         }
       }
+#endif
       __syncwarp();
       kt = my_f16;
     } else {
@@ -450,11 +492,25 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
 
     // S (16 rows x 16 keys) = Q K^T.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
+    // fp8 (lab): odd k steps into a second pair of accumulators, so four chains of
+    // dependent MMAs of half the length, added at the end.
+    float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    constexpr bool kTwoChains = kFp8 && D == 128;  // (d64 spilled, d256 has no q registers)
+#else
+    constexpr bool kTwoChains = false;
+#endif
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t bk[4];
       tc::ldsm_x4(bk, kt + k_off(ks));
-      if constexpr (kQInRegs) {
+      if constexpr (kTwoChains) {
+#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
+        float(&acc)[2][4] = ks % 2 ? s_odd : s;
+        tc::mma<MT>(acc[0], qf[ks], bk[0], bk[1]);
+        tc::mma<MT>(acc[1], qf[ks], bk[2], bk[3]);
+#endif
+      } else if constexpr (kQInRegs) {
         tc::mma<MT>(s[0], qf[ks], bk[0], bk[1]);
         tc::mma<MT>(s[1], qf[ks], bk[2], bk[3]);
       } else {
@@ -464,6 +520,15 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         tc::mma<MT>(s[1], a, bk[2], bk[3]);
       }
     }
+#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
+    if constexpr (kTwoChains) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] += s_odd[n][e];
+      }
+    }
+#endif
 
     if constexpr (kRescaledQ) {
 #pragma unroll
@@ -534,6 +599,13 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
 
     // P as the A operand (the accumulator layout of two n-tiles is the A layout of one k-step),
     // high part and remainder.
+#if defined(AOTINFER_LAB_FP8_P_HIGH_ONLY)
+    // (lab) fp8 KV: P's f16 high part only (2^-11 relative, far below the fp8 values' own
+    // 2^-4 / 2^-3 steps), half the PV MMAs.
+    constexpr bool kHighOnly = kFp8;
+#else
+    constexpr bool kHighOnly = false;
+#endif
     std::uint32_t ph[4], pl[4];
     float r0, r1, q0, q1;
     ph[0] = tc::pack2<MT>(s[0][0], s[0][1], r0, r1);
@@ -552,8 +624,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
       tc::ldsm_x4_trans(bv, vt + a_off(n2));
       tc::mma<MT>(o[2 * n2], ph, bv[0], bv[1]);
       tc::mma<MT>(o[2 * n2 + 1], ph, bv[2], bv[3]);
-      tc::mma<MT>(o[2 * n2], pl, bv[0], bv[1]);
-      tc::mma<MT>(o[2 * n2 + 1], pl, bv[2], bv[3]);
+      if constexpr (!kHighOnly) {
+        tc::mma<MT>(o[2 * n2], pl, bv[0], bv[1]);
+        tc::mma<MT>(o[2 * n2 + 1], pl, bv[2], bv[3]);
+      }
     }
   }
   detail::cp_async_wait<0>();
