@@ -12,7 +12,9 @@ Differences from FlashInfer, by design:
   (``q_len_per_req > 1`` and ``fixed_split_size``): the provider picks the kernel from the
   data. KV in q's dtype (fp16/bf16) or fp8 without in-kernel RoPE runs on tensor cores on
   sm_80+ (providers/csrc/attention/decode_tc_kernel.cuh; fp8 is converted to f16 in shared
-  memory, exactly); ``ROPE_LLAMA`` and sm_75 run on CUDA cores (decode_kernel.cuh). Both
+  memory, exactly, and its PV product takes the probabilities in f16, as FlashInfer's does,
+  where fp16/bf16 KV gets them to ~16 bits); ``ROPE_LLAMA`` and sm_75 run on CUDA cores
+  (decode_kernel.cuh). Both
   give the same results within the tolerances of tests/gpu/test_decode.py, which runs both.
 - Head dims 64, 128 and 256; q in float16 or bfloat16; KV in q's dtype, float8_e4m3fn or
   float8_e5m2; the output is in q's dtype (``o_data_type`` must equal ``q_data_type``).

@@ -8,7 +8,9 @@
 // MMAs run in f16, since every fp8 value is an f16 (bf16 q is rescaled by a power of two to
 // fit f16's range). Measured against the CUDA-core kernel, which served fp8 before (H200,
 // history/ab-decode-fp8-tc-b48d435.txt): 64 x 4096 958 -> 239 us, 16 x 16384 1488 -> 242,
-// 1 x 1024 28 -> 8.8.
+// 1 x 1024 28 -> 8.8; then the conversion's loads batched, two chains of QK MMAs and P's
+// high part only (below; history/ab-decode-fp8-three-labs-dac32a0.txt): 239 -> 212 us at
+// 64 x 4096, 242 -> 214 at 16 x 16384, 8.8 -> 8.6 at 1 x 1024.
 //
 // Why tensor cores for a memory-bound kernel: with the GQA group in the MMA's 16 rows, one
 // m16n8k16 does 16x8x16 multiply-adds for a handful of instructions, so a 16-key tile of K
@@ -24,7 +26,9 @@
 // Precision: S = Q K^T is exact products accumulated in fp32. P is split into a 16-bit high
 // part and the 16-bit rounding of the remainder, and both go through the PV MMA, so the
 // probabilities carry ~16 significant bits (bf16 alone would carry 8 and cost up to 2^-9
-// relative error per weight).
+// relative error per weight). With fp8 KV only the f16 high part goes (11 bits, 2^-11
+// relative, as in FlashInfer's f16 P): the fp8 values themselves step by 2^-4 (e4m3) or
+// 2^-3 (e5m2), and it halves the PV MMAs of the kernel that is not memory-bound.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -170,14 +174,6 @@ __device__ __forceinline__ const T* shfl_ptr(const T* x, int src) {
 }
 
 }  // namespace tc
-
-// (lab) Each fp8 lab is measured on top of the ones before it.
-#if defined(AOTINFER_LAB_FP8_P_HIGH_ONLY) && !defined(AOTINFER_LAB_FP8_QK_CHAINS)
-#define AOTINFER_LAB_FP8_QK_CHAINS
-#endif
-#if defined(AOTINFER_LAB_FP8_QK_CHAINS) && !defined(AOTINFER_LAB_FP8_LOADS_FIRST)
-#define AOTINFER_LAB_FP8_LOADS_FIRST
-#endif
 
 // One work entry of a decode_tc_kernel CTA: its keys, its rows' output or partial state, and
 // the merge when it is the last split of its request.
@@ -436,7 +432,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
       // ldmatrix reads it); the pair is rewritten next tile, after the __syncwarp above.
       constexpr int kConvPerLane = kTcTileKeys * kKvChunks / 32;
       const KVT* ring = my_kv + ci * 2 * kTileElems;
-#if defined(AOTINFER_LAB_FP8_LOADS_FIRST)
       auto chunk_of = [&](int x, int kv) {  // this lane's x-th 16-byte chunk of the K or V tile
         const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
         return *reinterpret_cast<const uint4*>(ring + kv * kTileElems + row * D + c * kKvElems);
@@ -449,40 +444,29 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c)) = make_uint4(a.x, a.y, bb.x, bb.y);
         *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c + 1)) = make_uint4(cc.x, cc.y, dd.x, dd.y);
       };
-      // (lab) A batch's loads all before its first store: the ring and the f16 pair are one
-      // shared array to the compiler, which keeps every load after the stores before it, so
-      // each conversion waited out its own load's latency. K and V in one batch up to
-      // D = 128; at D = 256 (no registers to spare) K's chunks, then V's.
-      constexpr int kBatch = D <= 128 ? 2 : 1;
+      // A batch's loads all before its first store: the ring and the f16 pair are one shared
+      // array to the compiler, which keeps every load after the stores before it, so each
+      // conversion waited out its own load's latency (Nsight Compute: 23% of the stall
+      // samples, on the first use of each load). K and V in one batch up to D = 128; at
+      // D = 256 (no registers to spare: a batch of 8 spilled on sm_120f) four chunks of one.
+      constexpr int kBatchKV = D <= 128 ? 2 : 1, kBatchX = D <= 128 ? kConvPerLane : 4;
 #pragma unroll
-      for (int kv0 = 0; kv0 < 2; kv0 += kBatch) {
-        uint4 w[kConvPerLane][kBatch];
+      for (int kv0 = 0; kv0 < 2; kv0 += kBatchKV) {
 #pragma unroll
-        for (int x = 0; x < kConvPerLane; ++x) {
+        for (int x0 = 0; x0 < kConvPerLane; x0 += kBatchX) {
+          uint4 w[kBatchX][kBatchKV];
 #pragma unroll
-          for (int kb = 0; kb < kBatch; ++kb) w[x][kb] = chunk_of(x, kv0 + kb);
-        }
+          for (int x = 0; x < kBatchX; ++x) {
 #pragma unroll
-        for (int x = 0; x < kConvPerLane; ++x) {
+            for (int kb = 0; kb < kBatchKV; ++kb) w[x][kb] = chunk_of(x0 + x, kv0 + kb);
+          }
 #pragma unroll
-          for (int kb = 0; kb < kBatch; ++kb) put_f16(x, kv0 + kb, w[x][kb]);
-        }
-      }
-#else
+          for (int x = 0; x < kBatchX; ++x) {
 #pragma unroll
-      for (int x = 0; x < kConvPerLane; ++x) {
-        const int idx = lane + 32 * x, row = idx / kKvChunks, c = idx % kKvChunks;
-#pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
-          const uint4 w = *reinterpret_cast<const uint4*>(ring + kv * kTileElems + row * D + c * kKvElems);
-          const uint2 a = fp8x4_to_half4<KVT>(w.x), bb = fp8x4_to_half4<KVT>(w.y);
-          const uint2 cc = fp8x4_to_half4<KVT>(w.z), dd = fp8x4_to_half4<KVT>(w.w);
-          MT* dst = my_f16 + kv * kTileElems;
-          *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c)) = make_uint4(a.x, a.y, bb.x, bb.y);
-          *reinterpret_cast<uint4*>(dst + tc::at<D>(row, 2 * c + 1)) = make_uint4(cc.x, cc.y, dd.x, dd.y);
+            for (int kb = 0; kb < kBatchKV; ++kb) put_f16(x0 + x, kv0 + kb, w[x][kb]);
+          }
         }
       }
-#endif
       __syncwarp();
       kt = my_f16;
     } else {
@@ -492,24 +476,22 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
 
     // S (16 rows x 16 keys) = Q K^T.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
-    // fp8 (lab): odd k steps into a second pair of accumulators, so four chains of
-    // dependent MMAs of half the length, added at the end.
+    // fp8 at d128: odd k steps into a second pair of accumulators, so four chains of dependent
+    // MMAs of half the length, added at the end (at d64 it spilled; d256 reloads q per tile).
     float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    constexpr bool kTwoChains = kFp8 && D == 128;  // (d64 spilled, d256 has no q registers)
+#if defined(AOTINFER_LAB_QK_CHAINS_ALL)
+    constexpr bool kTwoChains = D == 128;  // (lab) fp16/bf16 KV too
 #else
-    constexpr bool kTwoChains = false;
+    constexpr bool kTwoChains = kFp8 && D == 128;
 #endif
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t bk[4];
       tc::ldsm_x4(bk, kt + k_off(ks));
       if constexpr (kTwoChains) {
-#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
         float(&acc)[2][4] = ks % 2 ? s_odd : s;
         tc::mma<MT>(acc[0], qf[ks], bk[0], bk[1]);
         tc::mma<MT>(acc[1], qf[ks], bk[2], bk[3]);
-#endif
       } else if constexpr (kQInRegs) {
         tc::mma<MT>(s[0], qf[ks], bk[0], bk[1]);
         tc::mma<MT>(s[1], qf[ks], bk[2], bk[3]);
@@ -520,7 +502,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         tc::mma<MT>(s[1], a, bk[2], bk[3]);
       }
     }
-#if defined(AOTINFER_LAB_FP8_QK_CHAINS)
     if constexpr (kTwoChains) {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -528,7 +509,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         for (int e = 0; e < 4; ++e) s[n][e] += s_odd[n][e];
       }
     }
-#endif
 
     if constexpr (kRescaledQ) {
 #pragma unroll
@@ -598,14 +578,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     }
 
     // P as the A operand (the accumulator layout of two n-tiles is the A layout of one k-step),
-    // high part and remainder.
-#if defined(AOTINFER_LAB_FP8_P_HIGH_ONLY)
-    // (lab) fp8 KV: P's f16 high part only (2^-11 relative, far below the fp8 values' own
-    // 2^-4 / 2^-3 steps), half the PV MMAs.
+    // high part and remainder; with fp8 KV the f16 high part only, as FlashInfer's f16 P
+    // (2^-11 relative, far below the steps of the fp8 values themselves, 2^-4 and 2^-3):
+    // half the PV MMAs.
     constexpr bool kHighOnly = kFp8;
-#else
-    constexpr bool kHighOnly = false;
-#endif
     std::uint32_t ph[4], pl[4];
     float r0, r1, q0, q1;
     ph[0] = tc::pack2<MT>(s[0][0], s[0][1], r0, r1);
