@@ -13,7 +13,9 @@ values):
   is up to 2**-9 (2e-3) relative, so 1e-3 is below its resolution; 8e-3 is two ulps.
 - fp8 KV: the same bound times 2. Every e4m3 and e5m2 value converts exactly to fp16 and
   bf16, and the oracle reads the same fp8 values, so quantisation is not part of the error;
-  the factor covers the extra k_scale / v_scale multiplications.
+  the factor covers the extra k_scale / v_scale multiplications and, on the tensor-core
+  kernel, probabilities rounded once to f16 for the PV product (fp16/bf16 KV carries them
+  to ~16 bits there).
 - LSE (float32, base 2): 1e-3 absolute and relative (its magnitude is about log2 kv_len).
 """
 
