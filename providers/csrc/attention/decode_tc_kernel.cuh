@@ -485,13 +485,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     for (int ks = 0; ks < kKSteps; ++ks) {
       std::uint32_t bk[4];
       tc::ldsm_x4(bk, kt + k_off(ks));
-      if constexpr (kTwoChains) {
-        float(&acc)[2][4] = ks % 2 ? s_odd : s;
+      float(&acc)[2][4] = kTwoChains && ks % 2 ? s_odd : s;
+      if constexpr (kQInRegs) {
         tc::mma<MT>(acc[0], qf[ks], bk[0], bk[1]);
         tc::mma<MT>(acc[1], qf[ks], bk[2], bk[3]);
-      } else if constexpr (kQInRegs) {
-        tc::mma<MT>(s[0], qf[ks], bk[0], bk[1]);
-        tc::mma<MT>(s[1], qf[ks], bk[2], bk[3]);
       } else {
         std::uint32_t a[4];
         tc::ldsm_x4(a, sqm + a_off(ks));
@@ -544,50 +541,9 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     }
 
     // Online softmax for rows g (h = 0) and g + 8 (h = 1); a row is spread over 4 lanes.
-#if defined(AOTINFER_LAB_SOFTMAX_BOTH_ROWS)
-    // (lab) Both rows' maxima first, their shuffles in flight together, and one vote for
-    // both rescales: row 0's vote and branch kept row 1's shuffles behind them (Nsight
-    // Compute, fp8 64 x 4096: the max after each shuffle ~7% of the stall samples). The same
-    // results: a rescale by alpha == 1 changes nothing.
-    float mx[2], alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      mx[h] = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-#pragma unroll
-    for (int xm = 1; xm <= 2; xm <<= 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], xm));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m[h], mx[h]);
-      const float base = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: every p is 0
-      alpha[h] = exp2f(m[h] - base);
-      m[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[n][e] = exp2f(s[n][e] - base);
-          sum += s[n][e];
-        }
-      }
-      l[h] = l[h] * alpha[h] + sum;  // this lane's share; the 4 lanes of a row add up at the end
-    }
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
-      }
-    }
-#else
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // Row h's update given its tile max mx (over the row's 4 lanes): the new running max,
+    // the scores as probabilities, this lane's share of the row sum; returns the rescale.
+    auto update_row = [&](int h, float mx) {
       const float m_new = fmaxf(m[h], mx);
       const float base = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: every p is 0
       const float alpha = exp2f(m[h] - base);
@@ -602,6 +558,37 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         }
       }
       l[h] = l[h] * alpha + sum;  // this lane's share; the 4 lanes of a row add up at the end
+      return alpha;
+    };
+    auto tile_max = [&](int h) {  // this lane's 4 scores of row h
+      return fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+    };
+#if defined(AOTINFER_LAB_SOFTMAX_BOTH_ROWS)
+    // (lab) Both rows' maxima first, their shuffles in flight together, and one vote for
+    // both rescales: row 0's vote and branch kept row 1's shuffles behind them (Nsight
+    // Compute, fp8 64 x 4096: the max after each shuffle ~7% of the stall samples). The same
+    // results: a rescale by alpha == 1 changes nothing.
+    float mx[2] = {tile_max(0), tile_max(1)};
+#pragma unroll
+    for (int xm = 1; xm <= 2; xm <<= 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], xm));
+    }
+    const float alpha[2] = {update_row(0, mx[0]), update_row(1, mx[1])};
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
+      }
+    }
+#else
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = tile_max(h);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float alpha = update_row(h, mx);
       // The running max rarely moves after the first tiles: skip the rescale when no row of
       // the warp changed (a warp vote costs less than 2 * D / 8 multiplies).
       if (!__all_sync(0xffffffffu, alpha == 1.f)) {
