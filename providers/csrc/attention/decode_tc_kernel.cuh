@@ -563,11 +563,12 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     auto tile_max = [&](int h) {  // this lane's 4 scores of row h
       return fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
     };
-#if defined(AOTINFER_LAB_SOFTMAX_BOTH_ROWS)
-    // (lab) Both rows' maxima first, their shuffles in flight together, and one vote for
-    // both rescales: row 0's vote and branch kept row 1's shuffles behind them (Nsight
-    // Compute, fp8 64 x 4096: the max after each shuffle ~7% of the stall samples). The same
-    // results: a rescale by alpha == 1 changes nothing.
+    // Both rows' tile maxima first, their shuffles in flight together, then one warp vote for
+    // both rescales: with a vote and branch per row, row 0's kept row 1's shuffles waiting
+    // (Nsight Compute, fp8 64 x 4096: the max after each shuffle ~7% of the stall samples;
+    // A/B history/ab-decode-softmax-both-rows-8a9062a.txt: 0.96-0.99x at every shape). The
+    // running max rarely moves after the first tiles, so the rescale is usually skipped (a
+    // vote costs less than 2 * D / 8 multiplies); a rescale by alpha == 1 changes nothing.
     float mx[2] = {tile_max(0), tile_max(1)};
 #pragma unroll
     for (int xm = 1; xm <= 2; xm <<= 1) {
@@ -582,24 +583,6 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
         for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
       }
     }
-#else
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = tile_max(h);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float alpha = update_row(h, mx);
-      // The running max rarely moves after the first tiles: skip the rescale when no row of
-      // the warp changed (a warp vote costs less than 2 * D / 8 multiplies).
-      if (!__all_sync(0xffffffffu, alpha == 1.f)) {
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          o[n][2 * h] *= alpha;
-          o[n][2 * h + 1] *= alpha;
-        }
-      }
-    }
-#endif
 
     // P as the A operand (the accumulator layout of two n-tiles is the A layout of one k-step),
     // high part and remainder; with fp8 KV the f16 high part only, as FlashInfer's f16 P
