@@ -5,6 +5,7 @@ tensors). Nothing here validates: callers have checked every argument.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -62,6 +63,20 @@ def num_sms(device: torch.device) -> int:
     if index not in _sm_counts:
         _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return _sm_counts[index]
+
+
+ENV_PREPARED = "AOTINFER_DECODE_PREPARED"
+
+
+def prepared_launches_on() -> bool:
+    """``AOTINFER_DECODE_PREPARED=on|off`` (README switch table; default on), read by each
+    plan(): whether the wrapper's run() launches through the provider's prepared call
+    (``kernels.prepare_batch_decode``, checked once per plan) or passes every view to
+    ``kernels.batch_decode`` on each call. Off is for A/B runs of host time in one process."""
+    value = os.environ.get(ENV_PREPARED, "")
+    if value not in ("", "on", "off"):
+        raise ValueError(f"{ENV_PREPARED} must be on or off, got {value!r}")
+    return value != "off"
 
 
 def cache_half_views(

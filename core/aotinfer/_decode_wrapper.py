@@ -86,6 +86,11 @@ class _Plan:
     launch_split: tuple = ()
     eager_split_args: Optional[tuple] = None
     launch_scalars: tuple = ()
+    # The provider's prepared launches of this plan (kernels.prepare_batch_decode), made by
+    # the first run() that can use one: keyed by (whether the call is eager, the 5-D cache's
+    # strides), since the split group and the cache's strides are fixed in them. None: run()
+    # never uses them (AOTINFER_DECODE_PREPARED=off at plan()).
+    prepared: Optional[dict] = None
     # What run() puts into the views it builds itself: the device index (-1: CPU), the
     # dtype codes of q, out and the cache (and the cache's element size), the contiguous
     # strides of out and lse.
@@ -522,6 +527,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if p.split.max_splits > 1:
             p.partial_views = (_views.view(p.partial_out), _views.view(p.partial_lse))
         p.launch_split = _launch.split_args(p.partial_views, p.work_views, p.split, p.q_len)
+        p.prepared = {} if _launch.prepared_launches_on() else None  # they hold the old views
         if p.eager_work_views is not None:
             p.eager_split_args = _launch.split_args(
                 p.partial_views, p.eager_work_views, p.split, p.q_len
@@ -703,6 +709,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if isinstance(cache, torch.Tensor) and cache.dtype is p.kv_dtype:
             shape, strides = cache.shape, cache.stride()
             if shape[1:] == p.cache_tail and strides[4] == 1 and cache.device == dev:
+                if p.prepared is not None and scalars is None and sinks is None:
+                    self._launch_prepared(p, q, cache, shape, strides, out, lse)
+                    return (out, lse) if return_lse else out
                 k_view, v_view = _launch.cache_half_views(
                     cache.data_ptr(), shape, strides, p.kv_code, p.kv_itemsize, index
                 )
@@ -732,6 +741,54 @@ class BatchDecodeWithPagedKVCacheWrapper:
             _views.stream_handle(dev),
         )
         return (out, lse) if return_lse else out
+
+    def _launch_prepared(self, p, q, cache, shape, strides, out, lse) -> None:
+        """run()'s launch through the provider's prepared call for this plan (the planned
+        scalars, no sinks, a 5-D cache of the planned tail): only pointers, q's strides and
+        the page count cross into the provider. The first such call for an eager or captured
+        launch and a cache layout prepares it (the provider checks everything once, as
+        batch_decode does on every call); anything the provider refuses is raised there."""
+        eager = p.eager_split_args is not None and not _launch.capturing()
+        key = (eager, strides)
+        prepared = p.prepared.get(key)
+        if prepared is None:
+            prepared = self._prepare(p, eager, shape, strides)
+            p.prepared[key] = prepared
+        q_strides = q.stride()
+        if q_strides[-1] != 1:
+            q = q.contiguous()
+            q_strides = q.stride()
+        k_ptr = cache.data_ptr()
+        prepared.launch(
+            q.data_ptr(),
+            q_strides[0],
+            q_strides[1],
+            k_ptr,
+            k_ptr + strides[1] * p.kv_itemsize,
+            shape[0],
+            out.data_ptr(),
+            0 if lse is None else lse.data_ptr(),
+            _views.stream_handle(self.device),
+        )
+
+    def _prepare(self, p, eager: bool, shape, strides):
+        """kernels.prepare_batch_decode for run()'s prepared path: q, out and lse as the plan
+        fixes them (their pointers are per call), the cache's halves with these strides."""
+        index = p.device_index
+        k_view, v_view = _launch.cache_half_views(
+            0, shape, strides, p.kv_code, p.kv_itemsize, index
+        )
+        return p.kernels.prepare_batch_decode(
+            (0, p.q_code, p.q_shape, p.out_strides, index),
+            k_view,
+            v_view,
+            *p.launch_table,
+            (0, p.o_code, p.q_shape, p.out_strides, index),
+            (0, _views.F32_CODE, p.lse_shape, p.lse_strides, index),
+            *(p.eager_split_args if eager else p.launch_split),
+            *p.launch_scalars,
+            None,
+        )
 
     def _forward(
         self,

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import _arches
 from ._version import __version__
 
-ABI_VERSION = 3  # must equal AOTINFER_ABI_VERSION in CMakeLists.txt
+ABI_VERSION = 4  # must equal AOTINFER_ABI_VERSION in CMakeLists.txt
 ENTRY_POINT_GROUP = "aotinfer.providers"
 ENV_PROVIDER = "AOTINFER_PROVIDER"
 ENV_ALLOW_SKEW = "AOTINFER_ALLOW_VERSION_SKEW"

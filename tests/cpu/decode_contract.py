@@ -58,12 +58,40 @@ def tensor_from_view(v):
     return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, strides)
 
 
+class FakePreparedDecode:
+    """A prepared batch_decode call (decode_launchers.h): ``launch`` puts the call's pointers,
+    q's strides and the page count into the prepared views and runs batch_decode on them,
+    which is what the header promises the provider's prepared launch does."""
+
+    def __init__(self, kernels, args):
+        self.kernels, self.args = kernels, args
+
+    def launch(self, q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, stream):
+        kernels = self.kernels
+        kernels.calls.append(("prepared_launch", dict(q=q, k=k, v=v, num_pages=num_pages)))
+        args = list(self.args)
+        q_t, k_t, v_t, out_t, lse_t = args[0], args[1], args[2], args[9], args[10]
+        args[0] = (q, q_t[1], q_t[2], (q_stride_row, q_stride_head, 1), q_t[4])
+        args[1] = (k, k_t[1], (num_pages, *k_t[2][1:]), k_t[3], k_t[4])
+        args[2] = (v, v_t[1], (num_pages, *v_t[2][1:]), v_t[3], v_t[4])
+        args[9] = (out, *out_t[1:])
+        args[10] = None if lse == 0 else (lse, *lse_t[1:])
+        kernels.batch_decode(*args, stream)
+
+
 class FakeKernels:
     """Records every call (name, args) in ``calls`` and computes what the kernel would."""
 
     def __init__(self):
         self.calls = []
         self.capturing = False  # what _decode_launch.capturing() answers
+        self.prepared = 0  # prepare_batch_decode calls
+
+    def prepare_batch_decode(self, *args):
+        """batch_decode's arguments but the stream; the views' pointers are not read."""
+        assert len(args) == 29, f"prepare_batch_decode takes 29 arguments, got {len(args)}"
+        self.prepared += 1
+        return FakePreparedDecode(self, args)
 
     def batch_decode(
         self,

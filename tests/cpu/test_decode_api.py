@@ -633,6 +633,64 @@ def test_provider_path_cuda_graph_replan_keeps_the_launch(monkeypatch):
     assert chunk * splits >= ix.numel()  # any table that fits the buffers is covered
 
 
+def _prepared_launches(fake):
+    return [c[0] for c in fake.calls].count("prepared_launch")
+
+
+def test_run_launches_through_the_plans_prepared_call(monkeypatch):
+    """run() prepares the provider's call once per plan, eager/captured launch and cache
+    strides, then passes pointers only; sinks and per-call scales or windows take the full
+    batch_decode call; every path gives the reference's result."""
+    monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
+    fake = decode_contract.install(monkeypatch, num_sms=16)
+    q, cache, indptr, indices, last = make_batch([300])  # one split request: eager != captured
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    eo, el = expected(q, cache, indptr, indices, last)
+    for _ in range(3):
+        close(*w.run(q, cache, return_lse=True), eo, el)
+    close(w.run(q, cache), None, eo, None)  # lse not written: lse pointer 0
+    assert fake.prepared == 1 and _prepared_launches(fake) == 4
+    fake.capturing = True
+    close(*w.run(q, cache, return_lse=True), eo, el)
+    fake.capturing = False
+    assert fake.prepared == 2  # the captured launch has its own split group
+    wide = torch.zeros(cache.shape[0], 3, *cache.shape[2:], dtype=cache.dtype)
+    wide[:, :2] = cache
+    close(*w.run(q, wide[:, :2], return_lse=True), eo, el)
+    assert fake.prepared == 3  # other strides
+    launches = _prepared_launches(fake)
+    sinks = torch.linspace(-1, 1, HQ)
+    w.run(q, cache, sinks=sinks)
+    scaled = expected(q, cache, indptr, indices, last, q_scale=0.5)[0]
+    close(w.run(q, cache, q_scale=0.5), None, scaled, None)
+    close(w.run(q, (cache[:, 0], cache[:, 1])), None, eo, None)
+    assert _prepared_launches(fake) == launches and fake.calls[-1][0] == "batch_decode"
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    w.run(q, cache)
+    assert fake.prepared == 4  # a new plan prepares anew
+
+
+def test_prepared_launch_switch(monkeypatch):
+    """AOTINFER_DECODE_PREPARED=off (read by plan()) makes run() pass every view on every
+    call, with the same result; a value other than on/off is refused by plan()."""
+    fake = decode_contract.install(monkeypatch)
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    monkeypatch.setenv("AOTINFER_DECODE_PREPARED", "off")
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    off = w.run(q, cache, return_lse=True)
+    assert fake.prepared == 0 and _prepared_launches(fake) == 0
+    monkeypatch.setenv("AOTINFER_DECODE_PREPARED", "on")
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    on = w.run(q, cache, return_lse=True)
+    assert fake.prepared == 1 and _prepared_launches(fake) == 1
+    assert torch.equal(on[0], off[0]) and torch.equal(on[1], off[1])
+    monkeypatch.setenv("AOTINFER_DECODE_PREPARED", "sometimes")
+    with pytest.raises(ValueError, match="PREPARED must be on or off, got 'sometimes'"):
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+
+
 def test_provider_path_fixed_split_and_disabled_split(monkeypatch):
     fake = decode_contract.install(monkeypatch)
     q, cache, indptr, indices, last = make_batch([100, 17])

@@ -12,6 +12,78 @@ namespace {
 
 const TensorView* opt(const std::optional<TensorView>& v) { return v ? &*v : nullptr; }
 
+// batch_decode's arguments parsed from Python: the views, owned here, and the DecodeArgs
+// that point at them (so DecodeArgs must not outlive this object).
+struct ParsedDecode {
+  TensorView q, k, v, out;
+  std::optional<TensorView> indptr, indices, last_page_len, lse, partial_out, partial_lse, work, split_counts,
+      arrivals, alibi_slopes, sinks;
+  DecodeArgs a{};
+
+  ParsedDecode(py::handle q_, py::handle k_cache, py::handle v_cache, int kv_layout, std::int64_t page_size,
+               py::handle indptr_, py::handle indices_, py::handle last_page_len_, std::int64_t kv_len_scalar,
+               py::handle out_, py::handle lse_, py::handle partial_out_, py::handle partial_lse_, py::handle work_,
+               py::handle split_counts_, py::handle arrivals_, std::int64_t chunk_pages, std::int64_t max_splits,
+               std::int64_t q_len_per_req, float sm_scale, float logits_soft_cap, std::int64_t window_left,
+               int pos_encoding_mode, float rope_scale, float rope_theta, py::handle alibi_slopes_, float k_scale,
+               float v_scale, py::handle sinks_) {
+    if (kv_layout != 0 && kv_layout != 1) throw py::value_error("kv_layout must be 0 (NHD) or 1 (HND)");
+    if (pos_encoding_mode < 0 || pos_encoding_mode > 2) throw py::value_error("unknown pos_encoding_mode");
+    q = view_from_py(q_);
+    k = view_from_py(k_cache);
+    v = view_from_py(v_cache);
+    out = view_from_py(out_);
+    indptr = optional_view_from_py(indptr_);
+    indices = optional_view_from_py(indices_);
+    last_page_len = optional_view_from_py(last_page_len_);
+    lse = optional_view_from_py(lse_);
+    partial_out = optional_view_from_py(partial_out_);
+    partial_lse = optional_view_from_py(partial_lse_);
+    alibi_slopes = optional_view_from_py(alibi_slopes_);
+    sinks = optional_view_from_py(sinks_);
+    work = optional_view_from_py(work_);
+    split_counts = optional_view_from_py(split_counts_);
+    arrivals = optional_view_from_py(arrivals_);
+    a.q = &q;
+    a.k_cache = &k;
+    a.v_cache = &v;
+    a.layout = static_cast<KvLayout>(kv_layout);
+    a.page_size = page_size;
+    a.indptr = opt(indptr);
+    a.indices = opt(indices);
+    a.last_page_len = opt(last_page_len);
+    a.kv_len_scalar = kv_len_scalar;
+    a.out = &out;
+    a.lse = opt(lse);
+    a.partial_out = opt(partial_out);
+    a.partial_lse = opt(partial_lse);
+    a.work = opt(work);
+    a.split_counts = opt(split_counts);
+    a.arrivals = opt(arrivals);
+    a.chunk_pages = chunk_pages;
+    a.max_splits = max_splits;
+    a.q_len_per_req = q_len_per_req;
+    a.sm_scale = sm_scale;
+    a.logits_soft_cap = logits_soft_cap;
+    a.window_left = window_left;
+    a.pos_encoding = static_cast<PosEncoding>(pos_encoding_mode);
+    a.rope_scale = rope_scale;
+    a.rope_theta = rope_theta;
+    a.alibi_slopes = opt(alibi_slopes);
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
+    a.sinks = opt(sinks);
+  }
+  ParsedDecode(const ParsedDecode&) = delete;
+  ParsedDecode& operator=(const ParsedDecode&) = delete;
+};
+
+// Python's handle of a prepared call (PreparedDecode is opaque here; its deleter comes from
+// decode_launch.cu, where it was made).
+struct PreparedDecodeHandle {
+  std::shared_ptr<const PreparedDecode> prepared;
+};
+
 }  // namespace
 
 void register_bindings(py::module_& m) {
@@ -24,48 +96,12 @@ void register_bindings(py::module_& m) {
          float sm_scale, float logits_soft_cap,
          std::int64_t window_left, int pos_encoding_mode, float rope_scale, float rope_theta, py::handle alibi_slopes,
          float k_scale, float v_scale, py::handle sinks, std::uintptr_t stream) {
-        if (kv_layout != 0 && kv_layout != 1) throw py::value_error("kv_layout must be 0 (NHD) or 1 (HND)");
-        if (pos_encoding_mode < 0 || pos_encoding_mode > 2) throw py::value_error("unknown pos_encoding_mode");
-        const TensorView qv = view_from_py(q), kv = view_from_py(k_cache), vv = view_from_py(v_cache),
-                         ov = view_from_py(out);
-        const auto ip = optional_view_from_py(indptr), ix = optional_view_from_py(indices),
-                   lp = optional_view_from_py(last_page_len), ls = optional_view_from_py(lse),
-                   po = optional_view_from_py(partial_out), pl = optional_view_from_py(partial_lse),
-                   al = optional_view_from_py(alibi_slopes), sk = optional_view_from_py(sinks),
-                   wk = optional_view_from_py(work), sc = optional_view_from_py(split_counts),
-                   ar = optional_view_from_py(arrivals);
-        DecodeArgs a;
-        a.q = &qv;
-        a.k_cache = &kv;
-        a.v_cache = &vv;
-        a.layout = static_cast<KvLayout>(kv_layout);
-        a.page_size = page_size;
-        a.indptr = opt(ip);
-        a.indices = opt(ix);
-        a.last_page_len = opt(lp);
-        a.kv_len_scalar = kv_len_scalar;
-        a.out = &ov;
-        a.lse = opt(ls);
-        a.partial_out = opt(po);
-        a.partial_lse = opt(pl);
-        a.work = opt(wk);
-        a.split_counts = opt(sc);
-        a.arrivals = opt(ar);
-        a.chunk_pages = chunk_pages;
-        a.max_splits = max_splits;
-        a.q_len_per_req = q_len_per_req;
-        a.sm_scale = sm_scale;
-        a.logits_soft_cap = logits_soft_cap;
-        a.window_left = window_left;
-        a.pos_encoding = static_cast<PosEncoding>(pos_encoding_mode);
-        a.rope_scale = rope_scale;
-        a.rope_theta = rope_theta;
-        a.alibi_slopes = opt(al);
-        a.k_scale = k_scale;
-        a.v_scale = v_scale;
-        a.sinks = opt(sk);
+        const ParsedDecode parsed(q, k_cache, v_cache, kv_layout, page_size, indptr, indices, last_page_len,
+                                  kv_len_scalar, out, lse, partial_out, partial_lse, work, split_counts, arrivals,
+                                  chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
+                                  pos_encoding_mode, rope_scale, rope_theta, alibi_slopes, k_scale, v_scale, sinks);
         py::gil_scoped_release release;
-        launch_batch_decode(a, stream);
+        launch_batch_decode(parsed.a, stream);
       },
       py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("kv_layout"), py::arg("page_size"),
       py::arg("indptr"), py::arg("indices"), py::arg("last_page_len"), py::arg("kv_len_scalar"), py::arg("out"),
@@ -74,6 +110,32 @@ void register_bindings(py::module_& m) {
       py::arg("q_len_per_req"), py::arg("sm_scale"), py::arg("logits_soft_cap"), py::arg("window_left"),
       py::arg("pos_encoding_mode"), py::arg("rope_scale"), py::arg("rope_theta"), py::arg("alibi_slopes"),
       py::arg("k_scale"), py::arg("v_scale"), py::arg("sinks"), py::arg("stream"));
+
+  // A batch_decode call checked once (decode_launchers.h): launch() takes plain integers, so
+  // an eager run() pays neither the view parsing nor the checks. Positional arguments only:
+  // pybind11's keyword matching is host time on every call.
+  py::class_<PreparedDecodeHandle>(m, "PreparedDecode")
+      .def("launch", [](const PreparedDecodeHandle& h, std::uintptr_t q, std::int64_t q_stride_row,
+                        std::int64_t q_stride_head, std::uintptr_t k, std::uintptr_t v, std::int64_t num_pages,
+                        std::uintptr_t out, std::uintptr_t lse, std::uintptr_t stream) {
+        const DecodeCall call{q, q_stride_row, q_stride_head, k, v, num_pages, out, lse};
+        py::gil_scoped_release release;
+        launch_prepared_decode(*h.prepared, call, stream);
+      });
+  m.def(
+      "prepare_batch_decode",
+      [](py::handle q, py::handle k_cache, py::handle v_cache, int kv_layout, std::int64_t page_size,
+         py::handle indptr, py::handle indices, py::handle last_page_len, std::int64_t kv_len_scalar, py::handle out,
+         py::handle lse, py::handle partial_out, py::handle partial_lse, py::handle work, py::handle split_counts,
+         py::handle arrivals, std::int64_t chunk_pages, std::int64_t max_splits, std::int64_t q_len_per_req,
+         float sm_scale, float logits_soft_cap, std::int64_t window_left, int pos_encoding_mode, float rope_scale,
+         float rope_theta, py::handle alibi_slopes, float k_scale, float v_scale, py::handle sinks) {
+        const ParsedDecode parsed(q, k_cache, v_cache, kv_layout, page_size, indptr, indices, last_page_len,
+                                  kv_len_scalar, out, lse, partial_out, partial_lse, work, split_counts, arrivals,
+                                  chunk_pages, max_splits, q_len_per_req, sm_scale, logits_soft_cap, window_left,
+                                  pos_encoding_mode, rope_scale, rope_theta, alibi_slopes, k_scale, v_scale, sinks);
+        return PreparedDecodeHandle{prepare_batch_decode(parsed.a)};
+      });
 
   m.def(
       "merge_states",

@@ -145,7 +145,26 @@ cudaError_t merge_dispatch(const TensorView& v, const TensorView& s, const Tenso
 
 }  // namespace
 
-void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
+struct PreparedDecode {
+  RawDecode r{};  // q, k, v, num_pages, out, lse, stages and cluster_merge are set per launch
+  DType q_dtype = DType::kFloat16;
+  DType kv_dtype = DType::kFloat16;
+  std::int64_t head_dim = 0;
+  std::int64_t batch = 0;
+  std::int64_t rows = 0;
+  std::int64_t num_qo_heads = 0;
+  std::int64_t splits = 1;
+  std::int64_t keys_per_cta = 0;   // the most keys one CTA streams (sets the pipeline depth)
+  std::size_t cuda_core_smem = 0;  // the CUDA-core kernel's shared memory per block
+  int smem_limit = 0;
+  int cc_major = 0;
+  bool work_list = false;
+  bool arrivals = false;
+  dim3 grid;
+  TensorView out;  // out's shape, strides, dtype and device; its pointer is per launch
+};
+
+std::shared_ptr<const PreparedDecode> prepare_batch_decode(const DecodeArgs& a) {
   const TensorView& q = *a.q;
   const TensorView& k = *a.k_cache;
   const TensorView& v = *a.v_cache;
@@ -171,9 +190,6 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
                                         ") must be a multiple of num_kv_heads (" + std::to_string(Hkv) + ")");
   REQUIRE(q.stride(2) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
           "batch_decode: q, k_cache and v_cache need a contiguous last dimension");
-  REQUIRE(q.data % 16 == 0 && k.data % 16 == 0 && v.data % 16 == 0 && q.stride(1) % 8 == 0 &&
-              q.stride(0) % 8 == 0,
-          "batch_decode: q and the KV cache must be 16-byte aligned");
   for (const TensorView* t : {&k, &v}) {
     const std::int64_t elem_per_16 = is_fp8(t->dtype) ? 16 : 8;
     for (int d = 0; d < 3; ++d)
@@ -256,12 +272,8 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   }
   REQUIRE(a.pos_encoding != PosEncoding::kAlibi || a.alibi_slopes, "batch_decode: ALiBi needs slopes");
 
-  RawDecode r{};
-  r.q = reinterpret_cast<const void*>(q.data);
-  r.q_stride_row = q.stride(0);
-  r.q_stride_head = q.stride(1);
-  r.k = reinterpret_cast<const void*>(k.data);
-  r.v = reinterpret_cast<const void*>(v.data);
+  auto p = std::make_shared<PreparedDecode>();
+  RawDecode& r = p->r;
   r.k_stride_page = k.stride(0);
   r.k_stride_slot = nhd ? k.stride(1) : k.stride(2);
   r.k_stride_head = nhd ? k.stride(2) : k.stride(1);
@@ -275,11 +287,8 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   // (single decode), so the kernel's page arithmetic runs with pages of one key.
   r.page_size = a.indptr ? a.page_size : 1;
   r.kv_len_scalar = a.kv_len_scalar;
-  r.num_pages = k.size(0);
-  r.out = reinterpret_cast<void*>(out.data);
   r.out_stride_row = out.stride(0);
   r.out_stride_head = out.stride(1);
-  r.lse = a.lse ? a.lse->ptr<float>() : nullptr;
   r.partial_out = splits > 1 ? a.partial_out->ptr<float>() : nullptr;
   r.partial_lse = splits > 1 ? a.partial_lse->ptr<float>() : nullptr;
   r.work = a.work ? a.work->ptr<const std::int32_t>() : nullptr;
@@ -301,52 +310,94 @@ void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream_handle) {
   r.alibi_slopes = a.alibi_slopes ? a.alibi_slopes->ptr<const float>() : nullptr;
   r.v_scale = a.v_scale;
   r.sinks = a.sinks ? a.sinks->ptr<const float>() : nullptr;
-  if (batch == 0) return;
+  r.device = q.device;
+  p->q_dtype = q.dtype;
+  p->kv_dtype = k.dtype;
+  p->head_dim = D;
+  p->batch = batch;
+  p->rows = q.size(0);
+  p->num_qo_heads = Hq;
+  p->splits = splits;
+  p->work_list = a.work != nullptr;
+  p->arrivals = a.arrivals != nullptr;
+  p->out = out;
+  p->out.data = 0;
+  if (batch == 0) return p;  // nothing will launch: no grid, no device query
   // Heads (and query-row blocks) vary fastest, then requests or work items (cta_work); without
   // a work list splits slowest.
   const std::int64_t grid_x = items * Hkv * row_blocks;
   REQUIRE(grid_x <= 0x7fffffff, "batch_decode: batch_size x num_kv_heads is too large for one grid");
-  const dim3 grid(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(a.work ? 1 : splits));
-  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
-  DeviceGuard guard(q.device);
-  throw_on_cuda_error(guard.status(), kOp, q.device);
-  int smem_limit = 0, major = 0;
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, q.device), kOp,
+  p->grid = dim3(static_cast<unsigned>(grid_x), 1u, static_cast<unsigned>(a.work ? 1 : splits));
+  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&p->smem_limit, q.device), kOp,
                       q.device);
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, q.device), kOp, q.device);
-  r.device = q.device;
-  r.pdl = major >= 9;
+  throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&p->cc_major, q.device), kOp,
+                      q.device);
+  r.pdl = p->cc_major >= 9;
   // Keys one CTA streams at most: a split's chunk (with a work list, the largest item's pages),
   // or (unsplit) the planned longest request (chunk_pages is the longest request's page count
   // then) or the single request's length.
-  const std::int64_t keys_per_cta =
-      (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
-  r.stages = tensor_core_stages(D, smem_limit, keys_per_cta, is_fp8(k.dtype) ? 1 : 2);
-  const bool tc_kv = k.dtype == q.dtype || is_fp8(k.dtype);
-  const bool tensor_cores = use_tensor_core_kernel(major, r.stages, tc_kv, a.pos_encoding);
+  p->keys_per_cta = (splits > 1 || a.indptr) ? a.chunk_pages * r.page_size : a.kv_len_scalar;
+  p->cuda_core_smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
+                      : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
+                                 : decode_smem_dim<256>(q.dtype, k.dtype);
+  return p;
+}
+
+void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::uintptr_t stream_handle) {
+  REQUIRE(c.q % 16 == 0 && c.k % 16 == 0 && c.v % 16 == 0 && c.q_stride_row % 8 == 0 && c.q_stride_head % 8 == 0,
+          "batch_decode: q and the KV cache must be 16-byte aligned");
+  if (p.batch == 0) return;
+  RawDecode r = p.r;
+  r.q = reinterpret_cast<const void*>(c.q);
+  r.q_stride_row = c.q_stride_row;
+  r.q_stride_head = c.q_stride_head;
+  r.k = reinterpret_cast<const void*>(c.k);
+  r.v = reinterpret_cast<const void*>(c.v);
+  r.num_pages = c.num_pages;
+  r.out = reinterpret_cast<void*>(c.out);
+  r.lse = reinterpret_cast<float*>(c.lse);
+  const int device = r.device;
+  const std::int64_t D = p.head_dim;
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  DeviceGuard guard(device);
+  throw_on_cuda_error(guard.status(), kOp, device);
+  r.stages = tensor_core_stages(D, p.smem_limit, p.keys_per_cta, is_fp8(p.kv_dtype) ? 1 : 2);
+  const bool tc_kv = p.kv_dtype == p.q_dtype || is_fp8(p.kv_dtype);
+  const bool tensor_cores =
+      use_tensor_core_kernel(p.cc_major, r.stages, tc_kv, static_cast<PosEncoding>(r.pos_encoding));
   if (!tensor_cores) {
-    const std::size_t smem = D == 64    ? decode_smem_dim<64>(q.dtype, k.dtype)
-                             : D == 128 ? decode_smem_dim<128>(q.dtype, k.dtype)
-                                        : decode_smem_dim<256>(q.dtype, k.dtype);
-    REQUIRE(smem <= static_cast<std::size_t>(smem_limit),
-            "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(k.dtype) + " KV needs " +
-                std::to_string(smem / 1024) + " KB of shared memory per block; this GPU allows " +
-                std::to_string(smem_limit / 1024) + " KB");
+    REQUIRE(p.cuda_core_smem <= static_cast<std::size_t>(p.smem_limit),
+            "batch_decode: head_dim " + std::to_string(D) + " with " + dtype_name(p.kv_dtype) + " KV needs " +
+                std::to_string(p.cuda_core_smem / 1024) + " KB of shared memory per block; this GPU allows " +
+                std::to_string(p.smem_limit / 1024) + " KB");
   }
-  r.cluster_merge = use_cluster_merge(major, tensor_cores, batch, splits, a.work != nullptr) ? 1 : 0;
+  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list) ? 1 : 0;
   cudaError_t err = cudaErrorInvalidValue;
-  if (D == 64) err = launch_decode_d64(r, q.dtype, k.dtype, tensor_cores, grid, stream);
-  if (D == 128) err = launch_decode_d128(r, q.dtype, k.dtype, tensor_cores, grid, stream);
-  if (D == 256) err = launch_decode_d256(r, q.dtype, k.dtype, tensor_cores, grid, stream);
-  throw_on_cuda_error(err, kOp, q.device);
-  if (splits > 1 && !a.arrivals && !r.cluster_merge) {
+  if (D == 64) err = launch_decode_d64(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
+  if (D == 128) err = launch_decode_d128(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
+  if (D == 256) err = launch_decode_d256(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
+  throw_on_cuda_error(err, kOp, device);
+  if (p.splits > 1 && !p.arrivals && !r.cluster_merge) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
-    const std::int64_t rows = q.size(0);
-    TensorView po{a.partial_out->data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, q.device};
-    TensorView ps{a.partial_lse->data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, q.device};
-    throw_on_cuda_error(merge_dispatch(po, ps, out, a.lse, r.sinks, a.v_scale, r.pdl, stream), "batch_decode merge",
-                        q.device);
+    const std::int64_t rows = p.rows, Hq = p.num_qo_heads, splits = p.splits;
+    const auto po_data = reinterpret_cast<std::uintptr_t>(r.partial_out);
+    const auto ps_data = reinterpret_cast<std::uintptr_t>(r.partial_lse);
+    const TensorView po{po_data, DType::kFloat32, {rows, splits, Hq, D}, {splits * Hq * D, Hq * D, D, 1}, device};
+    const TensorView ps{ps_data, DType::kFloat32, {rows, splits, Hq}, {splits * Hq, Hq, 1}, device};
+    TensorView out = p.out;
+    out.data = c.out;
+    const TensorView lse{c.lse, DType::kFloat32, {rows, Hq}, {Hq, 1}, device};
+    throw_on_cuda_error(merge_dispatch(po, ps, out, c.lse ? &lse : nullptr, r.sinks, r.v_scale, r.pdl, stream),
+                        "batch_decode merge", device);
   }
+}
+
+void launch_batch_decode(const DecodeArgs& a, std::uintptr_t stream) {
+  const std::shared_ptr<const PreparedDecode> p = prepare_batch_decode(a);
+  launch_prepared_decode(*p,
+                         {a.q->data, a.q->stride(0), a.q->stride(1), a.k_cache->data, a.v_cache->data,
+                          a.k_cache->size(0), a.out->data, a.lse ? a.lse->data : 0},
+                         stream);
 }
 
 void launch_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out, const TensorView* s_out,

@@ -8,6 +8,10 @@
 //       pos_encoding_mode, rope_scale, rope_theta, alibi_slopes|None, k_scale, v_scale,
 //       sinks|None, stream)
 //
+//   kernels.prepare_batch_decode(<batch_decode's arguments but the stream>) -> PreparedDecode
+//   PreparedDecode.launch(q_ptr, q_stride_row, q_stride_head, k_ptr, v_ptr, num_pages, out_ptr,
+//       lse_ptr|0, stream)                   # = batch_decode with these pointers in the views
+//
 //   kernels.merge_states(v (N, S, H, D), s (N, S, H) float32, v_out (N, H, D), s_out (N, H)|None,
 //       stream)                                            # S states merged per (n, h)
 //   kernels.merge_state_in_place(v (N, H, D), s (N, H), v_other, s_other, mask (N,) bool|None,
@@ -65,6 +69,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "../common/tensor_view.h"
 
@@ -106,6 +111,34 @@ struct DecodeArgs {
 };
 
 void launch_batch_decode(const DecodeArgs& args, std::uintptr_t stream);
+
+// A batch_decode call checked once: what its views and options fix (every check of
+// launch_batch_decode, the grid, the kernel parameters but the per-call pointers). A
+// wrapper's plan() prepares one; each run() then passes only the pointers (and q's strides,
+// the cache's page count), which spares the view parsing and the checks on the host time of
+// every eager run(). The environment switches are still read per launch, as for
+// batch_decode, and the outcome is that of batch_decode on the same views.
+struct PreparedDecode;
+
+// The per-call part of a prepared launch: q's pointer and row/head strides (q may be a slice
+// of a fused projection), the K and V halves' pointers and the cache's page count (the
+// other strides are the prepared ones), out's pointer and lse's (0: not written).
+struct DecodeCall {
+  std::uintptr_t q;
+  std::int64_t q_stride_row;
+  std::int64_t q_stride_head;
+  std::uintptr_t k;
+  std::uintptr_t v;
+  std::int64_t num_pages;
+  std::uintptr_t out;
+  std::uintptr_t lse;
+};
+
+// args' q, k_cache, v_cache, out and lse give shapes, strides, dtypes and the device; their
+// pointers are not kept (lse: its shape is checked; whether a call writes it is per call).
+std::shared_ptr<const PreparedDecode> prepare_batch_decode(const DecodeArgs& args);
+
+void launch_prepared_decode(const PreparedDecode& prepared, const DecodeCall& call, std::uintptr_t stream);
 
 void launch_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                          const TensorView* s_out, std::uintptr_t stream);
