@@ -1,9 +1,13 @@
 """Kernel lab: host time of one eager decode run() and of its parts, to find where the
 decode host-time goal (15 us per eager run()) is lost.
 
-For each shape: the whole run() (with and without ``out``), the provider call alone on the
-exact arguments run() passes (recorded once), the same call on a zero-row batch (every
-check and the argument packing, no launch: the launcher returns before it launches), and
+For each shape: the whole run() (with and without ``out``), through the provider's prepared
+launch (the default) and through the full call (a wrapper planned with
+AOTINFER_DECODE_PREPARED=off: every view passed and checked on every call), both in this
+process; the prepared launch alone on the exact integers run() passes; the full provider
+call alone on the exact arguments run() passes (recorded once), the same call on a zero-row
+batch (every check and the argument packing, no launch: the launcher returns before it
+launches), and
 the pieces run() adds in Python (output allocation, views, stream query); where a plan
 merges in the grid only when eager (one split request), the same run() on the merge kernel.
 Each figure is the median of three interleaved rounds of 200 calls. Then floors that
@@ -73,6 +77,22 @@ def zero_row_args(args):
     return tuple(args)
 
 
+def planned_wrapper(ws, table, prepared: bool = True):
+    """A wrapper planned on bench_decode's options for this page table; ``prepared=False``
+    plans it with AOTINFER_DECODE_PREPARED=off (its run() makes the full provider call)."""
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    saved = os.environ.get("AOTINFER_DECODE_PREPARED")
+    os.environ["AOTINFER_DECODE_PREPARED"] = "on" if prepared else "off"
+    try:
+        w.plan(*table, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    finally:
+        if saved is None:
+            del os.environ["AOTINFER_DECODE_PREPARED"]
+        else:
+            os.environ["AOTINFER_DECODE_PREPARED"] = saved
+    return w
+
+
 def planned_shape(batch: int, kv: int, dev, ws):
     """bench_decode's inputs for batch x kv (uniform lengths) and a wrapper planned on them:
     (wrapper, q, out, cache, (indptr, indices, last_page_len))."""
@@ -80,9 +100,17 @@ def planned_shape(batch: int, kv: int, dev, ws):
     cache, indptr, indices, last = paged_setup([kv] * batch, g)
     q = torch.randn(batch, HQ, D, dtype=DT, device=dev)
     out = torch.empty_like(q)
-    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-    w.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+    w = planned_wrapper(ws, (indptr, indices, last))
     return w, q, out, cache, (indptr, indices, last)
+
+
+def prepared_launch_args(w, q, cache, out, dev):
+    """The prepared launch run() made (after one eager run()) and the integers it passes."""
+    (launch,) = w._plan.prepared.values()
+    k_ptr = cache.data_ptr()
+    v_ptr = k_ptr + cache.stride(1) * cache.element_size()
+    ints = (q.data_ptr(), q.stride(0), q.stride(1), k_ptr, v_ptr, cache.shape[0])
+    return launch, (*ints, out.data_ptr(), 0, _views.stream_handle(dev))
 
 
 def python_loop_us(n: int = 1000) -> float:
@@ -110,7 +138,10 @@ def main() -> None:
     for batch, kv in SHAPES:
         w, q, out, cache, (indptr, indices, last) = planned_shape(batch, kv, dev, ws)
         p = w._plan
-        args = recorded_provider_args(w, q, cache)
+        w.run(q, cache)
+        launch, launch_args = prepared_launch_args(w, q, cache, out, dev)
+        full = planned_wrapper(ws, (indptr, indices, last), prepared=False)
+        args = recorded_provider_args(full, q, cache)
         args0 = zero_row_args(args)
         k = p.kernels
         merge_kernel = None
@@ -122,7 +153,10 @@ def main() -> None:
             merge_kernel._plan.eager_split_args = None
         parts = {
             "run(q, cache)": lambda: w.run(q, cache),
+            "run(q, cache), full call (AOTINFER_DECODE_PREPARED=off)": lambda: full.run(q, cache),
             "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
+            "run(q, cache, out=out), full call": lambda: full.run(q, cache, out=out),
+            "PreparedDecode.launch(recorded ints)": lambda: launch.launch(*launch_args),
             "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
             "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
             "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from time_decode_host import (  # noqa: E402
     SHAPES,
     planned_shape,
+    planned_wrapper,
     recorded_provider_args,
     zero_row_args,
 )
@@ -35,12 +36,14 @@ from time_sampling_host import bench_calls  # noqa: E402
 def decode_parts(dev, ws) -> dict:
     parts, keep = {}, []
     for batch, kv in SHAPES:
-        w, q, out, cache, _ = planned_shape(batch, kv, dev, ws)
-        args0 = zero_row_args(recorded_provider_args(w, q, cache))
+        w, q, out, cache, table = planned_shape(batch, kv, dev, ws)
+        full = planned_wrapper(ws, table, prepared=False)  # run() makes the full call
+        args0 = zero_row_args(recorded_provider_args(full, q, cache))
         k, p = w._plan.kernels, w._plan
         name = f"decode {batch}x{kv}"
         parts[f"{name} run"] = lambda w=w, q=q, c=cache: w.run(q, c)
         parts[f"{name} run out="] = lambda w=w, q=q, c=cache, o=out: w.run(q, c, out=o)
+        parts[f"{name} run, full call"] = lambda w=full, q=q, c=cache: w.run(q, c)
         parts[f"{name} provider, zero rows"] = lambda k=k, a=args0: k.batch_decode(*a)
         shape, dtype = p.q_shape, p.o_dtype
         parts[f"control {name} torch.empty(*shape)"] = lambda s=shape, t=dtype: torch.empty(
