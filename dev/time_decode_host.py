@@ -17,7 +17,8 @@ dispatch and launch), ``torch.empty``, and a pure-Python loop (to compare hosts)
 The GPU is held busy by a long ``torch.cuda._sleep`` first, so every timed call only
 enqueues: the figures are CPU time per call, not kernel time.
 
-    python dev/time_decode_host.py        (on a GPU machine, provider installed)
+    python dev/time_decode_host.py [ROUNDS]   (GPU machine, provider installed; ROUNDS
+                                              interleaved rounds per figure, default 3)
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def python_loop_us(n: int = 1000) -> float:
 
 
 def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     dev = torch.device("cuda", 0)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
@@ -172,7 +174,7 @@ def main() -> None:
             )
         print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
               f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
-        print_host_times(parts)
+        print_host_times(parts, rounds)
         if batch == 1:
             torch.cuda._sleep(2_000_000_000)
             profile = cProfile.Profile()
@@ -191,7 +193,7 @@ def main() -> None:
         single[f"single_decode_with_kv_cache, kv {kv}"] = (
             lambda qs=qs, ks=ks, vs=vs: aotinfer.single_decode_with_kv_cache(qs, ks, vs)
         )
-    print_host_times(single)
+    print_host_times(single, rounds)
     tiny = torch.zeros(4, device=dev)
     floors = {
         "kernels.runtime_info() (pybind call, two runtime queries)": k.runtime_info,
@@ -199,7 +201,7 @@ def main() -> None:
         "torch.empty(4) on the GPU": lambda: torch.empty(4, device=dev),
     }
     print("floors")
-    print_host_times(floors)
+    print_host_times(floors, rounds)
     print(f"{min(python_loop_us() for _ in range(20)):8.3f}  pure-Python loop step (compare hosts)")
 
 

@@ -114,9 +114,9 @@ void launch_batch_decode(const DecodeArgs& args, std::uintptr_t stream);
 
 // A batch_decode call checked once: what its views and options fix (every check of
 // launch_batch_decode, the grid, the kernel parameters but the per-call pointers). A
-// wrapper's plan() prepares one; each run() then passes only the pointers (and q's strides,
-// the cache's page count), which spares the view parsing and the checks on the host time of
-// every eager run(). The environment switches are still read per launch, as for
+// wrapper's first run() after plan() prepares one (the cache's strides are known only then);
+// each run() then passes only the pointers (and q's strides, the cache's page count), which
+// spares the view parsing and the checks on the host time of every eager run(). The environment switches are still read per launch, as for
 // batch_decode, and the outcome is that of batch_decode on the same views.
 struct PreparedDecode;
 
