@@ -143,6 +143,8 @@ def main() -> None:
         w.run(q, cache)
         launch, launch_args = prepared_launch_args(w, q, cache, out, dev)
         full = planned_wrapper(ws, (indptr, indices, last), prepared=False)
+        # what an fp8 cache with scales or a model with attention sinks passes on every call
+        per_call = dict(sinks=torch.zeros(HQ, device=dev), k_scale=0.5, v_scale=2.0)
         args = recorded_provider_args(full, q, cache)
         args0 = zero_row_args(args)
         k = p.kernels
@@ -159,6 +161,10 @@ def main() -> None:
             "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
             "run(q, cache, out=out), full call": lambda: full.run(q, cache, out=out),
             "PreparedDecode.launch(recorded ints)": lambda: launch.launch(*launch_args),
+            "run(q, cache, sinks=, k_scale=, v_scale=)": lambda: w.run(q, cache, **per_call),
+            "run(q, cache, sinks=, k_scale=, v_scale=), full call": lambda: full.run(
+                q, cache, **per_call
+            ),
             "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
             "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
             "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),

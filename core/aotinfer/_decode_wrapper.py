@@ -646,8 +646,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
-    def _run(self, p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks):
-        """run() after its own argument checks; ``scalars`` None: the planned ones.
+    def _run(self, p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks, prepared=True):
+        """run() after its own argument checks; ``scalars`` None: the planned ones, else the
+        planned ones with this call's scales and window (``prepared`` False: other options
+        too, forward()'s, which only the full provider call takes).
 
         The common case (a 5-D cache, q and out as planned) takes the short path: a few
         attribute comparisons, then views built from the plan's constants and the ready
@@ -709,8 +711,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if isinstance(cache, torch.Tensor) and cache.dtype is p.kv_dtype:
             shape, strides = cache.shape, cache.stride()
             if shape[1:] == p.cache_tail and strides[4] == 1 and cache.device == dev:
-                if p.prepared is not None and scalars is None and sinks is None:
-                    self._launch_prepared(p, q, cache, shape, strides, out, lse)
+                if prepared and p.prepared is not None:
+                    self._launch_prepared(p, q, cache, shape, strides, out, lse, scalars, sinks)
                     return (out, lse) if return_lse else out
                 k_view, v_view = _launch.cache_half_views(
                     cache.data_ptr(), shape, strides, p.kv_code, p.kv_itemsize, index
@@ -742,24 +744,25 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
         return (out, lse) if return_lse else out
 
-    def _launch_prepared(self, p, q, cache, shape, strides, out, lse) -> None:
-        """run()'s launch through the provider's prepared call for this plan (the planned
-        scalars, no sinks, a 5-D cache of the planned tail): only pointers, q's strides and
-        the page count cross into the provider. The first such call for an eager or captured
-        launch and a cache layout prepares it (the provider checks everything once, as
-        batch_decode does on every call); anything the provider refuses is raised there."""
+    def _launch_prepared(self, p, q, cache, shape, strides, out, lse, scalars, sinks) -> None:
+        """run()'s launch through the provider's prepared call for this plan (a 5-D cache of
+        the planned tail): only pointers, q's strides and the page count cross into the
+        provider, and with per-call scales, window or sinks (checked by run()) those values
+        too. The first such call for an eager or captured launch, a cache layout and sinks or
+        none prepares it (the provider checks everything once, as batch_decode does on every
+        call); anything the provider refuses is raised there."""
         eager = p.eager_split_args is not None and not _launch.capturing()
-        key = (eager, strides)
+        key = (eager, strides, sinks is not None)
         prepared = p.prepared.get(key)
         if prepared is None:
-            prepared = self._prepare(p, eager, shape, strides)
+            prepared = self._prepare(p, eager, shape, strides, sinks is not None)
             p.prepared[key] = prepared
         q_strides = q.stride()
         if q_strides[-1] != 1:
             q = q.contiguous()
             q_strides = q.stride()
         k_ptr = cache.data_ptr()
-        prepared.launch(
+        pointers = (
             q.data_ptr(),
             q_strides[0],
             q_strides[1],
@@ -768,12 +771,21 @@ class BatchDecodeWithPagedKVCacheWrapper:
             shape[0],
             out.data_ptr(),
             0 if lse is None else lse.data_ptr(),
-            _views.stream_handle(self.device),
+        )
+        stream = _views.stream_handle(self.device)
+        if scalars is None and sinks is None:
+            prepared.launch(*pointers, stream)
+            return
+        s = p.default_scalars if scalars is None else scalars
+        sinks_ptr = 0 if sinks is None else sinks.data_ptr()
+        prepared.launch_with(
+            *pointers, s.sm_scale, s.k_scale, s.v_scale, s.window_left, sinks_ptr, stream
         )
 
-    def _prepare(self, p, eager: bool, shape, strides):
-        """kernels.prepare_batch_decode for run()'s prepared path: q, out and lse as the plan
-        fixes them (their pointers are per call), the cache's halves with these strides."""
+    def _prepare(self, p, eager: bool, shape, strides, sinks: bool):
+        """kernels.prepare_batch_decode for run()'s prepared path: q, out, lse (and sinks) as
+        the plan fixes them (their pointers are per call), the cache's halves with these
+        strides."""
         index = p.device_index
         k_view, v_view = _launch.cache_half_views(
             0, shape, strides, p.kv_code, p.kv_itemsize, index
@@ -787,7 +799,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             (0, _views.F32_CODE, p.lse_shape, p.lse_strides, index),
             *(p.eager_split_args if eager else p.launch_split),
             *p.launch_scalars,
-            None,
+            (0, _views.F32_CODE, (p.num_qo_heads,), (1,), index) if sinks else None,
         )
 
     def _forward(
@@ -820,7 +832,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             rope_theta=rope_theta,
         )
         scalars = self._scalars(p, opts, (q_scale, k_scale, v_scale))
-        return self._run(p, q, paged_kv_cache, scalars, None, None, return_lse, None)
+        return self._run(p, q, paged_kv_cache, scalars, None, None, return_lse, None, False)
 
     forward = functools.partialmethod(_forward, return_lse=False)
     forward_return_lse = functools.partialmethod(_forward, return_lse=True)

@@ -67,9 +67,30 @@ class FakePreparedDecode:
         self.kernels, self.args = kernels, args
 
     def launch(self, q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, stream):
+        self._launch(q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, None, stream)
+
+    def launch_with(
+        self, q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, sm_scale, k_scale,
+        v_scale, window_left, sinks, stream,
+    ):  # fmt: skip
+        """launch with the call's scalars and sinks (a pointer, 0: none) in place of the
+        prepared ones; a prepared call without sinks takes none."""
+        args = self.args
+        if sinks != 0:
+            assert args[28] is not None, "sinks passed to a call prepared without them"
+            t = args[28]
+            sinks = tensor_from_view((sinks, t[1], t[2], t[3], t[4]))
+        else:
+            sinks = None
+        per_call = {19: sm_scale, 21: window_left, 26: k_scale, 27: v_scale, 28: sinks}
+        self._launch(q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, per_call, stream)
+
+    def _launch(self, q, q_stride_row, q_stride_head, k, v, num_pages, out, lse, per_call, stream):
         kernels = self.kernels
         kernels.calls.append(("prepared_launch", dict(q=q, k=k, v=v, num_pages=num_pages)))
         args = list(self.args)
+        for i, value in (per_call or {}).items():
+            args[i] = value
         q_t, k_t, v_t, out_t, lse_t = args[0], args[1], args[2], args[9], args[10]
         args[0] = (q, q_t[1], q_t[2], (q_stride_row, q_stride_head, 1), q_t[4])
         args[1] = (k, k_t[1], (num_pages, *k_t[2][1:]), k_t[3], k_t[4])

@@ -638,9 +638,10 @@ def _prepared_launches(fake):
 
 
 def test_run_launches_through_the_plans_prepared_call(monkeypatch):
-    """run() prepares the provider's call once per plan, eager/captured launch and cache
-    strides, then passes pointers only; sinks and per-call scales or windows take the full
-    batch_decode call; every path gives the reference's result."""
+    """run() prepares the provider's call once per plan, eager/captured launch, cache strides
+    and sinks or none, then passes pointers only (and per-call scales, window and sinks);
+    a tuple cache and forward()'s options take the full batch_decode call; every path gives
+    the reference's result."""
     monkeypatch.setattr(_decode_plan, "MIN_CHUNK_TOKENS", 1)
     fake = decode_contract.install(monkeypatch, num_sms=16)
     q, cache, indptr, indices, last = make_batch([300])  # one split request: eager != captured
@@ -659,16 +660,20 @@ def test_run_launches_through_the_plans_prepared_call(monkeypatch):
     wide[:, :2] = cache
     close(*w.run(q, wide[:, :2], return_lse=True), eo, el)
     assert fake.prepared == 3  # other strides
-    launches = _prepared_launches(fake)
+    # Per-call scales, window and sinks: the prepared call with those values (sinks: one
+    # more preparation, a call prepared with them); a tuple cache and forward(): the full call.
     sinks = torch.linspace(-1, 1, HQ)
-    w.run(q, cache, sinks=sinks)
-    scaled = expected(q, cache, indptr, indices, last, q_scale=0.5)[0]
-    close(w.run(q, cache, q_scale=0.5), None, scaled, None)
+    opts = dict(q_scale=0.5, k_scale=1.5, v_scale=0.25, window_left=100)
+    for kw in (dict(sinks=sinks), opts, dict(sinks=sinks, **opts)):
+        want = expected(q, cache, indptr, indices, last, **kw)
+        close(*w.run(q, cache, return_lse=True, **kw), *want)
+    assert fake.prepared == 4 and _prepared_launches(fake) == 9
     close(w.run(q, (cache[:, 0], cache[:, 1])), None, eo, None)
-    assert _prepared_launches(fake) == launches and fake.calls[-1][0] == "batch_decode"
+    close(w.forward(q, cache, v_scale=2.0), None, 2.0 * eo, None)
+    assert _prepared_launches(fake) == 9 and fake.calls[-1][0] == "batch_decode"
     w.plan(indptr, indices, last, HQ, HKV, D, PS)
     w.run(q, cache)
-    assert fake.prepared == 4  # a new plan prepares anew
+    assert fake.prepared == 5  # a new plan prepares anew
 
 
 def test_prepared_launch_switch(monkeypatch):

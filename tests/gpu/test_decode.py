@@ -540,14 +540,16 @@ def test_prepared_launch_equals_the_full_call(lens, monkeypatch):
     """run()'s prepared launch (the default) gives bit for bit the output and LSE of the full
     batch_decode call (AOTINFER_DECODE_PREPARED=off), for an eager call, a call into given
     outputs from a non-contiguous q, a cache of other strides (a slice of a wider cache,
-    prepared anew) and a CUDA-graph replay; a q that is not 16-byte aligned is refused by
-    the prepared launch as by the full call."""
+    prepared anew), per-call sinks, scales and window, and a CUDA-graph replay; a q that is
+    not 16-byte aligned is refused by the prepared launch as by the full call."""
     q, cache, indptr, indices, last = make_batch(lens, dtype=torch.bfloat16, seed=11)
     wide = torch.randn(cache.shape[0], 3, *cache.shape[2:], device=DEV).to(cache.dtype)
     wide[:, :2] = cache
     other = wide[:, :2]  # the same values, page stride 3/2 of the cache's
     qkv = torch.randn(q.shape[0], q.shape[1] + 8, q.shape[2], device=DEV).to(q.dtype)
     qkv[:, : q.shape[1]] = q
+    sinks = torch.randn(32, generator=_gen(5), device=DEV)
+    scales = dict(q_scale=0.7, k_scale=1.3, v_scale=0.6, window_left=700)
     results = {}
     for mode in ("off", "on"):
         monkeypatch.setenv("AOTINFER_DECODE_PREPARED", mode)
@@ -558,19 +560,22 @@ def test_prepared_launch_equals_the_full_call(lens, monkeypatch):
         out = torch.full_like(q, float("nan"))
         lse = torch.full(q.shape[:2], float("nan"), device=DEV)
         w.run(qkv[:, : q.shape[1]], other, out=out, lse=lse)
+        per_call = w.run(q, cache, return_lse=True, sinks=sinks, **scales)
         out_g = torch.full_like(q, float("nan"))
         lse_g = torch.full(q.shape[:2], float("nan"), device=DEV)
         captured_run(w, q, cache, out_g, lse_g).replay()
         torch.cuda.synchronize()
-        results[mode] = (*eager, out, lse, out_g, lse_g)
+        results[mode] = (*eager, out, lse, *per_call, out_g, lse_g)
         if mode == "on":
-            assert len(w._plan.prepared) >= 2  # the cache of other strides prepared anew
+            assert len(w._plan.prepared) >= 3  # other strides, sinks: prepared anew
         bad = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEV)[1:].view(q.shape)
         bad.copy_(q)
         with pytest.raises(ValueError, match="16-byte aligned"):
             w.run(bad, cache)
     want = oracle(q, cache, indptr, indices, last)
     check(results["on"][0], results["on"][1], want, torch.bfloat16)
+    want = oracle(q, cache, indptr, indices, last, sinks=sinks, **scales)
+    check(results["on"][4], results["on"][5], want, torch.bfloat16)
     for a, b in zip(results["on"], results["off"]):
         assert torch.equal(a, b)
 

@@ -121,6 +121,15 @@ void register_bindings(py::module_& m) {
         const DecodeCall call{q, q_stride_row, q_stride_head, k, v, num_pages, out, lse};
         py::gil_scoped_release release;
         launch_prepared_decode(*h.prepared, call, stream);
+      })
+      .def("launch_with", [](const PreparedDecodeHandle& h, std::uintptr_t q, std::int64_t q_stride_row,
+                             std::int64_t q_stride_head, std::uintptr_t k, std::uintptr_t v, std::int64_t num_pages,
+                             std::uintptr_t out, std::uintptr_t lse, float sm_scale, float k_scale, float v_scale,
+                             std::int64_t window_left, std::uintptr_t sinks, std::uintptr_t stream) {
+        const DecodeCall call{q,    q_stride_row, q_stride_head, k,       v,           num_pages, out,
+                              lse,  true,         sm_scale,      k_scale, v_scale, window_left, sinks};
+        py::gil_scoped_release release;
+        launch_prepared_decode(*h.prepared, call, stream);
       });
   m.def(
       "prepare_batch_decode",

@@ -356,6 +356,12 @@ void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::u
   r.num_pages = c.num_pages;
   r.out = reinterpret_cast<void*>(c.out);
   r.lse = reinterpret_cast<float*>(c.lse);
+  if (c.per_call) {
+    r.sm_scale = c.sm_scale * c.k_scale;
+    r.v_scale = c.v_scale;
+    r.window_left = c.window_left;
+    r.sinks = reinterpret_cast<const float*>(c.sinks);
+  }
   const int device = r.device;
   const std::int64_t D = p.head_dim;
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);

@@ -11,6 +11,8 @@
 //   kernels.prepare_batch_decode(<batch_decode's arguments but the stream>) -> PreparedDecode
 //   PreparedDecode.launch(q_ptr, q_stride_row, q_stride_head, k_ptr, v_ptr, num_pages, out_ptr,
 //       lse_ptr|0, stream)                   # = batch_decode with these pointers in the views
+//   PreparedDecode.launch_with(<launch's arguments but the stream>, sm_scale, k_scale, v_scale,
+//       window_left, sinks_ptr|0, stream)    # ... and these scalars and sinks
 //
 //   kernels.merge_states(v (N, S, H, D), s (N, S, H) float32, v_out (N, H, D), s_out (N, H)|None,
 //       stream)                                            # S states merged per (n, h)
@@ -122,7 +124,10 @@ struct PreparedDecode;
 
 // The per-call part of a prepared launch: q's pointer and row/head strides (q may be a slice
 // of a fused projection), the K and V halves' pointers and the cache's page count (the
-// other strides are the prepared ones), out's pointer and lse's (0: not written).
+// other strides are the prepared ones), out's pointer and lse's (0: not written). With
+// per_call, the call's scales, window and sinks replace the prepared ones (a run() with
+// k_scale / v_scale / q_scale / window_left or sinks: fp8 caches and sink models pass them on
+// every call); the caller has checked them (sinks: (Hq) float32, contiguous, on the device).
 struct DecodeCall {
   std::uintptr_t q;
   std::int64_t q_stride_row;
@@ -132,6 +137,12 @@ struct DecodeCall {
   std::int64_t num_pages;
   std::uintptr_t out;
   std::uintptr_t lse;
+  bool per_call = false;
+  float sm_scale = 1.f;  // as DecodeArgs::sm_scale (k_scale apart)
+  float k_scale = 1.f;
+  float v_scale = 1.f;
+  std::int64_t window_left = -1;
+  std::uintptr_t sinks = 0;  // 0: none
 };
 
 // args' q, k_cache, v_cache, out and lse give shapes, strides, dtypes and the device; their
