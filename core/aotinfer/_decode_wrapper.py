@@ -640,8 +640,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 )
         scalars = None  # the planned ones
         if window_left is not None or (q_scale, k_scale, v_scale) != (None, None, None):
-            opts = {} if window_left is None else {"window_left": window_left}
-            scalars = self._scalars(p, opts, (q_scale, k_scale, v_scale))
+            scalars = _c.call_scalars(p.default_scalars, window_left, q_scale, k_scale, v_scale)
         return self._run(p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)

@@ -396,6 +396,18 @@ def test_run_output_and_option_errors():
         w.run(q, cache, k_scale=-1.0)
     with pytest.raises(ValueError, match="window_left must be an int >= -1"):
         w.run(q, cache, window_left=-3)
+    with pytest.raises(ValueError, match="q_scale must be a float, got 'x'"):
+        w.run(q, cache, q_scale="x")
+    with pytest.raises(ValueError, match="v_scale must be positive and finite, got inf"):
+        w.run(q, cache, v_scale=float("inf"))
+    with pytest.raises(ValueError, match="window_left must be an int >= -1"):
+        w.run(q, cache, window_left=True)
+    with pytest.raises(ValueError, match="sinks must be on cpu"):
+        w.run(q, cache, sinks=torch.zeros(HQ, device="meta"))
+    with pytest.raises(ValueError, match="sinks must be a float tensor of shape \\(8,\\)"):
+        w.run(q, cache, sinks=torch.zeros(HQ, dtype=torch.int32))
+    with pytest.raises(ValueError, match="sinks must be a 1-D tensor"):
+        w.run(q, cache, sinks=torch.zeros(1, HQ))
     with pytest.warns(DeprecationWarning, match="q_len_per_req"):
         w.run(q, cache, q_len_per_req=1)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="re-plan"):
@@ -631,6 +643,49 @@ def test_provider_path_cuda_graph_replan_keeps_the_launch(monkeypatch):
     assert launches[0] == launches[1] == launches[2]
     chunk, splits = launches[0][:2]
     assert chunk * splits >= ix.numel()  # any table that fits the buffers is covered
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(pos_encoding_mode="ALIBI", sm_scale=0.3, logits_soft_cap=5.0, window_left=7),
+        dict(pos_encoding_mode="ROPE_LLAMA", rope_scale=2.0, rope_theta=5e5),
+        dict(),
+    ],
+)
+@pytest.mark.parametrize(
+    "call", [(None, 0.5, None, None), (3, None, 1.5, 0.25), (-1, 0.7, 0.9, 1.1), (0, 2, 3, 4)]
+)
+def test_call_scalars_equal_the_full_check(opts, call):
+    """run()'s per-call window and scales over the planned scalars (only those checked) give
+    the same values, bit for bit, as checking every option again."""
+    window_left, q_scale, k_scale, v_scale = call
+    planned = aotinfer._decode_checks.scalars(
+        D, opts.get("pos_encoding_mode", "NONE"), opts.get("window_left", -1),
+        opts.get("logits_soft_cap"), opts.get("sm_scale"), opts.get("rope_scale"),
+        opts.get("rope_theta"), None, None, None,
+    )  # fmt: skip
+    full = aotinfer._decode_checks.scalars(
+        D, opts.get("pos_encoding_mode", "NONE"),
+        opts.get("window_left", -1) if window_left is None else window_left,
+        opts.get("logits_soft_cap"), opts.get("sm_scale"), opts.get("rope_scale"),
+        opts.get("rope_theta"), q_scale, k_scale, v_scale,
+    )  # fmt: skip
+    fast = aotinfer._decode_checks.call_scalars(planned, window_left, q_scale, k_scale, v_scale)
+    assert fast == full and all(type(a) is type(b) for a, b in zip(fast, full))
+
+
+def test_sinks_of_other_dtypes_and_layouts_are_converted():
+    """float32 contiguous sinks pass as they are; float16, bfloat16 and strided ones are
+    converted (the same result)."""
+    w, q, cache, indptr, indices, last = planned()
+    base = torch.linspace(-2, 1, HQ)
+    want = w.run(q, cache, sinks=base, return_lse=True)
+    for sinks in (base.clone(), torch.stack([base, base], 1)[:, 0]):
+        got = w.run(q, cache, sinks=sinks, return_lse=True)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    half = w.run(q, cache, sinks=base.half(), return_lse=True)
+    close(*half, *w.run(q, cache, sinks=base.half().float(), return_lse=True))
 
 
 def _prepared_launches(fake):
