@@ -88,8 +88,9 @@ class _Plan:
     launch_scalars: tuple = ()
     # The provider's prepared launches of this plan (kernels.prepare_batch_decode), made by
     # the first run() that can use one: keyed by (whether the call is eager, the 5-D cache's
-    # strides), since the split group and the cache's strides are fixed in them. None: run()
-    # never uses them (AOTINFER_DECODE_PREPARED=off at plan()).
+    # strides, whether it passes sinks), since the split group, the cache's strides and the
+    # sinks' presence are fixed in them. None: run() never uses them
+    # (AOTINFER_DECODE_PREPARED=off at plan()).
     prepared: Optional[dict] = None
     # What run() puts into the views it builds itself: the device index (-1: CPU), the
     # dtype codes of q, out and the cache (and the cache's element size), the contiguous
