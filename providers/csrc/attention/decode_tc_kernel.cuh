@@ -589,16 +589,14 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     // (2^-11 relative, far below the steps of the fp8 values themselves, 2^-4 and 2^-3):
     // half the PV MMAs.
     constexpr bool kHighOnly = kFp8;
+    // A register i holds row half i & 1 of n-tile i >> 1: s[i >> 1][2 * (i & 1) .. + 1].
     std::uint32_t ph[4], pl[4];
-    float r0, r1, q0, q1;
-    ph[0] = tc::pack2<MT>(s[0][0], s[0][1], r0, r1);
-    pl[0] = tc::pack2<MT>(r0, r1, q0, q1);
-    ph[1] = tc::pack2<MT>(s[0][2], s[0][3], r0, r1);
-    pl[1] = tc::pack2<MT>(r0, r1, q0, q1);
-    ph[2] = tc::pack2<MT>(s[1][0], s[1][1], r0, r1);
-    pl[2] = tc::pack2<MT>(r0, r1, q0, q1);
-    ph[3] = tc::pack2<MT>(s[1][2], s[1][3], r0, r1);
-    pl[3] = tc::pack2<MT>(r0, r1, q0, q1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float r0, r1, q0, q1;
+      ph[i] = tc::pack2<MT>(s[i >> 1][2 * (i & 1)], s[i >> 1][2 * (i & 1) + 1], r0, r1);
+      if constexpr (!kHighOnly) pl[i] = tc::pack2<MT>(r0, r1, q0, q1);
+    }
 
     // O (16 x D) += P V, two n-tiles per transposed ldmatrix.
 #pragma unroll
