@@ -73,8 +73,9 @@ def call_scalars(
 ) -> _launch.DecodeScalars:
     """The planned scalars with one run()'s window and scales, each checked as scalars()
     checks it; the planned options are not checked again (host time of every run() that
-    passes fp8 scales: 4.2 -> 2.6 us, best of seven rounds on the CI machine's CPU). The
-    same values as scalars() with the planned options: the planned sm_scale has q_scale 1."""
+    passes fp8 scales: 2.8 -> 1.8 and 3.3 -> 2.8 us in two runs on the CI machine's CPU,
+    dev/time_decode_checks.py). The same values as scalars() with the planned options: the
+    planned sm_scale has q_scale 1."""
     return _launch.DecodeScalars(
         planned.sm_scale * _u.scale_value("q_scale", q_scale),
         planned.logits_soft_cap,
@@ -336,7 +337,7 @@ def check_sinks(p, sinks, device: torch.device) -> Optional[torch.Tensor]:
         and sinks.device == device
         and sinks.is_contiguous()
     ):
-        return sinks  # what a model passes on every call (2.3 -> 0.9 us on the CI CPU)
+        return sinks  # what a model passes on every call (2.8-4.2 -> 0.7 us on the CI CPU)
     _views.check_tensor("sinks", sinks, ndim=1, device=device)
     if sinks.numel() != p.num_qo_heads or not sinks.is_floating_point():
         raise ValueError(

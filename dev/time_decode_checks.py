@@ -1,0 +1,91 @@
+"""Kernel lab: CPU time of run()'s checks of per-call decode options (no GPU needed), the
+figures quoted in dev/NOTES.md item 55 and in the docstrings of _decode_checks.call_scalars
+and check_sinks. Each line times the current code against what it replaced, in this
+process, best of seven rounds:
+
+- every option checked again (scalars(), what run() did per call before 8bd021b) against the
+  call's window and scales over the planned scalars (call_scalars());
+- sinks through their four separate checks and a conversion (check_sinks before 8bd021b,
+  reproduced here) against the combined test for float32 contiguous sinks;
+- building the scalars as a frozen dataclass (DecodeScalars before 8bd021b, reproduced)
+  against the named tuple.
+
+    python dev/time_decode_checks.py [OUT.txt]
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import timeit
+from dataclasses import dataclass
+
+import torch
+
+from aotinfer import _decode_checks as _c
+from aotinfer import _views
+from aotinfer._decode_launch import DecodeScalars
+
+HQ, D = 32, 128
+
+
+@dataclass(frozen=True)
+class FrozenScalars:  # the former DecodeScalars
+    sm_scale: float
+    logits_soft_cap: float
+    window_left: int
+    pos_code: int
+    rope_scale: float
+    rope_theta: float
+    k_scale: float
+    v_scale: float
+
+
+class Plan:
+    num_qo_heads = HQ
+
+
+def sinks_checked_separately(p, sinks, device):
+    """check_sinks before 8bd021b."""
+    _views.check_tensor("sinks", sinks, ndim=1, device=device)
+    if sinks.numel() != p.num_qo_heads or not sinks.is_floating_point():
+        raise ValueError("sinks")
+    return sinks.to(torch.float32).contiguous()
+
+
+def main() -> None:
+    planned = _c.scalars(D, "NONE", -1, None, None, None, None, None, None, None)
+    sinks, cpu = torch.zeros(HQ), torch.device("cpu")
+    pairs = {
+        "per-call scales": (
+            lambda: _c.scalars(D, "NONE", -1, None, None, None, None, None, 0.5, 2.0),
+            lambda: _c.call_scalars(planned, None, None, 0.5, 2.0),
+        ),
+        "sinks": (
+            lambda: sinks_checked_separately(Plan, sinks, cpu),
+            lambda: _c.check_sinks(Plan, sinks, cpu),
+        ),
+        "scalars built": (
+            lambda: FrozenScalars(0.1, 0.0, -1, 0, 1.0, 1e4, 0.5, 2.0),
+            lambda: DecodeScalars(0.1, 0.0, -1, 0, 1.0, 1e4, 0.5, 2.0),
+        ),
+    }
+    n, best = 20000, {}
+    for _ in range(7):
+        for name, fns in pairs.items():
+            for which, fn in zip(("before", "now"), fns):
+                t = timeit.timeit(fn, number=n) / n * 1e6
+                best[name, which] = min(best.get((name, which), 1e9), t)
+    lines = [f"CPU us per call, best of 7 rounds of {n} ({platform.processor() or 'cpu'}, "
+             f"torch {torch.__version__})"]  # fmt: skip
+    for name in pairs:
+        lines.append(f"{best[name, 'before']:6.2f} -> {best[name, 'now']:6.2f}  {name}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
