@@ -154,18 +154,15 @@ def many(rows, n, dtype=torch.int64):
     return torch.arange(rows, device=DEV, dtype=dtype).repeat_interleave(n)
 
 
-@pytest.fixture(params=["cluster", "cluster-no-gather", "rowwise", "rowwise-no-gather"])
+@pytest.fixture(params=["cluster", "rowwise", "rowwise-no-gather"])
 def sampling_kernel(request, monkeypatch):
     """Both kernel families: "cluster" pins the cluster kernels (slice_kernels.cuh; on
-    sm_90+, for every row length and batch), which copy a search's crossing bin into every
-    CTA of the cluster after level 0 and run the later levels there alone (SliceScope::
-    list_crossing_bin), "cluster-no-gather" those kernels with the list off
-    (AOTINFER_SAMPLING_GATHER=off: every level runs across the cluster), "rowwise" the
-    one-CTA-per-row kernels, which gather a search's crossing bin into shared memory
-    (gather.cuh), and "rowwise-no-gather" those kernels with gathering off (every search
-    level and the draw read the row, as they do where the bin does not fit). Left alone
-    ("auto"), the provider takes the clusters for small batches of rows of 8192+ elements on
-    sm_90+ and the rowwise kernels otherwise."""
+    sm_90+, for every row length and batch), "rowwise" the one-CTA-per-row kernels, which
+    gather a search's crossing bin into shared memory (gather.cuh), and "rowwise-no-gather"
+    those kernels with gathering off (AOTINFER_SAMPLING_GATHER=off: every search level and
+    the draw read the row, as they do where the bin does not fit). Left alone ("auto"), the
+    provider takes the clusters for small batches of rows of 8192+ elements on sm_90+ and
+    the rowwise kernels otherwise."""
     family, _, gather = request.param.partition("-")
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", family)
     monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", "off" if gather else "on")
@@ -282,43 +279,6 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
     torch.testing.assert_close(
         aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
     )
-
-
-@pytest.mark.parametrize("crowded", [False, True], ids=["spread", "crowded"])
-@pytest.mark.parametrize("batch", [1, 20])
-def test_cluster_crossing_bin_list_and_its_fallback(batch, crowded, monkeypatch):
-    """The cluster kernels' crossing-bin list (SliceScope::list_crossing_bin): rows whose
-    threshold bin (3000 elements in one quarter binade, [0.5, 0.5625)) is spread over the
-    row ("spread": each CTA's region holds its ~375, and the later levels run on the list)
-    or crowded into the first 4000 elements, the slice of rank 0 ("crowded": more than that
-    rank's region of the list holds, at vocab 32000 at most 2000, so every CTA falls back to
-    the levels across the cluster). Batch 1 runs one CTA per SM (the largest list) and batch
-    20 two (a list of what the SM has left beside two slices). Tokens, renorm and mask equal
-    the reference's, and the same with the list off."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
-    vocab, bin_size = 32000, 3000
-    g = gen(61 + batch)
-    probs = 1e-3 * torch.rand(batch, vocab, device=DEV, generator=g)
-    for r in range(batch):
-        at = torch.arange(bin_size, device=DEV) if crowded else torch.randperm(vocab, device=DEV, generator=g)[:bin_size]
-        probs[r, at] = 0.5 + 0.06 * torch.rand(bin_size, device=DEV, generator=g)
-    k = torch.randint(1, bin_size, (batch,), device=DEV, generator=g, dtype=torch.int32)
-    p = 0.05 + 0.9 * torch.rand(batch, device=DEV, generator=g)
-    idx = many(batch, 8)
-    logits = probs.log()
-    results = {}
-    for gather in ("on", "off"):
-        monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", gather)
-        for name in ("top_k", "top_p", "top_k_first", "joint"):
-            got, _ = draw(name, probs, None, k, p, 0.1, idx, 13, 4)
-            want, _ = expect(name, probs, None, k, p, 0.1, idx, 13, 4)
-            assert_same_tokens(got, want, f"{name}, list {gather}")
-        renorm = aotinfer.top_p_renorm_probs(probs, p)
-        torch.testing.assert_close(renorm, ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9)
-        masked = aotinfer.top_k_mask_logits(logits, k)
-        assert torch.equal(masked, ref.top_k_mask_logits(logits, k))
-        results[gather] = (renorm, masked)
-    assert torch.equal(results["on"][0], results["off"][0])
 
 
 def _ordered_rows(order, rows, vocab, seed, dtype=torch.float32):

@@ -99,8 +99,6 @@ struct SliceRadixShared : RadixShared {
   // are pushed the same way by the rank that finds it (set_crossing).
   std::uint64_t peer_count[kSliceCtas], peer_mass[kSliceCtas];
   std::uint32_t peer_top[kSliceCtas];
-  // How many keys rank r put on the crossing-bin list (SliceScope::list_crossing_bin).
-  std::uint32_t list_count[kSliceCtas];
 };
 
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
@@ -144,15 +142,6 @@ struct SearchTarget {
   bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
   bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
-};
-
-// Where a search stands after a level: the key prefix found, the participants above the
-// crossing bin and in it, all participants' mass, the goal, and level 0's top bin and unit.
-struct SearchState {
-  std::uint32_t prefix, prefix_mask;
-  std::uint64_t above_count, above_mass, bin_count, bin_mass, all_mass, goal;
-  std::uint32_t top_bin;
-  int base;
 };
 
 // What the gather pass did (the same in every thread).
@@ -208,11 +197,8 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // (head_bound_list.cuh).
 // kPeelLevel0 = false keeps level 0 in the shared loop where the scope peels it (top_k_select:
 // its 32 registers let two 1024-thread CTAs share an SM, and the peeled loop took it to 50).
-// Scope::kReadsList (ListScope): the search resumes at level 1 from `resume`, the state of a
-// search whose level 0 ran across a cluster (SliceScope::list_crossing_bin).
 template <bool kPeelLevel0 = true, typename Scope, typename KeyFn, typename Sh>
-__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh,
-                                     SearchState resume = {}) {
+__device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
@@ -227,22 +213,8 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   std::uint64_t goal = target.count;
   std::uint32_t top_bin = 0;
   int base = 0;
-  int first_level = 0;
-  if constexpr (Scope::kReadsList) {
-    prefix = resume.prefix;
-    prefix_mask = resume.prefix_mask;
-    above_count = resume.above_count;
-    above_mass = resume.above_mass;
-    bin_count = resume.bin_count;
-    bin_mass = resume.bin_mass;
-    all_mass = resume.all_mass;
-    goal = resume.goal;
-    top_bin = resume.top_bin;
-    base = resume.base;
-    first_level = 1;
-  }
 
-  for (int level = first_level; level < 3; ++level) {
+  for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
     scope.level_start(level);  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
@@ -281,9 +253,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         head_units = head_bound_units(target.count, 4 * scope.local_groups(), sh.gather_sizes.capacity);
       }
     }
-    if constexpr (Scope::kReadsList) {
-      scope.for_each_listed(sh, add);
-    } else if (Scope::kGathers != GatherMode::kOff && listed) {
+    if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
@@ -386,15 +356,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (!target.exact_key && level < 2 &&
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
-    }
-    // The cluster kernels: levels 1 and 2 in each CTA alone, on a list of the crossing bin
-    // that every CTA holds, when it fits (SliceScope::list_crossing_bin).
-    if constexpr (Scope::kListsCrossing) {
-      if (level == 0 && scope.list_crossing_bin(key_of, sh.digit, Sh::shift(0), bin_count, sh)) {
-        const SearchState st{prefix,   prefix_mask, above_count, above_mass, bin_count,
-                             bin_mass, all_mass,    goal,        top_bin,    base};
-        return radix_threshold<kPeelLevel0>(scope.listed(), key_of, target, sh, st);
-      }
     }
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.

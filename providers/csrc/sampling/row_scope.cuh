@@ -43,9 +43,55 @@ struct ShareTotals {
   std::uint64_t higher_count, higher_mass, all_count, all_mass;
 };
 
-// The collectives of a scope held by one CTA (RowScope, ListScope): barriers are
-// __syncthreads, the CTA's histogram is the whole one, and a result needs no exchange.
-struct CtaCollectives {
+// kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
+// here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
+// kernels that use it compile it (its registers cost the others spills).
+// kAlternates: whether the passes alternate their direction (next_pass_descending).
+template <typename T, GatherMode kGather = GatherMode::kOff, bool kAlternates = true>
+struct RowScope {
+  static constexpr GatherMode kGathers = kGather;
+  // radix_threshold's level 0 runs its own loop over the row (no prefix test, a constant
+  // shift). At 128 and 512 rows: top-k sampling 1.4-3.1% faster, masking and top-k renorm
+  // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;
+  // history/ab-sampling-peel-level0-9d33cbc.txt).
+  static constexpr bool kPeelsLevel0 = true;
+  const T* x;
+  std::int64_t n;
+  bool aligned;
+  // Each pass over the row runs the other way from the one before it (next_pass_descending),
+  // so that it starts on what that pass left in L2: 128 rows of 128256 probabilities are
+  // 66 MB against the H200's 50 MB of L2, and rows read ascending every time evict each
+  // row's start before the next pass comes back to it. Every pass's results are
+  // order-independent (integer histograms and sums, maxima, per-segment sums); the same
+  // in every thread, since every thread of the CTA runs the same passes.
+  mutable bool descending_ = false;
+
+  __device__ RowScope(const T* row, std::int64_t length) : x(row), n(length), aligned(group_aligned(row)) {}
+
+  // The direction of the next pass over the row (true: descending), and the one after it
+  // the other way.
+  __device__ bool next_pass_descending() const {
+    if (!kAlternates) return false;
+    const bool d = descending_;
+    descending_ = !d;
+    return d;
+  }
+  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending or (see
+  // next_pass_descending) descending g; tail elements = fill. Four loads per thread are in
+  // flight (for_each_group4_toward): batch 128 is one CTA per SM, and one load in flight
+  // per thread left the SM waiting on DRAM.
+  template <typename F>
+  __device__ void for_each_group(float fill, F&& f) const {
+    for_each_group4_toward<4>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
+  }
+  // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
+  // first_group() + g); load(g, v) reads one (tail elements NaN).
+  __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
+  __device__ std::int64_t first_group() const { return 0; }
+  __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
+  // Local groups below this one can be read by load_whole (no tail checks).
+  __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
+  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
   // Every thread of the scope has passed this point (and its shared-memory writes are seen).
   __device__ void sync() const { __syncthreads(); }
   // Before a search level clears the histograms: the previous level's readers are done.
@@ -104,82 +150,7 @@ struct CtaCollectives {
   }
 };
 
-// kGather: what threshold searches may gather into shared memory (gather.cuh): every pass
-// here reads global memory, so one pass instead of two saves a row's worth of DRAM. Only the
-// kernels that use it compile it (its registers cost the others spills).
-// kAlternates: whether the passes alternate their direction (next_pass_descending).
-template <typename T, GatherMode kGather = GatherMode::kOff, bool kAlternates = true>
-struct RowScope : CtaCollectives {
-  static constexpr GatherMode kGathers = kGather;
-  // radix_threshold's level 0 runs its own loop over the row (no prefix test, a constant
-  // shift). At 128 and 512 rows: top-k sampling 1.4-3.1% faster, masking and top-k renorm
-  // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;
-  // history/ab-sampling-peel-level0-9d33cbc.txt).
-  static constexpr bool kPeelsLevel0 = true;
-  static constexpr bool kListsCrossing = false;  // (SliceScope::list_crossing_bin)
-  static constexpr bool kReadsList = false;      // (ListScope)
-  const T* x;
-  std::int64_t n;
-  bool aligned;
-  // Each pass over the row runs the other way from the one before it (next_pass_descending),
-  // so that it starts on what that pass left in L2: 128 rows of 128256 probabilities are
-  // 66 MB against the H200's 50 MB of L2, and rows read ascending every time evict each
-  // row's start before the next pass comes back to it. Every pass's results are
-  // order-independent (integer histograms and sums, maxima, per-segment sums); the same
-  // in every thread, since every thread of the CTA runs the same passes.
-  mutable bool descending_ = false;
-
-  __device__ RowScope(const T* row, std::int64_t length) : x(row), n(length), aligned(group_aligned(row)) {}
-
-  // The direction of the next pass over the row (true: descending), and the one after it
-  // the other way.
-  __device__ bool next_pass_descending() const {
-    if (!kAlternates) return false;
-    const bool d = descending_;
-    descending_ = !d;
-    return d;
-  }
-  // f(g, v) for every group g (elements 4g .. 4g+3) this thread owns, in ascending or (see
-  // next_pass_descending) descending g; tail elements = fill. Four loads per thread are in
-  // flight (for_each_group4_toward): batch 128 is one CTA per SM, and one load in flight
-  // per thread left the SM waiting on DRAM.
-  template <typename F>
-  __device__ void for_each_group(float fill, F&& f) const {
-    for_each_group4_toward<4>(next_pass_descending(), x, static_cast<int>(n), aligned, fill, f);
-  }
-  // The groups this CTA holds, as local indices 0 .. local_groups() - 1 (the row's group
-  // first_group() + g); load(g, v) reads one (tail elements NaN).
-  __device__ std::int64_t local_groups() const { return (n + 3) / 4; }
-  __device__ std::int64_t first_group() const { return 0; }
-  __device__ void load(std::int64_t g, float (&v)[4]) const { load_group4(x, n, g, aligned, NAN, v); }
-  // Local groups below this one can be read by load_whole (no tail checks).
-  __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
-  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
-};
-
 constexpr int kSliceCtas = 8;       // portable cluster size
-
-// A search's later levels over a list of keys in this CTA's shared memory (SliceScope::
-// list_crossing_bin made it: kSliceCtas regions of `region` keys, sh.list_count[r] of them
-// used in region r), with the collectives of one CTA. radix_threshold reads it through
-// for_each_listed instead of a pass over the row.
-struct ListScope : CtaCollectives {
-  static constexpr GatherMode kGathers = GatherMode::kOff;
-  static constexpr bool kPeelsLevel0 = false;
-  static constexpr bool kListsCrossing = false;
-  static constexpr bool kReadsList = true;
-  const std::uint32_t* list;
-  std::uint32_t region;
-
-  template <typename Sh, typename F>
-  __device__ void for_each_listed(const Sh& sh, F&& f) const {
-    for (int r = 0; r < kSliceCtas; ++r) {
-      const std::uint32_t* keys = list + r * region;
-      for (std::uint32_t i = threadIdx.x; i < sh.list_count[r]; i += blockDim.x) f(keys[i]);
-    }
-  }
-};
-
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later
@@ -203,20 +174,9 @@ struct SliceScope {
   // Level 0 in the loop of every level: RowScope's peeled loop made these kernels (the slice
   // already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt).
   static constexpr bool kPeelsLevel0 = false;
-  // After level 0 a search may copy its crossing bin into every CTA (list_crossing_bin).
-#ifdef AOTINFER_LAB_NO_CLUSTER_LIST  // lab: the kernels as before the list (A/B builds)
-  static constexpr bool kListsCrossing = false;
-#else
-  static constexpr bool kListsCrossing = true;
-#endif
-  static constexpr bool kReadsList = false;
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
-  // The crossing-bin list in dynamic shared memory (list_crossing_bin): kSliceCtas regions of
-  // `region` keys, region r written by rank r into every CTA; region 0: no list.
-  std::uint32_t* list = nullptr;
-  std::uint32_t region = 0;
 
   // The slice is in shared memory: every pass ascends.
   __device__ bool next_pass_descending() const { return false; }
@@ -382,80 +342,6 @@ struct SliceScope {
     cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
     return sh.found != 0;
   }
-  // The crossing-bin list. After level 0 has published its crossing (bin `digit` of the keys'
-  // top bits, `bin_count` participants in the cluster), every CTA copies the keys of its slice
-  // in that bin into region `rank` of every CTA's list and pushes how many it found; after
-  // one cluster barrier every CTA holds the whole bin, and the search's later levels run in
-  // each CTA alone on it (radix_threshold over listed()), with __syncthreads instead of
-  // cluster barriers and remote reads. Every CTA finds the same crossing: integer histograms
-  // of the same keys, whatever their order on the list. Measured before this (row_scope's
-  // note above): a search level across the cluster cost ~4.5 us at batch 1 against ~0.4 us
-  // of pass work per CTA.
-  // Tried only when the bin fills at most half of the list (the regions, one per rank, then
-  // hold their share of a bin spread over the row with room to spare). A region that
-  // overflows (the bin crowded into one slice) leaves the search on the cluster, as before,
-  // which every CTA decides alike from the pushed counts. Returns whether the list holds the
-  // bin.
-  template <typename KeyFn, typename Sh>
-  __device__ bool list_crossing_bin(KeyFn key_of, std::uint32_t digit, int shift, std::uint64_t bin_count,
-                                    Sh& sh) const {
-    if (region == 0 || bin_count > static_cast<std::uint64_t>(region) * kSliceCtas / 2) return false;
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    std::uint32_t* const mine = list + rank * region;
-    __shared__ std::uint32_t appended;
-    if (threadIdx.x == 0) appended = 0;
-    __syncthreads();
-    // First into this CTA's own region (whole warps every round, for the ballots; one atomic
-    // per warp and round), then copied to the peers.
-    for (std::int64_t base = 0; base < groups; base += blockDim.x) {
-      const std::int64_t g = base + threadIdx.x;
-      std::uint32_t k[4] = {0u, 0u, 0u, 0u};
-      unsigned match = 0;
-      if (g < groups) {
-        const float4 q = s[g];
-        const float v[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          k[j] = key_of(v[j]);  // the slice's NaN tail gives key 0
-          if (k[j] != 0u && (k[j] >> shift) == digit) match |= 1u << j;
-        }
-      }
-      // The lane's offset in the warp's run: the match counts (0-4) of the lanes below it,
-      // read off three ballots of their bits (as gather_append_group does).
-      const unsigned n = static_cast<unsigned>(__popc(match));
-      const unsigned b0 = __ballot_sync(kFullMask, n & 1u), b1 = __ballot_sync(kFullMask, n & 2u),
-                     b2 = __ballot_sync(kFullMask, n & 4u);
-      if ((b0 | b1 | b2) == 0u) continue;
-      const unsigned below = (1u << (threadIdx.x & 31)) - 1u;
-      std::uint32_t start = 0;
-      if ((threadIdx.x & 31) == 0) {
-        start = atomicAdd(&appended, static_cast<std::uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2)));
-      }
-      std::uint32_t at = __shfl_sync(kFullMask, start, 0) +
-                         static_cast<std::uint32_t>(__popc(b0 & below) + 2 * __popc(b1 & below) + 4 * __popc(b2 & below));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if ((match >> j) & 1u) {
-          if (at < region) mine[at] = k[j];
-          ++at;
-        }
-      }
-    }
-    __syncthreads();  // `appended` is final, the region written
-    const std::uint32_t count = appended, kept = count < region ? count : region;
-    for (unsigned r = 1; r < kSliceCtas; ++r) {
-      std::uint32_t* peer = cluster.map_shared_rank(mine, (rank + r) % kSliceCtas);
-      for (std::uint32_t i = threadIdx.x; i < kept; i += blockDim.x) peer[i] = mine[i];
-    }
-    if (threadIdx.x < kSliceCtas) cluster.map_shared_rank(&sh, threadIdx.x)->list_count[rank] = count;
-    cluster.sync();  // every region and count has landed in every CTA
-    bool fits = true;
-#pragma unroll
-    for (unsigned r = 0; r < kSliceCtas; ++r) fits = fits && sh.list_count[r] <= region;
-    return fits;
-  }
-  __device__ ListScope listed() const { return ListScope{{}, list, region}; }
 };
 #endif
 

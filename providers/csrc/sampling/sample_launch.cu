@@ -216,47 +216,15 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
   finish(cudaGetLastError(), op, device);
 }
 
-// The smallest crossing-bin list region worth a cluster barrier (keys per rank).
-constexpr std::int64_t kMinListRegion = 32;
-
-// Keys per rank region of the cluster kernels' crossing-bin list (SliceScope::
-// list_crossing_bin; 0: none): the shared memory a CTA has beside its slice and static part,
-// at one CTA per SM where the batch's clusters fit the SMs once (batch <= 16 on an H200) and
-// at the kernels' two otherwise, for a list of at most half the row (a search tries it for a
-// bin of up to half the list). AOTINFER_SAMPLING_GATHER=off turns it off with the rowwise
-// kernels' gathering.
-template <auto Kernel>
-std::uint32_t slice_list_region(int device, std::int64_t rows, std::int64_t vocab, std::int64_t groups,
-                                const char* op) {
-#ifdef AOTINFER_LAB_NO_CLUSTER_LIST
-  return 0;
-#endif
-  if (!gather_enabled()) return 0;
-  int per_sm = 0, optin = 0, reserved = 0, sms = 0;
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
-  const int ctas_per_sm = rows * kSliceCtas <= sms ? 1 : 2;
-  const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / ctas_per_sm - reserved);
-  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op) - groups * 16;
-  const std::int64_t region = std::min<std::int64_t>(budget / 4, vocab / 2) / kSliceCtas;
-  return region >= kMinListRegion ? static_cast<std::uint32_t>(region) : 0u;
-}
-
-// One cluster of kSliceCtas CTAs per row, each with its slice (and the crossing-bin list) in
-// dynamic shared memory.
+// One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
 template <auto Kernel, typename Params>
-cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream,
-                          const char* op) {
+cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
   const std::int64_t groups = slice_groups(vocab);
-  const std::uint32_t region = slice_list_region<Kernel>(device, rows, vocab, groups, op);
-  const int smem = static_cast<int>(groups * 16 + std::int64_t{4} * kSliceCtas * region);
+  const int smem = static_cast<int>(groups * 16);
   const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
   if (err != cudaSuccess) return err;
   return launch_in_clusters(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
-                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups,
-                            region);
+                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -316,8 +284,8 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
-    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream, op)
-                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream, op),
+    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream)
+                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream),
            op, input.device);
     return;
   }
@@ -398,8 +366,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
-    finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream, op)
-                        : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream, op),
+    finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
+                        : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);
     return;
   }

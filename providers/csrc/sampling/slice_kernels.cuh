@@ -31,22 +31,16 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), then
-// makes it visible to the CTA. The crossing-bin list (SliceScope::list_crossing_bin) follows
-// the slice's slice_groups groups in the same dynamic shared memory: kSliceCtas regions of
-// list_region keys (0: no list).
+// makes it visible to the CTA.
 template <typename T>
-__device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r, std::int64_t slice_groups,
-                                 std::uint32_t list_region) {
+__device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
   __syncthreads();
-  SliceScope scope{dst, r.count, r.first};
-  scope.list = reinterpret_cast<std::uint32_t*>(dst + slice_groups);
-  scope.region = list_region;
-  return scope;
+  return SliceScope{dst, r.count, r.first};
 }
 #endif
 
@@ -55,7 +49,7 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
 // sample_kernel for probabilities, one cluster per output row.
 template <bool kTwoSearches>
 __global__ void __launch_bounds__(kSliceThreads, 2)
-    sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups, std::uint32_t list_region) {
+    sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
   __shared__ SliceRadixShared sh;
@@ -68,7 +62,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
-                                                detail::slice_range(n, slice_groups, rank), slice_groups, list_region);
+                                                detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
     token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
   }
@@ -83,8 +77,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 // row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster per row.
 template <typename T, bool kMask>
 __global__ void __launch_bounds__(kSliceThreads, 2)
-    row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups,
-                            std::uint32_t list_region) {
+    row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
   __shared__ SliceRadixShared sh;
@@ -94,8 +87,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   pdl_wait_for_prior_grid();
   const std::int64_t n = p.vocab;
   const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
-  const SliceScope scope =
-      detail::load_slice(slice_smem, p.input + row * p.in_row_stride, n, range, slice_groups, list_region);
+  const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.in_row_stride, n, range);
   T* y = p.out + row * p.out_row_stride;
   const bool out_aligned = group_aligned(y);
   if constexpr (kMask) {
