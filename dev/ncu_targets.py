@@ -4,14 +4,15 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm]
+        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] [cluster]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
 softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k
-sampling 128 x 128256 (bench_sampling's flat and peaked rows), and ("renorm") top-k masking
-and top-k / top-p renormalisation on those rows.
+sampling 128 x 128256 (bench_sampling's flat and peaked rows), ("renorm") top-k masking
+and top-k / top-p renormalisation on those rows, and ("cluster") the batch-1 cluster
+samplers at 1 x 32000 with FlashInfer's.
 """
 
 from __future__ import annotations
@@ -127,6 +128,30 @@ def sampling_cases():
     return cases
 
 
+def cluster_cases(fi):
+    """Batch 1 x 32000 (the cluster kernels, one cluster of 8 CTAs; bench_sampling's flat
+    row): top-p, top-k, min-p and plain sampling, and FlashInfer's top-p and min-p on the
+    same row, where FlashInfer is 2.6x / 1.15x faster (results/sampling.md)."""
+    from bench_sampling import make_probs
+
+    s = aotinfer.sampling
+    kw = dict(seed=1, offset=0)
+    probs = make_probs(1, 32000, False, 0)
+    cases = [
+        ("aotinfer top-p 0.9 1x32000", lambda: s.top_p_sampling_from_probs(probs, 0.9, **kw)),
+        ("aotinfer top-k 50 1x32000", lambda: s.top_k_sampling_from_probs(probs, 50, **kw)),
+        ("aotinfer min-p 0.1 1x32000", lambda: s.min_p_sampling_from_probs(probs, 0.1, **kw)),
+        ("aotinfer plain 1x32000", lambda: s.sampling_from_probs(probs, **kw)),
+    ]
+    if fi is not None:
+        top_p, min_p = fi.sampling.top_p_sampling_from_probs, fi.sampling.min_p_sampling_from_probs
+        cases += [
+            ("flashinfer top-p 0.9 1x32000", lambda: top_p(probs, 0.9, **kw)),
+            ("flashinfer min-p 0.1 1x32000", lambda: min_p(probs, 0.1, **kw)),
+        ]
+    return cases
+
+
 def renorm_cases():
     """The renormalisation / masking goal shape: 128 x 128256, bench_sampling's rows."""
     from bench_sampling import make_probs
@@ -158,6 +183,8 @@ def main():
         cases += sampling_cases()
     if "renorm" in want:
         cases += renorm_cases()
+    if "cluster" in want:
+        cases += cluster_cases(try_import_flashinfer())
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()
