@@ -73,15 +73,27 @@ _SOFTMAX_MIN_CHUNK = 1024
 
 
 def _probs_and_softmax_workspace(shape, device):
-    """The probabilities and the softmax's workspace, carved from one allocation (one call to
-    the caching allocator instead of two: host time). The workspace follows the
-    probabilities, at a 16-byte boundary, so ``probs`` starts where the storage starts."""
+    """The probabilities, their provider view and the softmax's workspace view, from one
+    allocation (one call to the caching allocator instead of two: host time).
+
+    The buffer is ``(rows + extra, vocab)`` float32: ``probs`` is its first ``rows`` rows
+    (contiguous, at the storage's start), the workspace the floats after them from the next
+    16-byte boundary. Both views are built from the buffer's pointer, and no tensor is made
+    of the workspace. The former carving (``buf[:n].view(rows, vocab)``, ``buf[start:]``
+    and a view() of each) took 9.4-11.1 us per call on the CI machine's CPU against
+    4.8-7.3 now, on meta tensors (dev/time_softmax_outputs.py, three runs; dev/NOTES.md
+    item 56)."""
     rows, vocab = shape
+    index = device.index
     n = rows * vocab
     start = -(-n // 4) * 4
     ws = 2 * rows * -(-vocab // _SOFTMAX_MIN_CHUNK)
-    buf = torch.empty(start + ws, dtype=torch.float32, device=device)
-    return buf[:n].view(rows, vocab), buf[start:]
+    extra = -(-(start - n + ws) // vocab) if vocab else 0
+    buf = torch.empty(rows + extra, vocab, dtype=torch.float32, device=device)
+    probs = buf[:rows] if extra else buf
+    ptr = buf.data_ptr()
+    probs_view = _views.matrix_view(ptr, _views.F32_CODE, rows, vocab, index)
+    return probs, probs_view, (ptr + 4 * start, _views.F32_CODE, (ws,), (1,), index)
 
 
 def _softmax_impl(
@@ -96,13 +108,13 @@ def _softmax_impl(
     provider = provider_for(logits.device)
     if enable_pdl is None:
         enable_pdl = provider.capability[0] >= 9
-    probs, workspace = _probs_and_softmax_workspace(logits.shape, logits.device)
+    probs, probs_view, workspace_view = _probs_and_softmax_workspace(logits.shape, logits.device)
     provider.kernels.softmax(
         _views.view(logits),
-        _views.view(probs),
+        probs_view,
         _views.view(temperature_arr),
         temperature,
-        _views.view(workspace),
+        workspace_view,
         bool(enable_pdl),
         _views.stream_handle(logits.device),
     )
@@ -234,13 +246,18 @@ def _renorm_impl(
             top_k_arr if top_k_arr is not None else top_k,
             top_p_arr if top_p_arr is not None else top_p,
         ).contiguous()
-    out = torch.empty(*input.shape, dtype=input.dtype, device=input.device)
-    if input.size(0) == 0:
+    device = input.device
+    rows, vocab = input.shape
+    out = torch.empty(rows, vocab, dtype=input.dtype, device=device)
+    if rows == 0:
         return out
     v = _views.view
-    kernels_for(input.device).renorm(
-        v(input), v(out), int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
-        float(top_p), _views.stream_handle(input.device),
+    out_view = _views.matrix_view(
+        out.data_ptr(), _views.DTYPE_CODES[out.dtype], rows, vocab, device.index
+    )
+    kernels_for(device).renorm(
+        v(input), out_view, int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
+        float(top_p), _views.stream_handle(device),
     )  # fmt: skip
     return out
 
@@ -264,12 +281,17 @@ def _top_k_mask_impl(
     if logits.device.type == "cpu":
         k = top_k_arr if top_k_arr is not None else top_k
         return _ref.top_k_mask_logits(logits, k).contiguous()
-    out = torch.empty(*logits.shape, dtype=logits.dtype, device=logits.device)
-    if logits.size(0) == 0:
+    device = logits.device
+    rows, vocab = logits.shape
+    out = torch.empty(rows, vocab, dtype=logits.dtype, device=device)
+    if rows == 0:
         return out
-    kernels_for(logits.device).top_k_mask(
-        _views.view(logits), _views.view(out), _views.view(top_k_arr), int(top_k),
-        _views.stream_handle(logits.device),
+    out_view = _views.matrix_view(
+        out.data_ptr(), _views.DTYPE_CODES[out.dtype], rows, vocab, device.index
+    )
+    kernels_for(device).top_k_mask(
+        _views.view(logits), out_view, _views.view(top_k_arr), int(top_k),
+        _views.stream_handle(device),
     )  # fmt: skip
     return out
 

@@ -38,6 +38,13 @@ def view(t: Optional[torch.Tensor]) -> Optional[View]:
     return (t.data_ptr(), DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()), t.device.index)
 
 
+def matrix_view(ptr: int, code: int, rows: int, cols: int, index: Optional[int]) -> View:
+    """The view of a contiguous ``(rows, cols)`` matrix the caller just allocated, built
+    without asking the tensor (each accessor is host time on the eager path); strides as
+    torch reports them, also for ``cols == 0``."""
+    return (ptr, code, (rows, cols), (max(cols, 1), 1), index)
+
+
 # torch's own raw-stream query (what its generated kernels call): one C call of a few
 # hundred ns, where torch.cuda.current_stream builds a Stream object (microseconds).
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)

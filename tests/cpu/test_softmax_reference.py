@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import aotinfer
+from aotinfer import _views
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -160,18 +161,24 @@ def test_bad_tensor_temperature(temperature, message):
         aotinfer.softmax(_logits(), temperature=temperature)
 
 
-@pytest.mark.parametrize("rows, vocab", [(1, 1), (3, 5), (7, 1023), (128, 128256), (5, 151937)])
+@pytest.mark.parametrize(
+    "rows, vocab", [(1, 1), (3, 5), (7, 1023), (128, 128256), (5, 151937), (4, 0), (0, 7)]
+)
 def test_probs_and_workspace_share_one_allocation_as_the_provider_expects(rows, vocab):
     # The provider's rule (split_softmax_workspace_floats in softmax_split.cuh): at least
     # 2 * rows * ceil(vocab / 1024) floats, 8-byte aligned; probs must be the contiguous
-    # (rows, vocab) start of the storage so its rows keep the storage's alignment.
+    # (rows, vocab) start of the storage so its rows keep the storage's alignment. Both go
+    # to the provider as views built from the buffer's pointer.
     from aotinfer._sampling_ops import _probs_and_softmax_workspace
 
-    probs, workspace = _probs_and_softmax_workspace((rows, vocab), torch.device("cpu"))
+    probs, probs_view, ws_view = _probs_and_softmax_workspace((rows, vocab), torch.device("cpu"))
     assert probs.shape == (rows, vocab) and probs.is_contiguous()
     assert probs.storage_offset() == 0 and probs.dtype == torch.float32
-    assert workspace.dim() == 1 and workspace.is_contiguous()
-    assert workspace.numel() == 2 * rows * -(-vocab // 1024)
-    assert workspace.storage_offset() % 4 == 0  # 16 bytes from the storage start
-    assert workspace.storage_offset() >= probs.numel()  # no overlap
-    assert workspace.untyped_storage().data_ptr() == probs.untyped_storage().data_ptr()
+    assert probs_view == _views.view(probs)
+    base = probs.untyped_storage().data_ptr()
+    ptr, code, shape, strides, device = ws_view
+    assert (code, strides, device) == (_views.F32_CODE, (1,), None)
+    assert shape == (2 * rows * -(-vocab // 1024),)
+    assert (ptr - base) % 16 == 0  # 16 bytes from the storage start
+    assert ptr - base >= 4 * probs.numel()  # no overlap
+    assert ptr - base + 4 * shape[0] <= probs.untyped_storage().nbytes()  # inside the buffer
