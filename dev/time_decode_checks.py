@@ -1,7 +1,7 @@
 """Kernel lab: CPU time of run()'s checks of per-call decode options (no GPU needed), the
 figures quoted in dev/NOTES.md item 55 and in the docstrings of _decode_checks.call_scalars
 and check_sinks. Each line times the current code against what it replaced, in this
-process, best of seven rounds:
+process, best of seven rounds (dev/before_after.py):
 
 - every option checked again (scalars(), what run() did per call before 8bd021b) against the
   call's window and scales over the planned scalars (call_scalars());
@@ -15,12 +15,11 @@ process, best of seven rounds:
 
 from __future__ import annotations
 
-import platform
 import sys
-import timeit
 from dataclasses import dataclass
 
 import torch
+from before_after import report
 
 from aotinfer import _decode_checks as _c
 from aotinfer import _views
@@ -70,21 +69,7 @@ def main() -> None:
             lambda: DecodeScalars(0.1, 0.0, -1, 0, 1.0, 1e4, 0.5, 2.0),
         ),
     }
-    n, best = 20000, {}
-    for _ in range(7):
-        for name, fns in pairs.items():
-            for which, fn in zip(("before", "now"), fns):
-                t = timeit.timeit(fn, number=n) / n * 1e6
-                best[name, which] = min(best.get((name, which), 1e9), t)
-    lines = [f"CPU us per call, best of 7 rounds of {n} ({platform.processor() or 'cpu'}, "
-             f"torch {torch.__version__})"]  # fmt: skip
-    for name in pairs:
-        lines.append(f"{best[name, 'before']:6.2f} -> {best[name, 'now']:6.2f}  {name}")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            f.write(text)
+    report(pairs, out=sys.argv[1] if len(sys.argv) > 1 else None)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Kernel lab: CPU time of the outputs an eager softmax, renorm or top-k mask call builds for
 the provider (no GPU needed), the figures quoted in dev/NOTES.md item 56 and in the
 docstring of _sampling_ops._probs_and_softmax_workspace. Each line times the current code
-against what it replaced (reproduced here), in this process, best of seven rounds, on meta
-tensors (they take torch's dispatcher like CUDA tensors and allocate nothing) or, given
-DEVICE, on that device's tensors (cuda: the caching allocator too).
+against what it replaced (reproduced here), in this process, best of seven rounds
+(dev/before_after.py), on meta tensors (they take torch's dispatcher like CUDA tensors and
+allocate nothing) or, given DEVICE, on that device's tensors (cuda: the caching allocator
+too).
 
 - the softmax's probabilities and workspace: one 1-D buffer carved by a slice, a view and a
   second slice, then view() of both (before) against one 2-D buffer, one slice and both
@@ -16,11 +17,10 @@ DEVICE, on that device's tensors (cuda: the caching allocator too).
 
 from __future__ import annotations
 
-import platform
 import sys
-import timeit
 
 import torch
+from before_after import report
 
 from aotinfer import _sampling_ops, _views
 
@@ -63,21 +63,8 @@ def main() -> None:
         ),
         "renorm / mask output": (lambda: output_before(x), lambda: output_now(x)),
     }
-    n, best = 20000, {}
-    for _ in range(7):
-        for name, fns in pairs.items():
-            for which, fn in zip(("before", "now"), fns):
-                t = timeit.timeit(fn, number=n) / n * 1e6
-                best[name, which] = min(best.get((name, which), 1e9), t)
-    lines = [f"CPU us per call, best of 7 rounds of {n}, {ROWS} x {VOCAB} on {device} tensors "
-             f"({platform.processor() or 'cpu'}, torch {torch.__version__})"]  # fmt: skip
-    for name in pairs:
-        lines.append(f"{name:28s} before {best[name, 'before']:6.2f}  now {best[name, 'now']:6.2f}")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            f.write(text)
+    out = sys.argv[1] if len(sys.argv) > 1 else None
+    report(pairs, f", {ROWS} x {VOCAB} on {device} tensors", out)
 
 
 if __name__ == "__main__":
