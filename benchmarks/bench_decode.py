@@ -24,8 +24,8 @@ import statistics
 
 import torch
 from bench_common import (
-    copy_bandwidth_bytes_per_s,
     busy_host_us,
+    copy_bandwidth_bytes_per_s,
     environment,
     rotation_graph_us,
     time_ms,

@@ -900,7 +900,11 @@ def test_provider_path_single_decode(monkeypatch, layout, kv_len):
         # split-KV over the contiguous keys: no page table, chunks of whole 64-key rounds
         assert args["indptr"] is None and args["kv_len_scalar"] == kv_len
         assert args["max_splits"] > 1 and args["chunk_pages"] % 64 == 0
-        assert (args["max_splits"] - 1) * args["chunk_pages"] < kv_len <= args["max_splits"] * args["chunk_pages"]
+        assert (
+            (args["max_splits"] - 1) * args["chunk_pages"]
+            < kv_len
+            <= args["max_splits"] * args["chunk_pages"]
+        )
     eo, el = ref.attention(q[None], k, v, logits_soft_cap=7.0)
     close(out, lse, eo[0], el[0])
 

@@ -20,8 +20,18 @@ def run_ab(tmp_path, mode):
     script = tmp_path / "fake_timing.py"
     script.write_text(FAKE)
     return subprocess.run(
-        ["bash", str(ROOT / "dev" / "ab_env_switch.sh"), "AOTINFER_FAKE_SWITCH", "off", "on", str(script), mode],
-        capture_output=True, text=True, check=True,
+        [
+            "bash",
+            str(ROOT / "dev" / "ab_env_switch.sh"),
+            "AOTINFER_FAKE_SWITCH",
+            "off",
+            "on",
+            str(script),
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
 
 
@@ -51,7 +61,9 @@ def test_core_ab_runs_each_side_on_its_core(tmp_path):
     script.write_text(FAKE_HOST.format(core=str(ROOT / "core")))
     out = subprocess.run(
         ["bash", str(ROOT / "dev" / "ab_core_host.sh"), str(base), str(script)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert f"A: {base}  B: {ROOT / 'core'}" in out
     assert "   12.00     9.00   0.750  top_k_sampling_from_probs" in out

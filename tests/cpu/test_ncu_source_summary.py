@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("ncu_source_summary", ROOT / "dev" / "ncu_source_summary.py")
+spec = importlib.util.spec_from_file_location(
+    "ncu_source_summary", ROOT / "dev" / "ncu_source_summary.py"
+)
 tool = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = tool  # (its dataclasses look their module up there)
 spec.loader.exec_module(tool)
@@ -17,12 +19,20 @@ HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","Instructions E
 
 def page(name, lines):
     out = [f'"Kernel Name","{name}",', HEADER]
-    out += [f'"0x{i:x}","      {sass}","{samples}","{executed}"' for i, (sass, samples, executed) in enumerate(lines)]
+    out += [
+        f'"0x{i:x}","      {sass}","{samples}","{executed}"'
+        for i, (sass, samples, executed) in enumerate(lines)
+    ]
     return out
 
 
-BODY = [("LDC R1, c[0x0][0x28]", 1, 10), ("@P0 ISETP.GE.AND P1, PT, R2, R3, PT", 5, 300),
-        ("ATOMS.ADD RZ, [R4], R5", 7, 300), ("BRA 0x40", 0, 300), ("EXIT", 0, 10)]
+BODY = [
+    ("LDC R1, c[0x0][0x28]", 1, 10),
+    ("@P0 ISETP.GE.AND P1, PT, R2, R3, PT", 5, 300),
+    ("ATOMS.ADD RZ, [R4], R5", 7, 300),
+    ("BRA 0x40", 0, 300),
+    ("EXIT", 0, 10),
+]
 
 
 def test_runs_counts_and_opcodes():
@@ -30,7 +40,11 @@ def test_runs_counts_and_opcodes():
     kernels = tool.read_kernels(lines)
     assert [k.name for k in kernels] == ["k<1>", "k<2>"]
     k = kernels[0]
-    assert [(r.executed, r.opcodes) for r in k.runs] == [(10, ["LDC"]), (300, ["ISETP", "ATOMS", "BRA"]), (10, ["EXIT"])]
+    assert [(r.executed, r.opcodes) for r in k.runs] == [
+        (10, ["LDC"]),
+        (300, ["ISETP", "ATOMS", "BRA"]),
+        (10, ["EXIT"]),
+    ]
     assert k.executed == 10 + 900 + 10 and k.samples == 13
     text = tool.summary(k)
     assert "300 x    3 instructions" in text and "ATOMS 1" in text
@@ -40,8 +54,11 @@ REASONS_HEADER = HEADER + ',"stall_long_sb","stall_wait","stall_wait (Not Issued
 
 
 def test_stall_reasons_and_hot_lines():
-    body = [("LDG.E R2, [R4]", 2, 10, 0, 2, 9), ("HMMA.16816.F32 R8, R4, R6, R8", 6, 10, 1, 5, 9),
-            ("EXIT", 0, 10, 0, 0, 0)]
+    body = [
+        ("LDG.E R2, [R4]", 2, 10, 0, 2, 9),
+        ("HMMA.16816.F32 R8, R4, R6, R8", 6, 10, 1, 5, 9),
+        ("EXIT", 0, 10, 0, 0, 0),
+    ]
     lines = ['"Kernel Name","k<3>",', REASONS_HEADER]
     for i, (sass, s, e, lsb, w, wn) in enumerate(body):
         lines.append(f'"0x{i:x}","  {sass}","{s}","{e}","{lsb}","{w}","{wn}"')

@@ -9,8 +9,16 @@ from sampling_goals import goal_summary  # noqa: E402
 
 
 def row(op, batch=128, vocab=128256, dist="flat", graph=50.0, fi=60.0, eager=30.0, copy=60.0):
-    return {"op": op, "batch": batch, "vocab": vocab, "dist": dist, "graph_us": graph,
-            "fi_graph_us": fi, "aotinfer_us": eager, "% copy (graph)": copy}
+    return {
+        "op": op,
+        "batch": batch,
+        "vocab": vocab,
+        "dist": dist,
+        "graph_us": graph,
+        "fi_graph_us": fi,
+        "aotinfer_us": eager,
+        "% copy (graph)": copy,
+    }
 
 
 def test_every_goal_met():
@@ -26,13 +34,18 @@ def test_a_sampler_just_over_110_us_misses():
 
 
 def test_slower_than_flashinfer_is_counted_per_sampler():
-    rows = [row("top_p_sampling", batch=16, graph=30.0, fi=20.0), row("min_p_sampling", batch=16),
-            row("top_k_top_p_joint", batch=16, fi="error: RuntimeError")]
+    rows = [
+        row("top_p_sampling", batch=16, graph=30.0, fi=20.0),
+        row("min_p_sampling", batch=16),
+        row("top_k_top_p_joint", batch=16, fi="error: RuntimeError"),
+    ]
     line = [x for x in goal_summary(rows) if "FlashInfer" in x][0]
     assert "missed, 1 of 2 cases slower" in line and "top_p_sampling 1" in line
 
 
 def test_renorm_below_half_the_copy_bandwidth_and_slow_batch_1_miss():
-    lines = goal_summary([row("top_k_mask_logits", copy=40.0), row("top_k_renorm", batch=1, eager=41.0)])
+    lines = goal_summary(
+        [row("top_k_mask_logits", copy=40.0), row("top_k_renorm", batch=1, eager=41.0)]
+    )
     assert any("renorm / mask" in x and "missed" in x and "40.0%" in x for x in lines)
     assert any("batch 1" in x and "missed, 0 of 1" in x for x in lines)

@@ -25,10 +25,16 @@ def test_the_sources_read_some_switches():
 
 
 def test_every_provider_switch_is_in_the_readme_table():
-    table_rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `AOTINFER_")]
+    table_rows = [
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| `AOTINFER_")
+    ]
     documented = {re.match(r"\| `(AOTINFER_[A-Z0-9_]+)", row).group(1) for row in table_rows}
     missing = provider_switches() - documented
-    assert not missing, f"switches read by the provider but not in README's table: {sorted(missing)}"
+    assert not missing, (
+        f"switches read by the provider but not in README's table: {sorted(missing)}"
+    )
 
 
 def test_every_provider_switch_has_a_refusal_test():

@@ -243,10 +243,16 @@ def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch)
         want, _ = expect(name, probs, None, k, p, m, many(rows, 3), 7, 1)
         assert_same_tokens(got, want, name)
     torch.testing.assert_close(
-        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
+        aotinfer.top_p_renorm_probs(probs, p),
+        ref.renorm_probs(probs, MODES["top_p"], 0, p),
+        rtol=1e-5,
+        atol=1e-9,
     )
     torch.testing.assert_close(
-        aotinfer.top_k_renorm_probs(probs, k), ref.renorm_probs(probs, MODES["top_k"], k), rtol=1e-5, atol=1e-9
+        aotinfer.top_k_renorm_probs(probs, k),
+        ref.renorm_probs(probs, MODES["top_k"], k),
+        rtol=1e-5,
+        atol=1e-9,
     )
     logits = make_logits(rows, vocab, seed=43)
     assert torch.equal(aotinfer.top_k_mask_logits(logits, k), ref.top_k_mask_logits(logits, k))
@@ -277,7 +283,10 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
         want, _ = expect(name, probs, None, k, p, 0.1, idx, 9, 2)
         assert_same_tokens(got, want, name)
     torch.testing.assert_close(
-        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=1e-9
+        aotinfer.top_p_renorm_probs(probs, p),
+        ref.renorm_probs(probs, MODES["top_p"], 0, p),
+        rtol=1e-5,
+        atol=1e-9,
     )
 
 
@@ -367,7 +376,10 @@ def test_top_p_on_rows_of_subnormal_and_lone_probabilities(vocab, sampling_kerne
     want, _ = expect("top_p", probs, None, 0, p, 0.0, idx, 4, 0)
     assert_same_tokens(got, want, "top_p")
     torch.testing.assert_close(
-        aotinfer.top_p_renorm_probs(probs, p), ref.renorm_probs(probs, MODES["top_p"], 0, p), rtol=1e-5, atol=0
+        aotinfer.top_p_renorm_probs(probs, p),
+        ref.renorm_probs(probs, MODES["top_p"], 0, p),
+        rtol=1e-5,
+        atol=0,
     )
 
 
