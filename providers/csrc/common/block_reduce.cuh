@@ -112,4 +112,53 @@ inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint6
   return before_warp + inclusive - v;
 }
 
+#ifdef AOTINFER_LAB_PAIR_SCAN
+// Two exclusive prefix sums at once (a radix level's counts and masses): the same results
+// as two calls of block_exclusive_scan, bit for bit (integer sums in the same order), with
+// one set of three barriers instead of two and both values' shuffles in flight together.
+// Lab (not measured yet, dev/NOTES.md item 56): in the batch-1 cluster samplers each warp's
+// straight-line code between barriers is where the time goes.
+inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t b, std::uint64_t* before_a,
+                                                 std::uint64_t* before_b, std::uint64_t* total_a,
+                                                 std::uint64_t* total_b) {
+  __shared__ std::uint64_t warp_a[32], warp_b[32];
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  std::uint64_t ia = a, ib = b;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const std::uint64_t ua = __shfl_up_sync(kFullMask, ia, d), ub = __shfl_up_sync(kFullMask, ib, d);
+    if (lane >= d) {
+      ia += ua;
+      ib += ub;
+    }
+  }
+  if (lane == 31) {
+    warp_a[warp] = ia;
+    warp_b[warp] = ib;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const bool in = lane < static_cast<int>(blockDim.x >> 5);
+    std::uint64_t sa = in ? warp_a[lane] : 0, sb = in ? warp_b[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const std::uint64_t ua = __shfl_up_sync(kFullMask, sa, d), ub = __shfl_up_sync(kFullMask, sb, d);
+      if (lane >= d) {
+        sa += ua;
+        sb += ub;
+      }
+    }
+    warp_a[lane] = sa;  // inclusive scans of the warp sums
+    warp_b[lane] = sb;
+  }
+  __syncthreads();
+  const int last = (blockDim.x >> 5) - 1;
+  *before_a = (warp > 0 ? warp_a[warp - 1] : 0) + ia - a;
+  *before_b = (warp > 0 ? warp_b[warp - 1] : 0) + ib - b;
+  *total_a = warp_a[last];
+  *total_b = warp_b[last];
+}
+#endif
+
 }  // namespace aotinfer
