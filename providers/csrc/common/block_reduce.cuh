@@ -115,7 +115,7 @@ inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint6
 #ifdef AOTINFER_LAB_PAIR_SCAN
 // Two exclusive prefix sums at once (a radix level's counts and masses): the same results
 // as two calls of block_exclusive_scan, bit for bit (integer sums in the same order), with
-// one set of three barriers instead of two and both values' shuffles in flight together.
+// three barriers instead of six and both values' shuffles in flight together.
 // Lab (not measured yet, dev/NOTES.md item 56): in the batch-1 cluster samplers each warp's
 // straight-line code between barriers is where the time goes.
 inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t b, std::uint64_t* before_a,
