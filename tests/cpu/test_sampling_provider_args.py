@@ -76,3 +76,46 @@ def test_indices_set_the_batch_and_the_dtype(calls, probs):
     )
     assert samples.shape == (5,) and samples.dtype == torch.int64 and valid.shape == (5,)
     assert calls[-1][SAMPLES][1:3] == (_views.DTYPE_CODES[torch.int64], (5,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 100), (1, 1), (2, 7)])
+def test_renorm_mask_and_softmax_outputs_reach_the_provider_as_their_views(
+    monkeypatch, dtype, shape
+):
+    """Softmax, renorm and the top-k mask build their output views from the allocation
+    (_views.matrix_view) instead of asking the tensors: the views must be the ones view()
+    would give, and the softmax's workspace must lie after the probabilities in their
+    buffer."""
+    recorded = {}
+
+    class Kernels:
+        def renorm(self, input, out, *rest):
+            recorded["renorm"] = out
+
+        def top_k_mask(self, logits, out, *rest):
+            recorded["top_k_mask"] = out
+
+        def softmax(self, logits, probs, temperature, scalar, workspace, *rest):
+            recorded["softmax"] = (probs, workspace)
+
+    class Provider:
+        capability = (9, 0)
+        kernels = Kernels()
+
+    monkeypatch.setattr(_views, "check_device_supported", lambda name, t: None)
+    monkeypatch.setattr(_views, "stream_handle", lambda device: 0)
+    monkeypatch.setattr(_sampling_ops, "kernels_for", lambda device: Provider.kernels)
+    monkeypatch.setattr(_sampling_ops, "provider_for", lambda device: Provider)
+    x = torch.empty(*shape, device="meta", dtype=dtype)
+    probs = torch.empty(*shape, device="meta")
+    out = aotinfer.top_k_renorm_probs(probs, 5)
+    assert recorded["renorm"] == _views.view(out)
+    masked = aotinfer.top_k_mask_logits(x, 5)
+    assert masked.dtype == dtype and recorded["top_k_mask"] == _views.view(masked)
+    soft = aotinfer.softmax(x)
+    probs_view, workspace = recorded["softmax"]
+    assert soft.shape == shape and soft.dtype == torch.float32
+    assert probs_view == _views.view(soft)
+    assert workspace[0] >= soft.data_ptr() + 4 * soft.numel()
+    assert workspace[2] == (2 * shape[0] * -(-shape[1] // 1024),)
