@@ -16,7 +16,7 @@ process, best of seven rounds (dev/before_after.py):
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 
 import torch
 from before_after import report
@@ -28,16 +28,8 @@ from aotinfer._decode_launch import DecodeScalars
 HQ, D = 32, 128
 
 
-@dataclass(frozen=True)
-class FrozenScalars:  # the former DecodeScalars
-    sm_scale: float
-    logits_soft_cap: float
-    window_left: int
-    pos_code: int
-    rope_scale: float
-    rope_theta: float
-    k_scale: float
-    v_scale: float
+# The former DecodeScalars: a frozen dataclass of the named tuple's fields.
+FrozenScalars = make_dataclass("FrozenScalars", DecodeScalars.__annotations__.items(), frozen=True)
 
 
 class Plan:

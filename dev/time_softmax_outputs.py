@@ -43,14 +43,6 @@ def output_before(x):
     return out, _views.view(out)
 
 
-def output_now(x):
-    device = x.device
-    rows, vocab = x.shape
-    out = torch.empty(rows, vocab, dtype=x.dtype, device=device)
-    code = _views.DTYPE_CODES[out.dtype]
-    return out, _views.matrix_view(out.data_ptr(), code, rows, vocab, device.index)
-
-
 def main() -> None:
     device = torch.device(sys.argv[2] if len(sys.argv) > 2 else "meta")
     if device.type == "cuda" and device.index is None:
@@ -61,7 +53,7 @@ def main() -> None:
             lambda: carve_before((ROWS, VOCAB), device),
             lambda: _sampling_ops._probs_and_softmax_workspace((ROWS, VOCAB), device),
         ),
-        "renorm / mask output": (lambda: output_before(x), lambda: output_now(x)),
+        "renorm / mask output": (lambda: output_before(x), lambda: _sampling_ops._matrix_like(x)),
     }
     out = sys.argv[1] if len(sys.argv) > 1 else None
     report(pairs, f", {ROWS} x {VOCAB} on {device} tensors", out)

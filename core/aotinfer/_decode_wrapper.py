@@ -706,13 +706,23 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
             return (out, lse) if return_lse else out
 
+        # Both launch paths: q's strides (a slice of a fused QKV projection passes as it is,
+        # a non-contiguous last dimension is copied) and whether the launch is eager (the
+        # plan may merge split requests differently when it is not captured).
+        q_strides = q.stride()
+        if q_strides[-1] != 1:
+            q = q.contiguous()
+            q_strides = q.stride()
+        eager = p.eager_split_args is not None and not _launch.capturing()
         cache = paged_kv_cache
         k_view = None
         if isinstance(cache, torch.Tensor) and cache.dtype is p.kv_dtype:
             shape, strides = cache.shape, cache.stride()
             if shape[1:] == p.cache_tail and strides[4] == 1 and cache.device == dev:
                 if prepared and p.prepared is not None:
-                    self._launch_prepared(p, q, cache, shape, strides, out, lse, scalars, sinks)
+                    self._launch_prepared(
+                        p, q, q_strides, eager, cache, shape, strides, out, lse, scalars, sinks
+                    )
                     return (out, lse) if return_lse else out
                 k_view, v_view = _launch.cache_half_views(
                     cache.data_ptr(), shape, strides, p.kv_code, p.kv_itemsize, index
@@ -720,16 +730,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if k_view is None:
             k_cache, v_cache = _c.check_cache(p, cache, self._kv_layout, dev)
             k_view, v_view = _views.view(k_cache), _views.view(v_cache)
-        q_strides = q.stride()
-        if q_strides[-1] != 1:
-            q = q.contiguous()
-            q_strides = q.stride()
         lse_view = None
         if lse is not None:
             lse_view = (lse.data_ptr(), _views.F32_CODE, p.lse_shape, p.lse_strides, index)
-        split = p.launch_split
-        if p.eager_split_args is not None and not _launch.capturing():
-            split = p.eager_split_args
+        split = p.eager_split_args if eager else p.launch_split
         p.kernels.batch_decode(
             (q.data_ptr(), p.q_code, p.q_shape, q_strides, index),
             k_view,
@@ -744,23 +748,20 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
         return (out, lse) if return_lse else out
 
-    def _launch_prepared(self, p, q, cache, shape, strides, out, lse, scalars, sinks) -> None:
+    def _launch_prepared(
+        self, p, q, q_strides, eager, cache, shape, strides, out, lse, scalars, sinks
+    ) -> None:
         """run()'s launch through the provider's prepared call for this plan (a 5-D cache of
         the planned tail): only pointers, q's strides and the page count cross into the
         provider, and with per-call scales, window or sinks (checked by run()) those values
         too. The first such call for an eager or captured launch, a cache layout and sinks or
         none prepares it (the provider checks everything once, as batch_decode does on every
         call); anything the provider refuses is raised there."""
-        eager = p.eager_split_args is not None and not _launch.capturing()
         key = (eager, strides, sinks is not None)
         prepared = p.prepared.get(key)
         if prepared is None:
             prepared = self._prepare(p, eager, shape, strides, sinks is not None)
             p.prepared[key] = prepared
-        q_strides = q.stride()
-        if q_strides[-1] != 1:
-            q = q.contiguous()
-            q_strides = q.stride()
         k_ptr = cache.data_ptr()
         pointers = (
             q.data_ptr(),

@@ -233,6 +233,16 @@ sample = _define(
 # renorm (top-k keeps the dtype; the core casts to float32 for top-p) and top-k mask
 
 
+def _matrix_like(x: torch.Tensor):
+    """A new contiguous matrix of ``x``'s shape, dtype and device, and its provider view
+    built from the allocation (_views.matrix_view: no accessor calls on the eager path)."""
+    rows, cols = x.shape
+    device = x.device
+    out = torch.empty(rows, cols, dtype=x.dtype, device=device)
+    code = _views.DTYPE_CODES[out.dtype]
+    return out, _views.matrix_view(out.data_ptr(), code, rows, cols, device.index)
+
+
 def _renorm_impl(
     input: torch.Tensor,
     filter_mode: int,
@@ -249,14 +259,10 @@ def _renorm_impl(
             top_p_arr if top_p_arr is not None else top_p,
         ).contiguous()
     device = input.device
-    rows, vocab = input.shape
-    out = torch.empty(rows, vocab, dtype=input.dtype, device=device)
-    if rows == 0:
+    out, out_view = _matrix_like(input)
+    if out.size(0) == 0:
         return out
     v = _views.view
-    out_view = _views.matrix_view(
-        out.data_ptr(), _views.DTYPE_CODES[out.dtype], rows, vocab, device.index
-    )
     kernels_for(device).renorm(
         v(input), out_view, int(filter_mode), v(top_k_arr), int(top_k), v(top_p_arr),
         float(top_p), _views.stream_handle(device),
@@ -284,13 +290,9 @@ def _top_k_mask_impl(
         k = top_k_arr if top_k_arr is not None else top_k
         return _ref.top_k_mask_logits(logits, k).contiguous()
     device = logits.device
-    rows, vocab = logits.shape
-    out = torch.empty(rows, vocab, dtype=logits.dtype, device=device)
-    if rows == 0:
+    out, out_view = _matrix_like(logits)
+    if out.size(0) == 0:
         return out
-    out_view = _views.matrix_view(
-        out.data_ptr(), _views.DTYPE_CODES[out.dtype], rows, vocab, device.index
-    )
     kernels_for(device).top_k_mask(
         _views.view(logits), out_view, _views.view(top_k_arr), int(top_k),
         _views.stream_handle(device),

@@ -113,6 +113,18 @@ inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint6
 }
 
 #ifdef AOTINFER_LAB_PAIR_SCAN
+// Inclusive prefix sums of a and b across the warp, both values' shuffles in flight together.
+inline __device__ void warp_inclusive_scan_pair(std::uint64_t& a, std::uint64_t& b, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const std::uint64_t ua = __shfl_up_sync(kFullMask, a, d), ub = __shfl_up_sync(kFullMask, b, d);
+    if (lane >= d) {
+      a += ua;
+      b += ub;
+    }
+  }
+}
+
 // Two exclusive prefix sums at once (a radix level's counts and masses): the same results
 // as two calls of block_exclusive_scan, bit for bit (integer sums in the same order), with
 // three barriers instead of six and both values' shuffles in flight together.
@@ -125,14 +137,7 @@ inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t 
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   std::uint64_t ia = a, ib = b;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const std::uint64_t ua = __shfl_up_sync(kFullMask, ia, d), ub = __shfl_up_sync(kFullMask, ib, d);
-    if (lane >= d) {
-      ia += ua;
-      ib += ub;
-    }
-  }
+  warp_inclusive_scan_pair(ia, ib, lane);
   if (lane == 31) {
     warp_a[warp] = ia;
     warp_b[warp] = ib;
@@ -141,14 +146,7 @@ inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t 
   if (warp == 0) {
     const bool in = lane < static_cast<int>(blockDim.x >> 5);
     std::uint64_t sa = in ? warp_a[lane] : 0, sb = in ? warp_b[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const std::uint64_t ua = __shfl_up_sync(kFullMask, sa, d), ub = __shfl_up_sync(kFullMask, sb, d);
-      if (lane >= d) {
-        sa += ua;
-        sb += ub;
-      }
-    }
+    warp_inclusive_scan_pair(sa, sb, lane);
     warp_a[lane] = sa;  // inclusive scans of the warp sums
     warp_b[lane] = sb;
   }
