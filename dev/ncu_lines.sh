@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Source lines of a kernel's instructions (a lab tool, GPU machine): builds the provider with
+# -lineinfo into /tmp/lineinfo-wheel, installs it, runs Nsight Compute's SASS source page over
+# dev/ncu_targets.py CASES ($OUT/ncu-src.csv.gz), disassembles the cubins of the profiled
+# cubins that hold PATTERN (a kernel name) with nvdisasm -gi ($OUT/nvdisasm.txt.gz: the "//## File ..., line N" marks
+# that map SASS offsets to source lines), then reinstalls the wheel ci/gpu-test.sh left in
+# dist/. dev/sass_lines.py joins the two (here or on any machine).
+#   dev/ncu_lines.sh sample_slice_kernel cluster
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pattern=$1  # a kernel name: the cubins that hold it are disassembled
+shift
+out=${OUT:-/tmp/ncu-lines}
+mkdir -p "$out" /tmp/lineinfo-wheel
+arch=$(PYTHONPATH=core python3 -c '
+import torch
+from aotinfer._arches import suggested_provider
+print(suggested_provider(torch.cuda.get_device_capability(0)))')
+rm -rf "providers/$arch/build" /tmp/lineinfo-wheel/*
+CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-lineinfo" python3 -m pip wheel -q --no-build-isolation --no-deps \
+  "providers/$arch" -w /tmp/lineinfo-wheel
+python3 -m pip install -q --no-deps --force-reinstall /tmp/lineinfo-wheel/*.whl
+ncu --profile-from-start off --clock-control none --section SourceCounters --section WarpStateStats \
+  --page source --print-source sass --csv python3 dev/ncu_targets.py "$@" | gzip > "$out/ncu-src.csv.gz"
+# The extension's fatbin holds one cubin per translation unit; keep those with $pattern.
+so=$(python3 -c "import importlib, glob, os; m = importlib.import_module('aotinfer_$arch'); \
+print(glob.glob(os.path.join(os.path.dirname(m.__file__), '*.so'))[0])")
+rm -rf /tmp/cubins && mkdir -p /tmp/cubins
+(cd /tmp/cubins && cuobjdump -xelf all "$so" > /dev/null)
+for c in /tmp/cubins/*.cubin; do
+  if nvdisasm -gi -c "$c" > /tmp/cubins/dis.txt 2>/dev/null && grep -q "$pattern" /tmp/cubins/dis.txt; then
+    echo "# cubin $(basename "$c")"
+    cat /tmp/cubins/dis.txt
+  fi
+done | gzip > "$out/nvdisasm.txt.gz"
+ls -la "$out"
+python3 dev/sass_lines.py "$out/ncu-src.csv.gz" "$out/nvdisasm.txt.gz" 40 3
+python3 -m pip install -q --no-deps --force-reinstall dist/aotinfer_"$arch"-*.whl  # default build again
