@@ -233,6 +233,28 @@ struct SliceScope {
     *before = b;
     *total = t;
   }
+#ifdef AOTINFER_LAB_PUSH_REDUCE
+  // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
+  mutable unsigned reductions = 0;
+  // Lab: the reduction by push, one barrier instead of two. Each CTA writes its block result
+  // into its slot of every peer, and after the barrier every CTA combines its own copies in
+  // rank order (the same bits everywhere). Two slot sets alternate by call: a set is written
+  // again two calls later, after the next call's barrier, which every CTA passes only after
+  // reading the set.
+  template <typename V, typename Op>
+  __device__ V reduce(V v, Op op, V identity) const {
+    __shared__ V pushed[2][kSliceCtas];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned set = reductions++ & 1u;
+    v = block_reduce(v, op, identity);
+    if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
+    cluster.sync();
+    V all = pushed[set][0];
+#pragma unroll
+    for (int r = 1; r < kSliceCtas; ++r) all = op(all, pushed[set][r]);
+    return all;
+  }
+#else
   // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
   // shuffle order (so every CTA gets the same bits), then shared with the CTA.
   template <typename V, typename Op>
@@ -250,6 +272,7 @@ struct SliceScope {
     cluster.sync();  // every peer has read `mine`; `all` is visible to the CTA
     return all;
   }
+#endif
   // The radix scan, distributed: rank r sums bins [r * share, (r + 1) * share) over the
   // cluster's histograms (each bin read once per cluster, not once per CTA), scans them,
   // and the rank whose share holds the crossing publishes it.
