@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Source lines of a kernel's instructions (a lab tool, GPU machine): builds the provider with
-# -lineinfo into /tmp/lineinfo-wheel, installs it, runs Nsight Compute's SASS source page over
-# dev/ncu_targets.py CASES ($OUT/ncu-src.csv.gz), disassembles the cubins of the profiled
-# cubins that hold PATTERN (a kernel name) with nvdisasm -gi ($OUT/nvdisasm.txt.gz: the "//## File ..., line N" marks
-# that map SASS offsets to source lines), then reinstalls the wheel ci/gpu-test.sh left in
-# dist/. dev/sass_lines.py joins the two (here or on any machine).
+# -lineinfo into /tmp/lineinfo-wheel (or, LINEINFO_BUILT=1, waits for dev/build_beside.sh's),
+# installs it, runs Nsight Compute's SASS source page over dev/ncu_targets.py CASES
+# ($OUT/ncu-src.csv.gz), disassembles the cubins that hold PATTERN (a kernel name) with
+# nvdisasm -gi ($OUT/nvdisasm.txt.gz: the "//## File ..., line N" marks that map SASS offsets
+# to source lines), prints dev/sass_lines.py's join of the two, then reinstalls the wheel
+# ci/gpu-test.sh left in dist/.
 #   dev/ncu_lines.sh sample_slice_kernel cluster
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,14 @@ arch=$(PYTHONPATH=core python3 -c '
 import torch
 from aotinfer._arches import suggested_provider
 print(suggested_provider(torch.cuda.get_device_capability(0)))')
-rm -rf "providers/$arch/build" /tmp/lineinfo-wheel/*
-CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-lineinfo" python3 -m pip wheel -q --no-build-isolation --no-deps \
-  "providers/$arch" -w /tmp/lineinfo-wheel
+if [ -n "${LINEINFO_BUILT:-}" ]; then
+  # dev/build_beside.sh lineinfo=.:-DCMAKE_CUDA_FLAGS=-lineinfo built it beside the GPU suite.
+  for _ in $(seq 600); do [ -f /tmp/lineinfo-wheel.done ] && break; sleep 1; done
+else
+  rm -rf "providers/$arch/build" /tmp/lineinfo-wheel/*
+  CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-lineinfo" python3 -m pip wheel -q --no-build-isolation --no-deps \
+    "providers/$arch" -w /tmp/lineinfo-wheel
+fi
 python3 -m pip install -q --no-deps --force-reinstall /tmp/lineinfo-wheel/*.whl
 ncu --profile-from-start off --clock-control none --section SourceCounters --section WarpStateStats \
   --page source --print-source sass --csv python3 dev/ncu_targets.py "$@" | gzip > "$out/ncu-src.csv.gz"

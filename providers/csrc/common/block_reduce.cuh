@@ -112,7 +112,6 @@ inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint6
   return before_warp + inclusive - v;
 }
 
-#ifdef AOTINFER_LAB_PAIR_SCAN
 // Inclusive prefix sums of a and b across the warp, both values' shuffles in flight together.
 inline __device__ void warp_inclusive_scan_pair(std::uint64_t& a, std::uint64_t& b, int lane) {
 #pragma unroll
@@ -127,9 +126,9 @@ inline __device__ void warp_inclusive_scan_pair(std::uint64_t& a, std::uint64_t&
 
 // Two exclusive prefix sums at once (a radix level's counts and masses): the same results
 // as two calls of block_exclusive_scan, bit for bit (integer sums in the same order), with
-// three barriers instead of six and both values' shuffles in flight together.
-// Lab (not measured yet, dev/NOTES.md item 56): in the batch-1 cluster samplers each warp's
-// straight-line code between barriers is where the time goes.
+// three barriers instead of six and both values' shuffles in flight together. In the radix
+// levels: 1-3% off top-p, joint, the renormalisations and the top-k mask in the cluster and
+// the one-CTA-per-row kernels alike (dev/NOTES.md item 57).
 inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t b, std::uint64_t* before_a,
                                                  std::uint64_t* before_b, std::uint64_t* total_a,
                                                  std::uint64_t* total_b) {
@@ -157,6 +156,5 @@ inline __device__ void block_exclusive_scan_pair(std::uint64_t a, std::uint64_t 
   *total_a = warp_a[last];
   *total_b = warp_b[last];
 }
-#endif
 
 }  // namespace aotinfer

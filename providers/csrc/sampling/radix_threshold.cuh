@@ -301,13 +301,8 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       m_sum += bin_mass_of(bin);
     }
     std::uint64_t share_count, share_mass;
-#ifdef AOTINFER_LAB_PAIR_SCAN
     std::uint64_t before_c, before_m;
     block_exclusive_scan_pair(c_sum, m_sum, &before_c, &before_m, &share_count, &share_mass);
-#else
-    const std::uint64_t before_c = block_exclusive_scan(c_sum, &share_count);
-    const std::uint64_t before_m = block_exclusive_scan(m_sum, &share_mass);
-#endif
     const ShareTotals tot = scope.across(sh, share_count, share_mass);
     if (level == 0) {
       all_mass = tot.all_mass;

@@ -160,12 +160,12 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 //
 // Cluster barriers, and remote reads that wait on them, are the cost of a pass here (a search
 // level across the cluster cost ~4.5 us at batch 1 against ~0.4 us of pass work per CTA). So
-// the small results (share totals, level 0's top bin, the crossing, the draw's totals)
-// travel by push: a CTA writes what its peers need into each peer's shared memory before a
-// barrier, and every CTA reads its own copy after it. A slot is written again only after a
-// later barrier that every reader passes after reading it. Only the histograms' combine
-// and reduce() still read remotely, between two barriers. Every remote access thus comes
-// before a barrier that every CTA passes, so a CTA may exit without one more. Against the
+// the small results (share totals, level 0's top bin, the crossing, the draw's totals, the
+// reductions) travel by push: a CTA writes what its peers need into each peer's shared
+// memory before a barrier, and every CTA reads its own copy after it. A slot is written again
+// only after a later barrier that every reader passes after reading it. Only the histograms'
+// combine still reads remotely, between two barriers. Every remote access thus comes before
+// a barrier that every CTA passes, so a CTA may exit without one more. Against the
 // pull-style version (two barriers per reduction, a barrier at every level's start and
 // before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
@@ -233,14 +233,14 @@ struct SliceScope {
     *before = b;
     *total = t;
   }
-#ifdef AOTINFER_LAB_PUSH_REDUCE
   // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
   mutable unsigned reductions = 0;
-  // Lab: the reduction by push, one barrier instead of two. Each CTA writes its block result
-  // into its slot of every peer, and after the barrier every CTA combines its own copies in
-  // rank order (the same bits everywhere). Two slot sets alternate by call: a set is written
-  // again two calls later, after the next call's barrier, which every CTA passes only after
-  // reading the set.
+  // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA
+  // combines its own copies in rank order (the same bits everywhere). Two slot sets alternate
+  // by call: a set is written again two calls later, after the next call's barrier, which
+  // every CTA passes only after reading the set. Against the pull (warp 0 reading the peers'
+  // results between two barriers): plain and min-p sampling 0.93-0.97x at batch 1 and 16
+  // (dev/NOTES.md item 57).
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
     __shared__ V pushed[2][kSliceCtas];
@@ -254,25 +254,6 @@ struct SliceScope {
     for (int r = 1; r < kSliceCtas; ++r) all = op(all, pushed[set][r]);
     return all;
   }
-#else
-  // Each CTA's block result, combined over the cluster by warp 0 of every CTA in the same
-  // shuffle order (so every CTA gets the same bits), then shared with the CTA.
-  template <typename V, typename Op>
-  __device__ V reduce(V v, Op op, V identity) const {
-    __shared__ V mine, all;
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    v = block_reduce(v, op, identity);
-    if (threadIdx.x == 0) mine = v;
-    cluster.sync();
-    if (threadIdx.x < 32) {
-      V x = threadIdx.x < kSliceCtas ? *cluster.map_shared_rank(&mine, threadIdx.x) : identity;
-      x = warp_reduce(x, op);
-      if (threadIdx.x == 0) all = x;
-    }
-    cluster.sync();  // every peer has read `mine`; `all` is visible to the CTA
-    return all;
-  }
-#endif
   // The radix scan, distributed: rank r sums bins [r * share, (r + 1) * share) over the
   // cluster's histograms (each bin read once per cluster, not once per CTA), scans them,
   // and the rank whose share holds the crossing publishes it.
