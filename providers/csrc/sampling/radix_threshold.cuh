@@ -313,17 +313,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         return Threshold{0u, tot.all_count, tot.all_mass, tot.all_mass, top_bin, base};
       }
     }
-#ifdef AOTINFER_LAB_SHARED_CROSSING
-    if constexpr (Scope::kCrossingInEveryCta) {
-      auto mass_of = [&](std::uint64_t m, int bin) -> std::uint64_t {
-        if (!masses) return 0;
-        const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
-        return shifted_mass(m, static_cast<int>(field > 0 ? field : 1) + base);
-      };
-      if (!scope.find_crossing(sh, bins, above_count, above_mass, goal, target.by_mass, mass_of)) break;
-    } else
-#endif
-    {
     std::uint64_t run_c = above_count + tot.higher_count + before_c, run_m = above_mass + tot.higher_mass + before_m;
     if (top >= first && (target.by_mass ? run_m : run_c) < goal &&
         (target.by_mass ? run_m + m_sum : run_c + c_sum) >= goal) {  // exactly one thread
@@ -341,7 +330,6 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // floored mass exceeds the sum of its floored parts (a crossing more than S - 24 binades
     // below the largest probability); the prefix found so far is then kept (the whole bin).
     if (!scope.publish_crossing(sh)) break;
-    }
     prefix |= sh.digit << shift;
     prefix_mask |= static_cast<std::uint32_t>(bins - 1) << shift;
     above_count = sh.above_count;

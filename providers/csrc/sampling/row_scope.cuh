@@ -55,9 +55,6 @@ struct RowScope {
   // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;
   // history/ab-sampling-peel-level0-9d33cbc.txt).
   static constexpr bool kPeelsLevel0 = true;
-#ifdef AOTINFER_LAB_SHARED_CROSSING
-  static constexpr bool kCrossingInEveryCta = false;  // one CTA: nothing to share
-#endif
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -349,61 +346,6 @@ struct SliceScope {
     cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
     return sh.found != 0;
   }
-#ifdef AOTINFER_LAB_SHARED_CROSSING
-  // Lab: every CTA finds the crossing itself, without a barrier of its own (instead of the
-  // finder pushing it and publish_crossing's barrier). After across() each CTA holds every
-  // rank's share totals, so it knows which rank's share holds the crossing, and reads that
-  // share's combined bins remotely (complete since before the totals' barrier) to find the
-  // bin. The same data and order in every CTA, so the same crossing. The owner rewrites its
-  // share only in the next level's combine, after that level's histogram barrier, which every
-  // CTA passes after its reads; a kernel that ends after a search without another cluster
-  // barrier must add one before exiting (row_filter_slice_kernel). mass_of(m, bin): a bin's
-  // combined mantissa sum as the search's mass. Returns false where no crossing exists.
-  static constexpr bool kCrossingInEveryCta = true;
-  template <typename Sh, typename MassOf>
-  __device__ bool find_crossing(Sh& sh, int bins, std::uint64_t run_c, std::uint64_t run_m, std::uint64_t goal,
-                                bool by_mass, MassOf mass_of) const {
-    int owner = -1;
-#pragma unroll 1
-    for (int r = kSliceCtas - 1; r >= 0; --r) {  // higher ranks hold higher bins
-      const std::uint64_t c = sh.peer_count[r], m = sh.peer_mass[r];
-      if ((by_mass ? run_m + m : run_c + c) >= goal) {
-        owner = r;
-        break;
-      }
-      run_c += c;
-      run_m += m;
-    }
-    if (owner < 0) return false;  // the same in every CTA
-    const Sh& o = *cooperative_groups::this_cluster().map_shared_rank(&sh, static_cast<unsigned>(owner));
-    const int first = owner * share_size(bins), last = first + share_size(bins) - 1;
-    const int per = (share_size(bins) + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
-    const int top = last - per * static_cast<int>(threadIdx.x);
-    const int bottom = max(top - per + 1, first);
-    std::uint64_t c_sum = 0, m_sum = 0;
-    for (int bin = top; bin >= bottom; --bin) {
-      c_sum += o.share_count[bin - first];
-      m_sum += mass_of(o.share_mass[bin - first], bin);
-    }
-    std::uint64_t before_c, before_m, total_c, total_m;
-    block_exclusive_scan_pair(c_sum, m_sum, &before_c, &before_m, &total_c, &total_m);
-    run_c += before_c;
-    run_m += before_m;
-    if (top >= first && (by_mass ? run_m : run_c) < goal && (by_mass ? run_m + m_sum : run_c + c_sum) >= goal) {
-      for (int bin = top; bin >= bottom; --bin) {  // exactly one thread
-        const std::uint64_t c = o.share_count[bin - first], m = mass_of(o.share_mass[bin - first], bin);
-        if ((by_mass ? run_m + m : run_c + c) >= goal) {
-          Crossing{static_cast<std::uint32_t>(bin), run_c, run_m, c, m}.write_to(sh);
-          break;
-        }
-        run_c += c;
-        run_m += m;
-      }
-    }
-    __syncthreads();
-    return sh.found != 0;
-  }
-#endif
 };
 #endif
 

@@ -107,11 +107,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     });
   }
   pdl_launch_dependents();
-#ifdef AOTINFER_LAB_SHARED_CROSSING
-  cluster.sync();  // the peers' reads of this CTA's share (find_crossing) end before it exits
-#else
   // No barrier before exiting (as in sample_slice_kernel).
-#endif
 #endif
 }
 
