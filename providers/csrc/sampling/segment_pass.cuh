@@ -24,6 +24,29 @@ struct SegmentLayout {
   }
 };
 
+#ifdef AOTINFER_LAB_SEGMENT_TRANSPOSE
+// Lab (prepared in session 25, not run: dev/NOTES.md item 57): the warp sums of four 64-bit
+// values in 6 shuffles instead of 20. Partners exchange halves of what they hold: across 16
+// lanes the lower lanes keep values 0-1 and the upper 2-3; across 8 lanes one of the two is
+// kept; the one value left is summed over the other three lane bits. Lane l ends with the
+// total of value 2 * bit4(l) + bit3(l), so lane 8 u holds value u's. Integer sums: the same
+// totals as four warp_reduce calls. In the gather pass of flat top-p at 128 x 128256 the
+// four warp_reduce calls were 83 of the loop body's 610 instructions (history/
+// ncu-sampling-rows-lines-a0ec50d.txt).
+__device__ __forceinline__ std::uint64_t warp_sum4_transposed(const std::uint64_t (&v)[4], int lane) {
+  const bool upper16 = (lane & 16) != 0, upper8 = (lane & 8) != 0;
+  std::uint64_t keep0 = upper16 ? v[2] : v[0], keep1 = upper16 ? v[3] : v[1];
+  const std::uint64_t send0 = upper16 ? v[0] : v[2], send1 = upper16 ? v[1] : v[3];
+  keep0 += __shfl_xor_sync(kFullMask, send0, 16);
+  keep1 += __shfl_xor_sync(kFullMask, send1, 16);
+  std::uint64_t keep = upper8 ? keep1 : keep0;
+  keep += __shfl_xor_sync(kFullMask, upper8 ? keep0 : keep1, 8);
+#pragma unroll
+  for (int m = 4; m > 0; m >>= 1) keep += __shfl_xor_sync(kFullMask, keep, m);
+  return keep;
+}
+#endif
+
 // seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
 // NaN past the end), four segments per warp in flight, the row ascending or descending as
 // the scope says (the sums do not depend on it); seg may be nullptr when only mass_of's
@@ -66,10 +89,19 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
       }
     }
     if (seg != nullptr) {
+#ifdef AOTINFER_LAB_SEGMENT_TRANSPOSE
+      if constexpr (kInFlight == 4) {
+        const std::uint64_t total = warp_sum4_transposed(sum, lane);
+        const int u = lane >> 3;  // lanes 0, 8, 16 and 24 hold the four totals
+        if ((lane & 7) == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
+      } else
+#endif
+      {
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
         const std::uint64_t total = warp_reduce(sum[u], SumOp{});
         if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
+      }
       }
     }
   }
