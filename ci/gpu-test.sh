@@ -8,10 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 
-arch=$(PYTHONPATH=core $PY -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)) or "")')
+arch=$(PYTHON=$PY ci/provider-arch.sh)
 if [ -z "$arch" ]; then echo "no aotinfer provider serves this GPU" >&2; exit 1; fi
 
 start=$(date +%s)

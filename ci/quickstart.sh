@@ -13,10 +13,7 @@ $PY -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" build "cmake>=3
   "cuda-python>=12.6"
 $PY -m pip install -q --no-build-isolation -e core
 
-arch=$($PY -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else "")')
+arch=$(PYTHON=$PY ci/provider-arch.sh)
 if [ -n "$arch" ] && command -v "${CUDACXX:-nvcc}" >/dev/null; then
   export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
   $PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist

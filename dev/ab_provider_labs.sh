@@ -17,10 +17,7 @@ out=${OUT:-/tmp/ab-out}
 labs=(${LABS:?LABS names the lab macros})
 rm -rf /tmp/ab-wheels
 mkdir -p "$out" /tmp/ab-wheels/a
-arch=$(PYTHONPATH=core python3 -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)))')
+arch=$(ci/provider-arch.sh)
 cp dist/aotinfer_"$arch"-*.whl /tmp/ab-wheels/a/
 for lab in "${labs[@]}"; do
   mkdir -p "/tmp/ab-wheels/$lab"

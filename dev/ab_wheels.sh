@@ -2,9 +2,9 @@
 # A/B of two provider wheels already built (a lab tool, GPU machine): e.g. A built from an
 # older source tree carried with the call, B the wheel ci/gpu-test.sh left in dist/ ("-").
 # Runs the timing script (JSON {"us": ..., "tokens": ...} to the path it is given) under A, B,
-# A, B, one process each, prints dev/compare_graph_times.py's table ($OUT/ab-wheels.txt) and
-# leaves B installed. WAIT_FOR names a file to wait for first (a build running beside the
-# GPU suite writes it when done).
+# A, B, one process each, prints dev/compare_graph_times.py's table ($OUT/AB_NAME.txt, default
+# ab-wheels; LABEL_A / LABEL_B name the two in its header) and leaves B installed. WAIT_FOR
+# names a file to wait for first (a build running beside the GPU suite writes it when done).
 #   dev/ab_wheels.sh /tmp/old-wheel - dev/time_sampling_graph.py 1 16 128
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +15,7 @@ mkdir -p "$out"
 if [ -n "${WAIT_FOR:-}" ]; then
   for _ in $(seq 600); do [ -f "$WAIT_FOR" ] && break; sleep 1; done
 fi
-arch=$(PYTHONPATH=core python3 -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)))')
+arch=$(ci/provider-arch.sh)
 wheel() { if [ "$1" = "-" ]; then ls dist/aotinfer_"$arch"-*.whl; else ls "$1"/*.whl; fi; }
 for round in 1 2; do
   for v in a b; do
@@ -28,6 +25,6 @@ for round in 1 2; do
   done
 done
 {
-  echo "A: $dir_a  B: $dir_b  (us per call, two processes each, A B A B)"
+  echo "A: ${LABEL_A:-$dir_a}  B: ${LABEL_B:-$dir_b}  (us per call, two processes each, A B A B)"
   python3 dev/compare_graph_times.py /tmp/abw-a-1.json /tmp/abw-a-2.json /tmp/abw-b-1.json /tmp/abw-b-2.json
-} | tee "$out/ab-wheels.txt"
+} | tee "$out/${AB_NAME:-ab-wheels}.txt"

@@ -7,10 +7,7 @@
 #   dev/build_beside.sh old=.lab-old lineinfo=.:-DCMAKE_CUDA_FLAGS=-lineinfo &
 set -uo pipefail
 cd "$(dirname "$0")/.."
-arch=$(PYTHONPATH=core python3 -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)))')
+arch=$(ci/provider-arch.sh)
 for spec in "$@"; do
   name=${spec%%=*} rest=${spec#*=}
   root=${rest%%:*} args=""

@@ -13,10 +13,7 @@ pattern=$1  # a kernel name: the cubins that hold it are disassembled
 shift
 out=${OUT:-/tmp/ncu-lines}
 mkdir -p "$out" /tmp/lineinfo-wheel
-arch=$(PYTHONPATH=core python3 -c '
-import torch
-from aotinfer._arches import suggested_provider
-print(suggested_provider(torch.cuda.get_device_capability(0)))')
+arch=$(ci/provider-arch.sh)
 if [ -n "${LINEINFO_BUILT:-}" ]; then
   # dev/build_beside.sh lineinfo=.:-DCMAKE_CUDA_FLAGS=-lineinfo built it beside the GPU suite.
   for _ in $(seq 600); do [ -f /tmp/lineinfo-wheel.done ] && break; sleep 1; done
