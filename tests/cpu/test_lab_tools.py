@@ -100,9 +100,9 @@ def test_a_pattern_that_matches_no_comparison_is_an_error(tmp_path):
     assert pick(tmp_path, "top_k_mask", "0.985", "3").returncode != 0  # 2 found, 3 expected
 
 
-# dev/ab_provider_labs.sh in a scratch copy of dev/, with a python3 shim on PATH that builds
-# and installs nothing: the order of the processes, one wheel per lab, the per-lab comparison
-# files and tests, and A installed last.
+# dev/ab_provider_labs.sh in a scratch copy of dev/ (and ci/provider-arch.sh), with a python3
+# shim on PATH that builds and installs nothing: the order of the processes, one wheel per
+# lab, the per-lab comparison files and tests, and A installed last.
 SHIM = """#!/usr/bin/env bash
 if [ "$1" = "-c" ]; then echo sm90a; exit 0; fi
 if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$3" = "wheel" ]; then
@@ -126,9 +126,9 @@ def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
     import shutil
     import sys
 
-    (tmp_path / "dev").mkdir()
-    for name in ("ab_provider_labs.sh", "compare_graph_times.py"):
-        shutil.copy(ROOT / "dev" / name, tmp_path / "dev" / name)
+    for name in ("dev/ab_provider_labs.sh", "dev/compare_graph_times.py", "ci/provider-arch.sh"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "aotinfer_sm90a-0-cp312-linux_x86_64.whl").touch()
     shim = tmp_path / "shim"
