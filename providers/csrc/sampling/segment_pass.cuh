@@ -24,15 +24,15 @@ struct SegmentLayout {
   }
 };
 
-#ifdef AOTINFER_LAB_SEGMENT_TRANSPOSE
-// Lab (prepared in session 25, not run: dev/NOTES.md item 57): the warp sums of four 64-bit
+// The warp sums of four 64-bit
 // values in 6 shuffles instead of 20. Partners exchange halves of what they hold: across 16
 // lanes the lower lanes keep values 0-1 and the upper 2-3; across 8 lanes one of the two is
 // kept; the one value left is summed over the other three lane bits. Lane l ends with the
 // total of value 2 * bit4(l) + bit3(l), so lane 8 u holds value u's. Integer sums: the same
 // totals as four warp_reduce calls. In the gather pass of flat top-p at 128 x 128256 the
 // four warp_reduce calls were 83 of the loop body's 610 instructions (history/
-// ncu-sampling-rows-lines-a0ec50d.txt).
+// ncu-sampling-rows-lines-a0ec50d.txt); with this, the samplers took 0.96-0.99x the time
+// (dev/NOTES.md item 58).
 __device__ __forceinline__ std::uint64_t warp_sum4_transposed(const std::uint64_t (&v)[4], int lane) {
   const bool upper16 = (lane & 16) != 0, upper8 = (lane & 8) != 0;
   std::uint64_t keep0 = upper16 ? v[2] : v[0], keep1 = upper16 ? v[3] : v[1];
@@ -45,7 +45,6 @@ __device__ __forceinline__ std::uint64_t warp_sum4_transposed(const std::uint64_
   for (int m = 4; m > 0; m >>= 1) keep += __shfl_xor_sync(kFullMask, keep, m);
   return keep;
 }
-#endif
 
 // seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
 // NaN past the end), four segments per warp in flight, the row ascending or descending as
@@ -89,19 +88,16 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
       }
     }
     if (seg != nullptr) {
-#ifdef AOTINFER_LAB_SEGMENT_TRANSPOSE
       if constexpr (kInFlight == 4) {
         const std::uint64_t total = warp_sum4_transposed(sum, lane);
         const int u = lane >> 3;  // lanes 0, 8, 16 and 24 hold the four totals
         if ((lane & 7) == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
-      } else
-#endif
-      {
+      } else {
 #pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const std::uint64_t total = warp_reduce(sum[u], SumOp{});
-        if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
-      }
+        for (int u = 0; u < kInFlight; ++u) {
+          const std::uint64_t total = warp_reduce(sum[u], SumOp{});
+          if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
+        }
       }
     }
   }
