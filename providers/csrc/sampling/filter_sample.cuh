@@ -176,7 +176,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     if (need_mass) {
       // Renormalisation without a filter: the mass of every participant, in the searches'
       // unit (per element here; a search floors a bin more than S - 24 binades down as a whole).
-      const FixedPointScale unit{kept.base};
+      const FixedPointScale unit = FixedPointScale::from_base(kept.base);
       std::uint64_t local = 0;
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
