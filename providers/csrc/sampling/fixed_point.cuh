@@ -19,11 +19,10 @@ __device__ __forceinline__ int mass_bits(std::int64_t n) {
 // The fixed-point unit of one row: q(key) = mantissa shifted by (biased exponent + base).
 struct FixedPointScale {
   int base;
-#ifdef AOTINFER_LAB_SCALED_MASS
-  // Lab (dev/NOTES.md item 58): q of every key as two float multiplies by powers of two and
-  // one truncating conversion, with no per-element range tests or branches. 2^half and
-  // 2^(base + 150 - half), half = (base + 150) / 2: both of one sign and within float's normal
-  // range, since -97 <= base + 150 <= 211 for rows of at most 2^31 - 1 elements.
+  // mass() as two float multiplies by powers of two and one truncating conversion, with no
+  // per-element range tests or branches: 2^half and 2^(base + 150 - half), half =
+  // (base + 150) / 2, both of one sign and within float's normal range, since
+  // -97 <= base + 150 <= 211 for rows of at most 2^31 - 1 elements.
   float half_scale, rest_scale;
 
   __device__ __forceinline__ static FixedPointScale from_base(int base) {
@@ -31,9 +30,6 @@ struct FixedPointScale {
     return FixedPointScale{base, __uint_as_float(static_cast<std::uint32_t>(half + 127) << 23),
                            __uint_as_float(static_cast<std::uint32_t>(total - half + 127) << 23)};
   }
-#else
-  __device__ __forceinline__ static FixedPointScale from_base(int base) { return FixedPointScale{base}; }
-#endif
 
   __device__ __forceinline__ static std::uint32_t mantissa(std::uint32_t key) {
     const std::uint32_t frac = key & 0x7FFFFFu;
@@ -51,31 +47,20 @@ struct FixedPointScale {
     return from_base(mass_bits(n) - len - biased_exponent(max_key));
   }
 
-  // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len).
-  // For a normal key, q is the probability times 2^(150 + base): adding 150 + base to its
-  // exponent field and converting to an integer with truncation gives m << shift exactly, or
-  // the floor of m / 2^-shift (0 once the product is below 1, as for the shift): the same
-  // integer in fewer instructions than the variable 64-bit shift, on the passes that sum
-  // masses per element (the draw, the gather pass). A/B at 128 rows: plain sampling
-  // 0.90-0.93x, min-p flat 0.94x, top-p flat 0.97x; min-p peaked 1.03-1.05x slower, not
-  // explained (results/history/sampling-35e25a1-float-mass.md).
+  // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len):
+  // floor(p * 2^(base + 150)), which is m << shift or the floor of m / 2^-shift. The product
+  // is exact whenever it is at least 2^-126: scaling by a power of two loses no bits while
+  // the result is normal, and with scales of one sign the first product lies between p
+  // (exact even for a subnormal p scaled up) and the second. Below 2^-126 (a product that
+  // may have rounded) the truncation gives 0, as the shift does. tests/cpu/
+  // test_fixed_point_scaled_mass.py checks the same float32 steps against the shifts.
+  // Per element the passes that sum masses (the draw, the gather pass, the unfiltered
+  // renorm) had range tests and branches here before (an exponent add for normal keys, a
+  // variable 64-bit shift for subnormal ones): without them plain sampling took 0.83-0.91x
+  // the time, min-p 0.84-0.98x, top-p up to 0.91x (results/history/
+  // ab-sampling-scaled-mass-d8e9105.txt; dev/NOTES.md item 58).
   __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
-#ifdef AOTINFER_LAB_SCALED_MASS
-    // p * 2^(base + 150) exactly whenever it is at least 2^-126: scaling by a power of two
-    // loses no bits while the result is normal, and with scales of one sign the first product
-    // lies between p (exact even for a subnormal p scaled up) and the second. Below 2^-126
-    // (a product that may have rounded) the truncation gives 0, as the branches below do.
     return __float2ull_rz(__fmul_rn(__fmul_rn(__uint_as_float(key), half_scale), rest_scale));
-#else
-    const std::uint32_t field = key >> 23;
-    if (field - 1u < 254u) {  // 1 <= field <= 254
-      if (static_cast<int>(field) + base + 150 <= 0) return 0;  // the product is below 2^-126
-      return __float2ull_rz(__uint_as_float(key + (static_cast<std::uint32_t>(base + 150) << 23)));
-    }
-    const int shift = biased_exponent(key) + base;
-    const std::uint64_t m = mantissa(key);
-    return shift >= 0 ? m << shift : (shift > -32 ? m >> -shift : 0);
-#endif
   }
 };
 

@@ -162,11 +162,12 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   const std::uint32_t field = Sh::top_exponent_field(top_bin);
   // The segment sums only where every key above the gathered bin is normal and its mass does
   // not underflow (the bin's exponent field >= 1 and field + base + 150 > 0 there, so at
-  // every higher field too). Then each such key's mass is FixedPointScale::mass's normal
-  // branch alone, the same integer, with no per-element range tests or branches (flat top-p
-  // at 128 x 128256 took 0.890x the time of the tested version, dev/NOTES.md item 58); other rows (rare: a
-  // crossing among subnormals, or more than ~170 binades below the largest) leave the sums to
-  // the draw's own pass, as a subnormal largest key does.
+  // every higher field too). Then each such key's mass, FixedPointScale::mass, is its key
+  // with base + 150 added to the exponent field, converted with truncation: one add where
+  // mass() has two multiplies. With this (and mass() still branching per key) flat top-p at
+  // 128 x 128256 took 0.890x the time (results/history/ab-sampling-gather-fast-mass-
+  // 135707e.txt). Other rows (rare: a crossing among subnormals, or more than ~170 binades
+  // below the largest) leave the sums to the draw's own pass, as a subnormal largest key does.
   const FixedPointScale fx = FixedPointScale::of(field << 23, n);
   const std::uint32_t digit_field = Sh::exponent_field(digit);
   const bool fuse = Scope::kGathers == GatherMode::kSearchAndDraw && space.segments != nullptr && field != 0u &&
