@@ -176,7 +176,23 @@ constexpr std::int64_t kRowBeyondL1Vocab = 65536;
 //   row) is then gathered; at 128 x 128256 flat top-p 101.6 -> 95.2 us and top-p renorm
 //   103.0 -> 96.2, the rest unchanged (same A/B).
 std::int64_t gather_share(int threads, std::int64_t vocab) {
+#if defined(AOTINFER_LAB_WIDE_GATHER_TWO_CTAS)
+  // Lab (dev/NOTES.md item 58): 1/8 also at two CTAs per SM for rows beyond L1 (the budget
+  // then caps the list near 10K entries at 128256), with radix_threshold's gather test at
+  // 3/4 of the list, so that a flat top-p row's crossing bin (~6500 of 128256) is gathered
+  // at 512 rows too.
+  (void)threads;
+  return vocab >= kRowBeyondL1Vocab ? 8 : 32;
+#elif defined(AOTINFER_LAB_GATHER_SHARE_L1_ROWS)
+  // Lab (dev/NOTES.md item 58): 1/8 where the row stays in L1 too (vocab 32000: 4000 entries,
+  // twice a flat top-p row's crossing bin of ~1600), measured 1.05x slower before the gather
+  // pass lost its per-key mass branches.
+  (void)threads;
+  (void)vocab;
+  return 8;
+#else
   return kRowCtasPerSm(threads) == 1 && vocab >= kRowBeyondL1Vocab ? 8 : 32;
+#endif
 }
 
 template <auto Kernel>
