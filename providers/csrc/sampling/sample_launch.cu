@@ -175,24 +175,13 @@ constexpr std::int64_t kRowBeyondL1Vocab = 65536;
 // - 1/8 for one CTA per SM and rows beyond L1: a flat top-p row's crossing bin (~5% of the
 //   row) is then gathered; at 128 x 128256 flat top-p 101.6 -> 95.2 us and top-p renorm
 //   103.0 -> 96.2, the rest unchanged (same A/B).
+// Measured again after session 26's gather-pass changes (history/ab-sampling-gather-share-
+// labs-461b1c3.txt): 1/8 at two CTAs per SM too (the budget caps it near 10K entries at
+// 128256) with a gather test at 3/4 of the list, so that a flat top-p row's bin (~6500) is
+// gathered at 512 rows: flat top-p 0.862x, top-p renorm flat 0.944x, but peaked 1.049x and
+// masking / top-k renorm 1.03-1.04x (their L1 share); 1/8 at vocab 32000 too: 0.97-1.01x.
 std::int64_t gather_share(int threads, std::int64_t vocab) {
-#if defined(AOTINFER_LAB_WIDE_GATHER_TWO_CTAS)
-  // Lab (dev/NOTES.md item 58): 1/8 also at two CTAs per SM for rows beyond L1 (the budget
-  // then caps the list near 10K entries at 128256), with radix_threshold's gather test at
-  // 3/4 of the list, so that a flat top-p row's crossing bin (~6500 of 128256) is gathered
-  // at 512 rows too.
-  (void)threads;
-  return vocab >= kRowBeyondL1Vocab ? 8 : 32;
-#elif defined(AOTINFER_LAB_GATHER_SHARE_L1_ROWS)
-  // Lab (dev/NOTES.md item 58): 1/8 where the row stays in L1 too (vocab 32000: 4000 entries,
-  // twice a flat top-p row's crossing bin of ~1600), measured 1.05x slower before the gather
-  // pass lost its per-key mass branches.
-  (void)threads;
-  (void)vocab;
-  return 8;
-#else
   return kRowCtasPerSm(threads) == 1 && vocab >= kRowBeyondL1Vocab ? 8 : 32;
-#endif
 }
 
 template <auto Kernel>
