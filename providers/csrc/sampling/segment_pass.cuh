@@ -24,15 +24,14 @@ struct SegmentLayout {
   }
 };
 
-// The warp sums of four 64-bit
-// values in 6 shuffles instead of 20. Partners exchange halves of what they hold: across 16
-// lanes the lower lanes keep values 0-1 and the upper 2-3; across 8 lanes one of the two is
-// kept; the one value left is summed over the other three lane bits. Lane l ends with the
-// total of value 2 * bit4(l) + bit3(l), so lane 8 u holds value u's. Integer sums: the same
-// totals as four warp_reduce calls. In the gather pass of flat top-p at 128 x 128256 the
-// four warp_reduce calls were 83 of the loop body's 610 instructions (history/
-// ncu-sampling-rows-lines-a0ec50d.txt); with this, the samplers took 0.96-0.99x the time
-// (dev/NOTES.md item 58).
+// The warp sums of four 64-bit values in 6 shuffles instead of 20. Partners exchange halves
+// of what they hold: across 16 lanes the lower lanes keep values 0-1 and the upper 2-3;
+// across 8 lanes one of the two is kept; the one value left is summed over the other three
+// lane bits. Lane l ends with the total of value 2 * bit4(l) + bit3(l), so lane 8 u holds
+// value u's. Integer sums: the same totals as four warp_reduce calls. In the gather pass of
+// flat top-p at 128 x 128256 the four warp_reduce calls were 83 of the loop body's 610
+// instructions (history/ncu-sampling-rows-lines-a0ec50d.txt); with this, the samplers took
+// 0.96-0.99x the time (dev/NOTES.md item 58).
 __device__ __forceinline__ std::uint64_t warp_sum4_transposed(const std::uint64_t (&v)[4], int lane) {
   const bool upper16 = (lane & 16) != 0, upper8 = (lane & 8) != 0;
   std::uint64_t keep0 = upper16 ? v[2] : v[0], keep1 = upper16 ? v[3] : v[1];
