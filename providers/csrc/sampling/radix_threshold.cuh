@@ -371,7 +371,11 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
     // to spare: each warp fills its own slice, about bin_count / warps of it.
     if constexpr (Scope::kGathers == GatherMode::kSearch || Scope::kGathers == GatherMode::kSearchAndDraw) {
+#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
+      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 4 * 3) {  // lab: see sample_launch.cu
+#else
       if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
+#endif
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;
         segments_ready = r.segments;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "../common/device_guard.h"
 #include "../common/env_switch.h"
@@ -184,6 +185,25 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
   return kRowCtasPerSm(threads) == 1 && vocab >= kRowBeyondL1Vocab ? 8 : 32;
 }
 
+#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
+// Lab (prepared in session 26, not run: dev/NOTES.md item 58). The wide list of
+// AOTINFER_LAB_WIDE_GATHER_TWO_CTAS for the top-p sampler's kernels alone: that lab took flat
+// top-p at 512 x 128256 to 0.862x (peaked 1.011x) but cost masking, top-k renorm and top-p
+// renorm 3-5% through their smaller L1, which they keep here. With radix_threshold's gather
+// test at 3/4 of the list (under this macro too), a flat row's bin (~6500 keys) fits the
+// ~10K entries the two-CTA budget leaves.
+template <auto Kernel>
+constexpr bool is_top_p_sampler() {
+  using TopP = decltype(&sample_kernel<FilterFamily::kTopP>);
+  if constexpr (std::is_same_v<decltype(Kernel), TopP>) {
+    return Kernel == &sample_kernel<FilterFamily::kTopP> ||
+           Kernel == &sample_kernel<FilterFamily::kTopP, kRowThreads / 2>;
+  } else {
+    return false;
+  }
+}
+#endif
+
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
   int per_sm = 0, optin = 0, reserved = 0;
@@ -194,7 +214,13 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
+#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
+  const std::int64_t share =
+      is_top_p_sampler<Kernel>() && vocab >= kRowBeyondL1Vocab ? 8 : gather_share(threads, vocab);
+  const std::int64_t want = std::max<std::int64_t>(vocab / share, kMinGatherCapacity);
+#else
   const std::int64_t want = std::max<std::int64_t>(vocab / gather_share(threads, vocab), kMinGatherCapacity);
+#endif
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
