@@ -4,7 +4,8 @@
 # as its own wheel with -DCMAKE_CUDA_FLAGS=-D<name> (the tree holds every lab's code behind
 # its macro). The timing script (as dev/ab_provider_builds.sh's) runs under A, B1 .. Bn, A,
 # B1 .. Bn, one process each, and per lab dev/compare_graph_times.py prints A against it
-# ($OUT/ab-<name>.txt). With LAB_TESTS (a pytest command), it runs under each lab's wheel.
+# ($OUT/ab-<name>.txt). With LAB_TESTS (a pytest command), it runs under each lab's wheel
+# (its last lines appended to that file).
 # A stays installed at the end. One build fewer and one machine start fewer than a call of
 # dev/ab_provider_builds.sh per lab.
 #   LABS="AOTINFER_LAB_X AOTINFER_LAB_Y" LAB_TESTS='python3 -m pytest -q tests/gpu/test_sampling.py' \
@@ -38,8 +39,8 @@ for lab in "${labs[@]}"; do
   } | tee "$out/ab-$lab.txt"
   if [ -n "${LAB_TESTS:-}" ]; then
     python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/$lab/*.whl
-    echo "tests under -D$lab: $LAB_TESTS"
-    bash -c "$LAB_TESTS" 2>&1 | tail -n 3
+    # The tests' tail goes into the lab's file too, so a caller that drops stdout keeps it.
+    { echo "tests under -D$lab: $LAB_TESTS"; bash -c "$LAB_TESTS" 2>&1 | tail -n 3; } | tee -a "$out/ab-$lab.txt"
   fi
 done
 python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/a/*.whl  # A stays installed

@@ -160,3 +160,4 @@ def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
     assert [e for e in events if e.startswith("install")][-1].split("/")[-2] == "a"
     assert out.split("\n").count("tests-ran") == 2 and out.count("B/A 1.000") == 2
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ab-LAB_X.txt", "ab-LAB_Y.txt"]
+    assert "tests-ran" in (tmp_path / "out" / "ab-LAB_Y.txt").read_text()  # kept beside the times
