@@ -62,6 +62,23 @@ struct FixedPointScale {
   __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
     return __float2ull_rz(__fmul_rn(__fmul_rn(__uint_as_float(key), half_scale), rest_scale));
   }
+
+  // mass() of a normal key whose product does not underflow (exponent field >= 1 and field +
+  // base + 150 > 0): then p * 2^(base + 150) is exact and is the key with base + 150 added to
+  // its exponent field, so one integer add replaces mass()'s two multiplies. Where a pass
+  // knows this of every key it sums (the gather pass: every key above a crossing bin of such
+  // a field), it adds normal_offset() once per row and calls normal_mass per key.
+  __device__ __forceinline__ std::uint32_t normal_offset() const {
+    return static_cast<std::uint32_t>(base + 150) << 23;
+  }
+  __device__ __forceinline__ static std::uint64_t normal_mass(std::uint32_t key,
+                                                              std::uint32_t offset) {
+    return __float2ull_rz(__uint_as_float(key + offset));
+  }
+  // Whether normal_mass holds for every key of exponent field >= `field`.
+  __device__ __forceinline__ bool normal_from(std::uint32_t field) const {
+    return field != 0u && static_cast<int>(field) + base + 150 > 0;
+  }
 };
 
 // The searches' unit from the largest key's exponent field alone (level 0 of a search sees

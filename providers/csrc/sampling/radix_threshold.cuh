@@ -161,18 +161,17 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   const std::uint32_t field = Sh::top_exponent_field(top_bin);
   // The segment sums only where every key above the gathered bin is normal and its mass does
-  // not underflow (the bin's exponent field >= 1 and field + base + 150 > 0 there, so at
-  // every higher field too). Then each such key's mass, FixedPointScale::mass, is its key
-  // with base + 150 added to the exponent field, converted with truncation: one add where
-  // mass() has two multiplies. With this (and mass() still branching per key) flat top-p at
-  // 128 x 128256 took 0.890x the time (results/history/ab-sampling-gather-fast-mass-
-  // 135707e.txt). Other rows (rare: a crossing among subnormals, or more than ~170 binades
-  // below the largest) leave the sums to the draw's own pass, as a subnormal largest key does.
+  // not underflow (FixedPointScale::normal_from the bin's exponent field), so that each such
+  // key's mass is FixedPointScale::normal_mass: one add where mass() has two multiplies. With
+  // this (and mass() still branching per key) flat top-p at 128 x 128256 took 0.890x the time
+  // (results/history/ab-sampling-gather-fast-mass-135707e.txt). Other rows (rare: a crossing
+  // among subnormals, or more than ~170 binades below the largest) leave the sums to the
+  // draw's own pass, as a subnormal largest key does.
   const FixedPointScale fx = FixedPointScale::of(field << 23, n);
   const std::uint32_t digit_field = Sh::exponent_field(digit);
   const bool fuse = Scope::kGathers == GatherMode::kSearchAndDraw && space.segments != nullptr && field != 0u &&
-                    digit_field != 0u && static_cast<int>(digit_field) + fx.base + 150 > 0;
-  const std::uint32_t unit_field = static_cast<std::uint32_t>(fx.base + 150) << 23;
+                    fx.normal_from(digit_field);
+  const std::uint32_t offset = fx.normal_offset();
   std::uint32_t count = 0;  // this warp's (sh.gather_overflow was cleared with level 0's bins)
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   segment_pass(scope, layout, fuse ? space.segments : nullptr, [&](std::int64_t g, const float (&v)[4]) {
@@ -184,7 +183,7 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
       k[j] = key_of(v[j]);  // NaN (past the end) gives key 0
       const std::uint32_t bin = k[j] >> Sh::shift(0);
       if (k[j] != 0u && bin == digit) match |= 1u << j;
-      if (fuse && bin > digit) above += __float2ull_rz(__uint_as_float(k[j] + unit_field));
+      if (fuse && bin > digit) above += FixedPointScale::normal_mass(k[j], offset);
     }
     gather_append_group(space, count, match, k, static_cast<std::uint32_t>(4 * g));
     return above;
