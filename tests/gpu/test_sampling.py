@@ -260,22 +260,22 @@ def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch)
 
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeypatch):
-    """Rows whose threshold bin (384 elements in one quarter binade, [0.5, 0.55)) fits the
-    gather list (8192 entries at vocab 65536 with 1024 threads, 2048 with 512; gathered up
-    to half full) but lies in row segments 0, 32 and 64 (128 elements each), which the
-    gather pass gives all to warp 0 (segment s goes to warp s % warps): 384 entries for a
-    slice of 256 (1024 threads) or 128 (512 threads). That warp drops the list and the
-    search reads the row instead (gather.cuh). Tokens, renorm and the kept set still equal
-    the reference's."""
+    """Rows whose threshold bin (640 elements in one quarter binade, [0.5, 0.55)) fits the
+    gather list (8192 entries at vocab 65536 with 1024 threads; with 512, 2048 and 8192 for
+    the top-p sampler; gathered up to 3/4 full) but lies in row segments 0, 32, 64, 96 and
+    128 (128 elements each), which the gather pass gives all to warp 0 (segment s goes to
+    warp s % warps, 32 or 16 warps): 640 entries for a slice of 256 (1024 threads), 128 or
+    512 (512 threads). That warp drops the list and the search reads the row instead
+    (gather.cuh). Tokens, renorm and the kept set still equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     rows, vocab = 6, 65536
     g = gen(51)
     probs = torch.full((rows, vocab), 1e-7, device=DEV)
-    for segment in (0, 32, 64):
+    for segment in (0, 32, 64, 96, 128):
         start = 128 * segment
         probs[:, start : start + 128] = 0.5 + 0.05 * torch.rand(rows, 128, device=DEV, generator=g)
-    k = torch.tensor([300, 200, 1, 383, 64, 150], device=DEV, dtype=torch.int32)
+    k = torch.tensor([300, 200, 1, 639, 64, 450], device=DEV, dtype=torch.int32)
     p = torch.tensor([0.5, 0.2, 0.9, 0.01, 0.7, 0.35], device=DEV)
     idx = many(rows, 64)
     for name in ("top_k", "top_p"):

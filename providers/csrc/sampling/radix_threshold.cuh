@@ -367,14 +367,12 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
-    // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with room
-    // to spare: each warp fills its own slice, about bin_count / warps of it.
+    // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with a
+    // quarter to spare: each warp fills its own slice, about bin_count / warps of it (a warp
+    // whose slice overflows drops the list). At half rather than 3/4, flat top-p at 512 x
+    // 128256 missed its bin (~6500 keys in ~10K entries; sample_launch.cu's gather_share).
     if constexpr (Scope::kGathers == GatherMode::kSearch || Scope::kGathers == GatherMode::kSearchAndDraw) {
-#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
-      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 4 * 3) {  // lab: see sample_launch.cu
-#else
-      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 2) {
-#endif
+      if (level == 0 && bin_count <= sh.gather_sizes.capacity / 4 * 3) {
         const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
         listed = r.listed;
         segments_ready = r.segments;

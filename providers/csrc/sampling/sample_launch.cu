@@ -167,7 +167,7 @@ constexpr std::int64_t kRowBeyondL1Vocab = 65536;
 // when `segments`, then gathered keys and positions (8 bytes an element) for a share of the
 // row (at least kMinGatherCapacity), within what the SM has for each of its
 // kRowCtasPerSm(threads) CTAs beyond the static part (gathering is off where that is less).
-// A search gathers a bin that fills at most half of the list. The share:
+// A search gathers a bin that fills at most three quarters of the list. The share:
 // - 1/32 where the row stays in L1 between passes (vocab 32000: 128 KB) or two CTAs share an
 //   SM: the rest of the SM's 256 KB is L1 cache. With all of it as shared memory, top-p at
 //   32000 was 1.07-1.14x slower; with 1/8, flat top-p at 128 x 32000 (bin ~5% of the row,
@@ -176,22 +176,14 @@ constexpr std::int64_t kRowBeyondL1Vocab = 65536;
 // - 1/8 for one CTA per SM and rows beyond L1: a flat top-p row's crossing bin (~5% of the
 //   row) is then gathered; at 128 x 128256 flat top-p 101.6 -> 95.2 us and top-p renorm
 //   103.0 -> 96.2, the rest unchanged (same A/B).
-// Measured again after session 26's gather-pass changes (history/ab-sampling-gather-share-
-// labs-461b1c3.txt): 1/8 at two CTAs per SM too (the budget caps it near 10K entries at
-// 128256) with a gather test at 3/4 of the list, so that a flat top-p row's bin (~6500) is
-// gathered at 512 rows: flat top-p 0.862x, top-p renorm flat 0.944x, but peaked 1.049x and
-// masking / top-k renorm 1.03-1.04x (their L1 share); 1/8 at vocab 32000 too: 0.97-1.01x.
-std::int64_t gather_share(int threads, std::int64_t vocab) {
-  return kRowCtasPerSm(threads) == 1 && vocab >= kRowBeyondL1Vocab ? 8 : 32;
-}
-
-#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
-// Lab (prepared in session 26, not run: dev/NOTES.md item 58). The wide list of
-// AOTINFER_LAB_WIDE_GATHER_TWO_CTAS for the top-p sampler's kernels alone: that lab took flat
-// top-p at 512 x 128256 to 0.862x (peaked 1.011x) but cost masking, top-k renorm and top-p
-// renorm 3-5% through their smaller L1, which they keep here. With radix_threshold's gather
-// test at 3/4 of the list (under this macro too), a flat row's bin (~6500 keys) fits the
-// ~10K entries the two-CTA budget leaves.
+// - 1/8 also for the top-p sampler's two kernels at two CTAs per SM, rows beyond L1: the
+//   budget then caps the list near 10K entries at 128256, and with the gather test at 3/4
+//   (radix_threshold.cuh) a flat row's bin (~6500 keys) is gathered: flat top-p at 512 x
+//   128256 293.9 -> 256.2 us (0.872x), peaked 1.012x (its L1), every other case 0.99-1.005x,
+//   the same tokens (history/ab-sampling-wide-gather-top-p-55dcb09.txt, dev/NOTES.md item
+//   59). The wide list for every two-CTA kernel took the same flat top-p case to 0.862x but
+//   cost masking, top-k renorm and peaked top-p renorm 3-5% through their L1, and 1/8 at
+//   vocab 32000 read 0.97-1.07x (history/ab-sampling-gather-share-labs-461b1c3.txt).
 template <auto Kernel>
 constexpr bool is_top_p_sampler() {
   using TopP = decltype(&sample_kernel<FilterFamily::kTopP>);
@@ -202,7 +194,12 @@ constexpr bool is_top_p_sampler() {
     return false;
   }
 }
-#endif
+
+template <auto Kernel>
+std::int64_t gather_share(int threads, std::int64_t vocab) {
+  if (vocab < kRowBeyondL1Vocab) return 32;
+  return kRowCtasPerSm(threads) == 1 || is_top_p_sampler<Kernel>() ? 8 : 32;
+}
 
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
@@ -214,13 +211,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-#ifdef AOTINFER_LAB_WIDE_GATHER_TOP_P
-  const std::int64_t share =
-      is_top_p_sampler<Kernel>() && vocab >= kRowBeyondL1Vocab ? 8 : gather_share(threads, vocab);
-  const std::int64_t want = std::max<std::int64_t>(vocab / share, kMinGatherCapacity);
-#else
-  const std::int64_t want = std::max<std::int64_t>(vocab / gather_share(threads, vocab), kMinGatherCapacity);
-#endif
+  const std::int64_t want = std::max<std::int64_t>(vocab / gather_share<Kernel>(threads, vocab), kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
