@@ -4,15 +4,17 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] [cluster]
+        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
+        [cluster] [top-p]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
 batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
 softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k
 sampling 128 x 128256 (bench_sampling's flat and peaked rows), ("renorm") top-k masking
-and top-k / top-p renormalisation on those rows, and ("cluster") the batch-1 cluster
-samplers at 1 x 32000 with FlashInfer's.
+and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
+samplers at 1 x 32000 with FlashInfer's, and ("top-p") top-p sampling at 512 rows of 32000
+and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it).
 """
 
 from __future__ import annotations
@@ -122,7 +124,10 @@ def sampling_cases():
     for dist in ("flat", "peaked"):
         probs = make_probs(128, 128256, dist == "peaked", 0)
         cases += [
-            (f"aotinfer top-p 0.9 {dist}", lambda p=probs: s.top_p_sampling_from_probs(p, 0.9, **kw)),
+            (
+                f"aotinfer top-p 0.9 {dist}",
+                lambda p=probs: s.top_p_sampling_from_probs(p, 0.9, **kw),
+            ),
             (f"aotinfer top-k 50 {dist}", lambda p=probs: s.top_k_sampling_from_probs(p, 50, **kw)),
         ]
     return cases
@@ -149,6 +154,26 @@ def cluster_cases(fi):
             ("flashinfer top-p 0.9 1x32000", lambda: top_p(probs, 0.9, **kw)),
             ("flashinfer min-p 0.1 1x32000", lambda: min_p(probs, 0.1, **kw)),
         ]
+    return cases
+
+
+def top_p_cases(fi):
+    """Top-p sampling at 512 x 32000 and 512 x 128256 (bench_sampling's flat and peaked rows;
+    the row kernels at two CTAs per SM), ours and FlashInfer's on the same rows: 0.64-0.97x
+    FlashInfer's speed at afb2642 (results/sampling.md)."""
+    from bench_sampling import make_probs
+
+    kw = dict(seed=1, offset=0)
+    libs = [("aotinfer", aotinfer.sampling.top_p_sampling_from_probs)]
+    if fi is not None:
+        libs.append(("flashinfer", fi.sampling.top_p_sampling_from_probs))
+    cases = []
+    for vocab in (32000, 128256):
+        for dist in ("flat", "peaked"):
+            probs = make_probs(512, vocab, dist == "peaked", 0)
+            for lib, fn in libs:
+                call = lambda p=probs, f=fn: f(p, 0.9, **kw)  # noqa: E731
+                cases.append((f"{lib} top-p 0.9 512x{vocab} {dist}", call))
     return cases
 
 
@@ -185,6 +210,8 @@ def main():
         cases += renorm_cases()
     if "cluster" in want:
         cases += cluster_cases(try_import_flashinfer())
+    if "top-p" in want:
+        cases += top_p_cases(try_import_flashinfer())
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()
