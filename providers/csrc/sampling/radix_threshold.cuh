@@ -69,7 +69,11 @@ struct RadixShared {
   }
   union {
     struct {
+#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
+      std::uint32_t count[kBins + 1];  // + level 0's sink for non-participants (add_to_level0)
+#else
       std::uint32_t count[kBins];
+#endif
       std::uint32_t mass_lo[kBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
       std::uint32_t mass_hi[kBins];
     };
@@ -114,6 +118,25 @@ __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::u
     atomicAdd(&sh.mass_hi[d], static_cast<std::uint32_t>(q >> 12));
   }
 }
+
+#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
+// Lab (session 27, dev/NOTES.md item 59): add_to_histogram for the peeled level 0 without
+// branches. A non-participant (key 0) is counted in the sink bin kBins, which no scan reads,
+// and adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
+// With the branches, ptxas re-derives the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
+// inside each element's conditional block and wraps it in BSSY / BSYNC: about 8 of the ~19
+// instructions per element of level 0's loop, which Nsight Compute put at a third of the
+// top-p sampler's instructions.
+template <typename Sh>
+__device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint32_t d, bool masses) {
+  atomicAdd(&sh.count[k != 0u ? d : static_cast<std::uint32_t>(Sh::kBins)], 1u);
+  if (masses) {
+    const std::uint32_t q = FixedPointScale::mantissa(k), b = k != 0u ? d : (threadIdx.x & 31u);
+    atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
+    atomicAdd(&sh.mass_hi[b], q >> 12);
+  }
+}
+#endif
 
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
@@ -249,10 +272,14 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // others with `add`).
     auto add0 = [&](std::uint32_t k) {
       if constexpr (kPeel) {
+#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
+        add_to_level0(sh, k, k >> Sh::shift(0), masses);
+#else
         const bool takes_part = k != 0u;
         const std::uint32_t d = k >> Sh::shift(0);
         const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
         add_to_histogram(sh, takes_part, d, q);
+#endif
       } else {
         add(k);
       }
