@@ -237,7 +237,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       kept.listed = false;  // the top-k search's list is not this search's kept set
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold(scope, key_of, target, sh);
+      const Threshold t = radix_threshold<true, !kTwoSearches>(scope, key_of, target, sh);
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant

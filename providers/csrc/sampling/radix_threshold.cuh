@@ -230,7 +230,11 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // (head_bound_list.cuh).
 // kPeelLevel0 = false keeps level 0 in the shared loop where the scope peels it (top_k_select:
 // its 32 registers let two 1024-thread CTAs share an SM, and the peeled loop took it to 50).
-template <bool kPeelLevel0 = true, typename Scope, typename KeyFn, typename Sh>
+// kDenseLevel0 = false: few keys may take part in level 0 (the joint sampler's top-p search,
+// whose keys below the top-k floor do not), so AOTINFER_LAB_BRANCHLESS_LEVEL0 keeps the
+// branches that skip a non-participant's atomics there (branch-free, that search's peaked
+// rows ran 1.02-1.06x slower: each non-participant paid three atomics).
+template <bool kPeelLevel0 = true, bool kDenseLevel0 = true, typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
   const bool masses = target.by_mass || target.track_mass;
@@ -273,13 +277,15 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     auto add0 = [&](std::uint32_t k) {
       if constexpr (kPeel) {
 #ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
-        add_to_level0(sh, k, k >> Sh::shift(0), masses);
-#else
+        if constexpr (kDenseLevel0) {
+          add_to_level0(sh, k, k >> Sh::shift(0), masses);
+          return;
+        }
+#endif
         const bool takes_part = k != 0u;
         const std::uint32_t d = k >> Sh::shift(0);
         const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
         add_to_histogram(sh, takes_part, d, q);
-#endif
       } else {
         add(k);
       }
