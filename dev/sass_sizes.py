@@ -23,8 +23,8 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 FLAGS = ["-arch=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
 
 
-def build(source: str, defines: list, tmp: str, name: str):
-    """(functions of nvdisasm -gi, {kernel: (registers, spill bytes)}) of one compile."""
+def disassemble(source: str, defines: list, tmp: str, name: str):
+    """(nvdisasm -gi text, {kernel: (registers, spill bytes)}) of one compile."""
     cubin = os.path.join(tmp, f"{name}.cubin")
     cmd = ["nvcc", "-cubin", *FLAGS, f"-I{ROOT}/providers/csrc", *defines, "-Xptxas", "-v", source]
     log = subprocess.run(cmd + ["-o", cubin], capture_output=True, text=True, check=True).stderr
@@ -38,7 +38,12 @@ def build(source: str, defines: list, tmp: str, name: str):
             r, s = usage.get(kernel, (0, 0))
             usage[kernel] = (int(regs.group(1)) if regs else r, int(spill.group(1)) if spill else s)
     dis = ["nvdisasm", "-gi", "-c", cubin]
-    text = subprocess.run(dis, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(dis, capture_output=True, text=True, check=True).stdout, usage
+
+
+def build(source: str, defines: list, tmp: str, name: str):
+    """(functions of nvdisasm -gi, {kernel: (registers, spill bytes)}) of one compile."""
+    text, usage = disassemble(source, defines, tmp, name)
     return read_functions(text.splitlines()), usage
 
 

@@ -161,3 +161,44 @@ def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
     assert out.split("\n").count("tests-ran") == 2 and out.count("B/A 1.000") == 2
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ab-LAB_X.txt", "ab-LAB_Y.txt"]
     assert "tests-ran" in (tmp_path / "out" / "ab-LAB_Y.txt").read_text()  # kept beside the times
+
+
+SASS = """
+        .text._Z1kPj:
+        /*0000*/                   S2R R9, SR_TID.X ;
+.L_x_1:
+        /*0010*/                   BSSY B1, `(.L_x_2) ;
+        /*0020*/              @!P0 BRA `(.L_x_2) ;
+        /*0030*/                   S2UR UR5, SR_CgaCtaId ;
+        /*0040*/                   ATOMS.POPC.INC.32 RZ, [R0+UR4] ;
+.L_x_2:
+        /*0050*/                   BSYNC B1 ;
+        /*0060*/              @!P1 BRA `(.L_x_1) ;
+        /*0070*/                   EXIT ;
+        .text._Z2k2Pj:
+.L_x_3:
+        /*0000*/                   ATOMS.POPC.INC.32 RZ, [R0+URZ] ;
+        /*0010*/                   ATOMS.POPC.INC.32 RZ, [R1+URZ] ;
+        /*0020*/              @!P0 BRA `(.L_x_3) ;
+"""
+
+
+def test_sass_loops_finds_each_backward_branch_and_counts_its_body():
+    """dev/sass_loops.py: a loop is a backward branch and the code from its target label; a
+    forward branch is not one. Its summary counts the opcode and the branchy overhead."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "dev"))
+    import sass_loops
+
+    found = sass_loops.loops(SASS)
+    assert list(found) == ["_Z1kPj", "_Z2k2Pj"]
+    ((start, end, body),) = found["_Z1kPj"]
+    assert (start, end, len(body)) == (0x10, 0x60, 6)
+    assert sass_loops.summary(body, "ATOMS.POPC.INC") == (
+        "6 instructions, 1 ATOMS.POPC.INC (6.0 per), BSSY 1, BRA 2, S2UR 1"
+    )
+    assert sass_loops.report(SASS, "k2", "ATOMS.POPC.INC", 2) == [
+        "  _Z2k2Pj [0x0, 0x20]: 3 instructions, 2 ATOMS.POPC.INC (1.5 per), BSSY 0, BRA 1, S2UR 0"
+    ]
+    assert sass_loops.report(SASS, "k2", "ATOMS.POPC.INC", 3) == []

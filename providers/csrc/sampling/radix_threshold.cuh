@@ -130,8 +130,8 @@ __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::u
 // and adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
 // With the branches, ptxas re-derives the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
 // inside each element's conditional block and wraps it in BSSY / BSYNC: about 8 of the 23
-// instructions per element of the top-p sampler's level-0 loop (18.5 without), a loop that
-// Nsight Compute put at about a third of that kernel's instructions.
+// instructions per element of the top-p sampler's level-0 loop (18.6 without; counted by
+// dev/sass_loops.py), a loop Nsight Compute put at about a third of that kernel's work.
 template <typename Sh>
 __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint32_t d, bool masses) {
   atomicAdd(&sh.count[k != 0u ? d : static_cast<std::uint32_t>(Sh::kBins)], 1u);
