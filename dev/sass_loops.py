@@ -65,12 +65,16 @@ def loops(text: str) -> Dict[str, List[Loop]]:
     return found
 
 
+def count(body: List[str], op: str) -> int:
+    return sum(op in s for s in body)
+
+
 def summary(body: List[str], op: str) -> str:
-    count = sum(op in s for s in body)
+    n = count(body, op)
     words = [s.split()[1] if s.startswith("@") else s.split()[0] for s in body]
     tally = {k: sum(w.startswith(k) for w in words) for k in ("BSSY", "BRA", "S2UR")}
-    per = f"{len(body) / count:.1f}" if count else "-"
-    return f"{len(body)} instructions, {count} {op} ({per} per), " + ", ".join(
+    per = f"{len(body) / n:.1f}" if n else "-"
+    return f"{len(body)} instructions, {n} {op} ({per} per), " + ", ".join(
         f"{k} {v}" for k, v in tally.items()
     )
 
@@ -81,7 +85,7 @@ def report(text: str, kernel: str, op: str, least: int) -> List[str]:
         if not re.search(kernel, name):
             continue
         for start, end, body in found:
-            if sum(op in s for s in body) >= least:
+            if count(body, op) >= least:
                 lines.append(f"  {name[:70]} [{start:#x}, {end:#x}]: {summary(body, op)}")
     return lines
 

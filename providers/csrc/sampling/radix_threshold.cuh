@@ -140,10 +140,11 @@ __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint
     // Lab (session 27, prepared): the fraction alone, two instructions fewer per element. A
     // level-0 bin holds one exponent field, so the implicit bit adds count x 2^23 to each
     // normal bin's sum, and the scan adds it there (bin_mass_of); counts are exact here.
-    const std::uint32_t q = k & 0x7FFFFFu, b = k != 0u ? d : (threadIdx.x & 31u);
+    const std::uint32_t q = k & 0x7FFFFFu;
 #else
-    const std::uint32_t q = FixedPointScale::mantissa(k), b = k != 0u ? d : (threadIdx.x & 31u);
+    const std::uint32_t q = FixedPointScale::mantissa(k);
 #endif
+    const std::uint32_t b = k != 0u ? d : (threadIdx.x & 31u);
     atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
     atomicAdd(&sh.mass_hi[b], q >> 12);
   }
@@ -348,15 +349,13 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     auto bin_mass_of = [&](int bin) -> std::uint64_t {
       if (!masses) return 0;
       const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
-#ifdef AOTINFER_LAB_LEVEL0_FRACTION
       std::uint64_t sum = scope.combined_mass(sh, bin, bins);
+#ifdef AOTINFER_LAB_LEVEL0_FRACTION
       if constexpr (kPeel && kDenseLevel0) {  // add_to_level0 summed fractions: the implicit bits
         if (level == 0 && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
       }
-      return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);
-#else
-      return shifted_mass(scope.combined_mass(sh, bin, bins), static_cast<int>(field > 0 ? field : 1) + base);
 #endif
+      return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);
     };
     std::uint64_t c_sum = 0, m_sum = 0;
     for (int bin = top; bin >= bottom; --bin) {
