@@ -9,7 +9,7 @@ time: a prediction's input, not a measurement of speed.
 
     python dev/sass_loops.py SOURCE.cu AOTINFER_LAB_X KERNEL [OPCODE] [MIN]
     python dev/sass_loops.py providers/csrc/sampling/sample_launch.cu \\
-        AOTINFER_LAB_BRANCHLESS_LEVEL0 'sample_kernelILNS0_12FilterFamilyE3ELi512' ATOMS.POPC.INC 16
+        AOTINFER_LAB_X 'sample_kernelILNS0_12FilterFamilyE3ELi512' ATOMS.POPC.INC 16
 """
 
 from __future__ import annotations

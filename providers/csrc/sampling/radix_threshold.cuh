@@ -23,11 +23,6 @@
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
 
-// AOTINFER_LAB_LEVEL0_FRACTION (below) builds on the branch-free level 0.
-#if defined(AOTINFER_LAB_LEVEL0_FRACTION) && !defined(AOTINFER_LAB_BRANCHLESS_LEVEL0)
-#define AOTINFER_LAB_BRANCHLESS_LEVEL0
-#endif
-
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
@@ -74,11 +69,7 @@ struct RadixShared {
   }
   union {
     struct {
-#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
       std::uint32_t count[kBins + 1];  // + level 0's sink for non-participants (add_to_level0)
-#else
-      std::uint32_t count[kBins];
-#endif
       std::uint32_t mass_lo[kBins];  // mass = (mass_hi << 12) + mass_lo, see add_to_histogram
       std::uint32_t mass_hi[kBins];
     };
@@ -124,32 +115,26 @@ __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::u
   }
 }
 
-#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
-// Lab (session 27, dev/NOTES.md item 59): add_to_histogram for the peeled level 0 without
-// branches. A non-participant (key 0) is counted in the sink bin kBins, which no scan reads,
-// and adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
-// With the branches, ptxas re-derives the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
-// inside each element's conditional block and wraps it in BSSY / BSYNC: about 8 of the 23
-// instructions per element of the top-p sampler's level-0 loop (18.6 without; counted by
-// dev/sass_loops.py), a loop Nsight Compute put at about a third of that kernel's work.
+// add_to_histogram for the peeled level 0, without branches (session 27-28, dev/NOTES.md items
+// 59-60). A non-participant (key 0) is counted in the sink bin kBins, which no scan reads, and
+// adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
+// With the branches, ptxas re-derived the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
+// inside each element's conditional block and wrapped it in BSSY / BSYNC: about 8 of the 23
+// instructions per element of the top-p sampler's level-0 loop. The mass is the key's 23-bit
+// fraction alone: a level-0 bin holds one exponent field, so the implicit bits add count x 2^23
+// to each normal bin's sum, and the scan adds them there (bin_mass_of; counts are exact). The
+// loop is then 16.6 instructions per element (dev/sass_loops.py); measured 0.90-0.99x the
+// time of the branching form (results/history/ab-sampling-level0-fraction-0ea0d80.txt).
 template <typename Sh>
 __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint32_t d, bool masses) {
   atomicAdd(&sh.count[k != 0u ? d : static_cast<std::uint32_t>(Sh::kBins)], 1u);
   if (masses) {
-#ifdef AOTINFER_LAB_LEVEL0_FRACTION
-    // Lab (session 27, prepared): the fraction alone, two instructions fewer per element. A
-    // level-0 bin holds one exponent field, so the implicit bit adds count x 2^23 to each
-    // normal bin's sum, and the scan adds it there (bin_mass_of); counts are exact here.
     const std::uint32_t q = k & 0x7FFFFFu;
-#else
-    const std::uint32_t q = FixedPointScale::mantissa(k);
-#endif
     const std::uint32_t b = k != 0u ? d : (threadIdx.x & 31u);
     atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
     atomicAdd(&sh.mass_hi[b], q >> 12);
   }
 }
-#endif
 
 struct Threshold {
   std::uint32_t key;       // keep elements with key >= key (0: keep every participant)
@@ -244,9 +229,9 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // kPeelLevel0 = false keeps level 0 in the shared loop where the scope peels it (top_k_select:
 // its 32 registers let two 1024-thread CTAs share an SM, and the peeled loop took it to 50).
 // kDenseLevel0 = false: few keys may take part in level 0 (the joint sampler's top-p search,
-// whose keys below the top-k floor do not), so AOTINFER_LAB_BRANCHLESS_LEVEL0 keeps the
-// branches that skip a non-participant's atomics there (branch-free, that search's peaked
-// rows ran 1.02-1.06x slower: each non-participant paid three atomics).
+// whose keys below the top-k floor do not), so the peeled level 0 keeps the branches that skip
+// a non-participant's atomics there (branch-free, that search's peaked rows ran 1.02-1.06x
+// slower: each non-participant paid three atomics; history/ab-sampling-branchless-level0-a1ffd14.txt).
 template <bool kPeelLevel0 = true, bool kDenseLevel0 = true, typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
@@ -289,12 +274,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // others with `add`).
     auto add0 = [&](std::uint32_t k) {
       if constexpr (kPeel) {
-#ifdef AOTINFER_LAB_BRANCHLESS_LEVEL0
         if constexpr (kDenseLevel0) {
           add_to_level0(sh, k, k >> Sh::shift(0), masses);
           return;
         }
-#endif
         const bool takes_part = k != 0u;
         const std::uint32_t d = k >> Sh::shift(0);
         const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
@@ -350,11 +333,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       if (!masses) return 0;
       const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
       std::uint64_t sum = scope.combined_mass(sh, bin, bins);
-#ifdef AOTINFER_LAB_LEVEL0_FRACTION
       if constexpr (kPeel && kDenseLevel0) {  // add_to_level0 summed fractions: the implicit bits
         if (level == 0 && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
       }
-#endif
       return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);
     };
     std::uint64_t c_sum = 0, m_sum = 0;
