@@ -23,6 +23,11 @@
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
 
+// AOTINFER_LAB_SLICE_PEEL (row_scope.cuh) is measured on top of AOTINFER_LAB_FRACTION_SUMS.
+#if defined(AOTINFER_LAB_SLICE_PEEL) && !defined(AOTINFER_LAB_FRACTION_SUMS)
+#define AOTINFER_LAB_FRACTION_SUMS
+#endif
+
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
@@ -134,6 +139,22 @@ __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint
     atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
     atomicAdd(&sh.mass_hi[b], q >> 12);
   }
+}
+
+#ifdef AOTINFER_LAB_FRACTION_SUMS
+// Lab (session 28, dev/NOTES.md item 60): every histogram sums the keys' 23-bit fractions, not
+// only the peeled dense level 0's. Every bin of every level holds one exponent field (level 0's
+// top bits include it, later levels split one level-0 bin), so the implicit bits are count x
+// 2^23 in each normal bin, added by the scan (bin_mass_of): the same sums, two instructions
+// fewer per participant (the exponent test and the OR of the implicit bit).
+constexpr bool kFractionSums = true;
+#else
+constexpr bool kFractionSums = false;
+#endif
+
+// The mass a histogram adds for a participating key (see bin_mass_of).
+__device__ __forceinline__ std::uint32_t histogram_mass(std::uint32_t k) {
+  return kFractionSums ? (k & 0x7FFFFFu) : FixedPointScale::mantissa(k);
 }
 
 struct Threshold {
@@ -265,7 +286,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     auto add = [&](std::uint32_t k) {
       const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
       const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
-      const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
+      const std::uint64_t q = takes_part && masses ? histogram_mass(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
     // Level 0 has no prefix: every participant takes part, and its bin is its top kBits. The
@@ -280,7 +301,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         }
         const bool takes_part = k != 0u;
         const std::uint32_t d = k >> Sh::shift(0);
-        const std::uint64_t q = takes_part && masses ? FixedPointScale::mantissa(k) : 0;
+        const std::uint64_t q = takes_part && masses ? histogram_mass(k) : 0;
         add_to_histogram(sh, takes_part, d, q);
       } else {
         add(k);
@@ -333,7 +354,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       if (!masses) return 0;
       const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
       std::uint64_t sum = scope.combined_mass(sh, bin, bins);
-      if constexpr (kPeel && kDenseLevel0) {  // add_to_level0 summed fractions: the implicit bits
+      if constexpr (kFractionSums) {  // every histogram summed fractions: the implicit bits
+        if (field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
+      } else if constexpr (kPeel && kDenseLevel0) {  // add_to_level0 summed fractions
         if (level == 0 && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
       }
       return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);

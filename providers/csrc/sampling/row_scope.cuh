@@ -173,7 +173,14 @@ struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
   // Level 0 in the loop of every level: RowScope's peeled loop made these kernels (the slice
   // already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt).
+#ifdef AOTINFER_LAB_SLICE_PEEL
+  // Lab (session 28, dev/NOTES.md item 60; implies AOTINFER_LAB_FRACTION_SUMS): the peeled
+  // level 0 is now branch-free with fraction sums (add_to_level0), which the measurement
+  // above predates.
+  static constexpr bool kPeelsLevel0 = true;
+#else
   static constexpr bool kPeelsLevel0 = false;
+#endif
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
