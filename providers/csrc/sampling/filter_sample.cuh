@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
@@ -151,6 +152,9 @@ template <FilterFamily kFamily = FilterFamily::kOneSearch, typename Scope, typen
 __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                bool need_mass, Sh& sh) {
   constexpr bool kTwoSearches = kFamily == FilterFamily::kTwoSearches;
+  // The two-search cluster kernel keeps level 0 in the shared loop: peeled (with the fraction
+  // sums it then had) it ran 0.997-1.037x (history/ab-sampling-slice-peel-e794967.txt).
+  constexpr bool kPeelSearch = !(kTwoSearches && std::is_same_v<Scope, SliceScope>);
   constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = row_top_k(f, row);
@@ -207,7 +211,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
     target.want_top = true;
     target.row_length = n;
-    const Threshold t = radix_threshold(scope, key_of, target, sh);
+    const Threshold t = radix_threshold<kPeelSearch, true, !kTwoSearches>(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
     kept.listed = t.kept_listed;
@@ -237,7 +241,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       kept.listed = false;  // the top-k search's list is not this search's kept set
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold<true, !kTwoSearches>(scope, key_of, target, sh);
+      const Threshold t = radix_threshold<kPeelSearch, !kTwoSearches, !kTwoSearches>(scope, key_of, target, sh);
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant

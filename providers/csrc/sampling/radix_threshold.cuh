@@ -23,11 +23,6 @@
 // Key 0 marks an element that takes no part (NaN, zero, negative or infinite probability).
 #pragma once
 
-// AOTINFER_LAB_SLICE_PEEL (row_scope.cuh) is measured on top of AOTINFER_LAB_FRACTION_SUMS.
-#if defined(AOTINFER_LAB_SLICE_PEEL) && !defined(AOTINFER_LAB_FRACTION_SUMS)
-#define AOTINFER_LAB_FRACTION_SUMS
-#endif
-
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
@@ -141,18 +136,13 @@ __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint
   }
 }
 
-#ifdef AOTINFER_LAB_FRACTION_SUMS
-// Lab (session 28, dev/NOTES.md item 60): every histogram sums the keys' 23-bit fractions, not
-// only the peeled dense level 0's. Every bin of every level holds one exponent field (level 0's
-// top bits include it, later levels split one level-0 bin), so the implicit bits are count x
-// 2^23 in each normal bin, added by the scan (bin_mass_of): the same sums, two instructions
-// fewer per participant (the exponent test and the OR of the implicit bit).
-constexpr bool kFractionSums = true;
-#else
-constexpr bool kFractionSums = false;
-#endif
-
-// The mass a histogram adds for a participating key (see bin_mass_of).
+// The mass a histogram adds for a participating key: its 23-bit fraction (kFractionSums) or
+// its 24-bit mantissa. Every bin of every level holds one exponent field (level 0's top bits
+// include it, later levels split one level-0 bin), so a bin's implicit bits are count x 2^23
+// when its field is normal, and the scan adds them there (radix_threshold's bin_mass_of): the
+// same sums, two instructions fewer per participant (the exponent test and the OR of the
+// implicit bit).
+template <bool kFractionSums>
 __device__ __forceinline__ std::uint32_t histogram_mass(std::uint32_t k) {
   return kFractionSums ? (k & 0x7FFFFFu) : FixedPointScale::mantissa(k);
 }
@@ -253,7 +243,13 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // whose keys below the top-k floor do not), so the peeled level 0 keeps the branches that skip
 // a non-participant's atomics there (branch-free, that search's peaked rows ran 1.02-1.06x
 // slower: each non-participant paid three atomics; history/ab-sampling-branchless-level0-a1ffd14.txt).
-template <bool kPeelLevel0 = true, bool kDenseLevel0 = true, typename Scope, typename KeyFn, typename Sh>
+// kFractionSums: the histograms outside the dense peeled level 0 (which always sums fractions,
+// add_to_level0) sum fractions too (histogram_mass). The two-search kernels pass false: with
+// fractions everywhere they ran 1.01-1.15x slower (row) and 1.04-1.08x (cluster) where every
+// other kernel ran 0.95-1.01x (history/ab-sampling-fraction-sums-e794967.txt); the cause is
+// not known (the same sums, fewer instructions, no new spills).
+template <bool kPeelLevel0 = true, bool kDenseLevel0 = true, bool kFractionSums = true, typename Scope,
+          typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
   constexpr bool kPeel = kPeelLevel0 && Scope::kPeelsLevel0;
   const bool masses = target.by_mass || target.track_mass;
@@ -286,7 +282,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     auto add = [&](std::uint32_t k) {
       const bool takes_part = k != 0u && (k & prefix_mask) == prefix;
       const std::uint32_t d = (k >> shift) & static_cast<std::uint32_t>(bins - 1);
-      const std::uint64_t q = takes_part && masses ? histogram_mass(k) : 0;
+      const std::uint64_t q = takes_part && masses ? histogram_mass<kFractionSums>(k) : 0;
       add_to_histogram(sh, takes_part, d, q);
     };
     // Level 0 has no prefix: every participant takes part, and its bin is its top kBits. The
@@ -301,7 +297,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         }
         const bool takes_part = k != 0u;
         const std::uint32_t d = k >> Sh::shift(0);
-        const std::uint64_t q = takes_part && masses ? histogram_mass(k) : 0;
+        const std::uint64_t q = takes_part && masses ? histogram_mass<kFractionSums>(k) : 0;
         add_to_histogram(sh, takes_part, d, q);
       } else {
         add(k);
@@ -356,7 +352,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       std::uint64_t sum = scope.combined_mass(sh, bin, bins);
       if constexpr (kFractionSums) {  // every histogram summed fractions: the implicit bits
         if (field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
-      } else if constexpr (kPeel && kDenseLevel0) {  // add_to_level0 summed fractions
+      } else if constexpr (kPeel && kDenseLevel0) {  // level 0's (add_to_level0) only
         if (level == 0 && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
       }
       return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);

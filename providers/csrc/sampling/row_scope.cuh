@@ -171,16 +171,12 @@ constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB sl
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
 struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-  // Level 0 in the loop of every level: RowScope's peeled loop made these kernels (the slice
-  // already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt).
-#ifdef AOTINFER_LAB_SLICE_PEEL
-  // Lab (session 28, dev/NOTES.md item 60; implies AOTINFER_LAB_FRACTION_SUMS): the peeled
-  // level 0 is now branch-free with fraction sums (add_to_level0), which the measurement
-  // above predates.
+  // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
+  // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
+  // branch-free and with fraction sums (add_to_level0), 0.94-0.99x for renormalisation,
+  // masking and the top-k / top-p samplers at batch 1 and 16 (history/ab-sampling-slice-peel-e794967.txt).
+  // The two-search sampler keeps level 0 in the shared loop (prob_filter).
   static constexpr bool kPeelsLevel0 = true;
-#else
-  static constexpr bool kPeelsLevel0 = false;
-#endif
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
