@@ -173,7 +173,7 @@ struct SliceScope {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
   // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
   // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
-  // branch-free and with fraction sums (add_to_level0), 0.94-0.99x for renormalisation,
+  // branch-free and with fraction sums (add_to_level0), 0.94-1.00x for renormalisation,
   // masking and the top-k / top-p samplers at batch 1 and 16 (history/ab-sampling-slice-peel-e794967.txt).
   // The two-search sampler keeps level 0 in the shared loop (prob_filter).
   static constexpr bool kPeelsLevel0 = true;
