@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
@@ -154,7 +153,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   constexpr bool kTwoSearches = kFamily == FilterFamily::kTwoSearches;
   // The two-search cluster kernel keeps level 0 in the shared loop: peeled (with the fraction
   // sums it then had) it ran 0.997-1.037x (history/ab-sampling-slice-peel-e794967.txt).
-  constexpr bool kPeelSearch = !(kTwoSearches && std::is_same_v<Scope, SliceScope>);
+  constexpr bool kPeelSearch = !(kTwoSearches && Scope::kSplitOverCluster);
   constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = row_top_k(f, row);

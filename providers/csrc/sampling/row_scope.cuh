@@ -55,6 +55,7 @@ struct RowScope {
   // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;
   // history/ab-sampling-peel-level0-9d33cbc.txt).
   static constexpr bool kPeelsLevel0 = true;
+  static constexpr bool kSplitOverCluster = false;  // one CTA holds the row
   const T* x;
   std::int64_t n;
   bool aligned;
@@ -177,6 +178,7 @@ struct SliceScope {
   // masking and the top-k / top-p samplers at batch 1 and 16 (history/ab-sampling-slice-peel-e794967.txt).
   // The two-search sampler keeps level 0 in the shared loop (prob_filter).
   static constexpr bool kPeelsLevel0 = true;
+  static constexpr bool kSplitOverCluster = true;
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
