@@ -5,7 +5,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
         python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
-        [cluster] [top-p]
+        [cluster] [top-p] [joint]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
@@ -14,7 +14,9 @@ softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and t
 sampling 128 x 128256 (bench_sampling's flat and peaked rows), ("renorm") top-k masking
 and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
 samplers at 1 x 32000 with FlashInfer's, and ("top-p") top-p sampling at 512 rows of 32000
-and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it).
+and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it), and
+("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours only: the
+kernel whose speed moved against its instruction count in dev/NOTES.md item 60).
 """
 
 from __future__ import annotations
@@ -177,6 +179,21 @@ def top_p_cases(fi):
     return cases
 
 
+def joint_cases():
+    """Joint top-k / top-p sampling at 512 x 128256 with bench_sampling's rows and
+    parameters (the two-search row kernel at two CTAs per SM)."""
+    from bench_sampling import TOP_K, TOP_P, make_probs
+
+    s = aotinfer.sampling
+    kw = dict(seed=1, offset=0, filter_apply_order="joint")
+    cases = []
+    for dist in ("flat", "peaked"):
+        probs = make_probs(512, 128256, dist == "peaked", 0)
+        call = lambda p=probs: s.top_k_top_p_sampling_from_probs(p, TOP_K, TOP_P, **kw)  # noqa: E731
+        cases.append((f"aotinfer joint top-k {TOP_K} top-p {TOP_P} 512x128256 {dist}", call))
+    return cases
+
+
 def renorm_cases():
     """The renormalisation / masking goal shape: 128 x 128256, bench_sampling's rows."""
     from bench_sampling import make_probs
@@ -212,6 +229,8 @@ def main():
         cases += cluster_cases(try_import_flashinfer())
     if "top-p" in want:
         cases += top_p_cases(try_import_flashinfer())
+    if "joint" in want:
+        cases += joint_cases()
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()

@@ -163,6 +163,54 @@ def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
     assert "tests-ran" in (tmp_path / "out" / "ab-LAB_Y.txt").read_text()  # kept beside the times
 
 
+# dev/ncu_labs.sh the same way, with an ncu stand-in that logs which wheel was installed when
+# it ran and writes one kernel report line.
+NCU_SHIM = """#!/usr/bin/env bash
+echo "ncu $(grep '^install' "$SHIM_LOG" | tail -n 1) args ${@: -1}" >> "$SHIM_LOG"
+echo "  sample_kernel (512, 1, 1)x(512, 1, 1), Context 1, Stream 7, Device 0, CC 9.0"
+"""
+
+
+def test_ncu_labs_profiles_the_default_and_each_lab_build(tmp_path):
+    import shutil
+    import sys
+
+    for name in ("dev/ncu_labs.sh", "ci/provider-arch.sh"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "aotinfer_sm90a-0-cp312-linux_x86_64.whl").touch()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    for tool, text in (("python3", SHIM), ("ncu", NCU_SHIM)):
+        (shim / tool).write_text(text)
+        (shim / tool).chmod(0o755)
+    log = tmp_path / "shim.log"
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "REAL_PYTHON": sys.executable,
+        "SHIM_LOG": str(log),
+        "OUT": str(tmp_path / "out"),
+        "LABS": "LAB_X LAB_Y",
+    }
+    out = subprocess.run(
+        ["bash", str(tmp_path / "dev" / "ncu_labs.sh"), "joint"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    events = log.read_text().split("\n")
+    assert events[:2] == ["-DCMAKE_CUDA_FLAGS=-DLAB_X", "-DCMAKE_CUDA_FLAGS=-DLAB_Y"]
+    profiled = [e.split("/")[-2] for e in events if e.startswith("ncu install")]
+    assert profiled == ["default", "LAB_X", "LAB_Y"]
+    assert all(e.endswith("args joint") for e in events if e.startswith("ncu"))
+    assert [e for e in events if e.startswith("install")][-1].split("/")[-2] == "default"
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["ncu-LAB_X.txt", "ncu-LAB_Y.txt", "ncu-default.txt"]
+    assert out.count("1 kernel reports") == 3
+
+
 SASS = """
         .text._Z1kPj:
         /*0000*/                   S2R R9, SR_TID.X ;

@@ -154,6 +154,15 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   // The two-search cluster kernel keeps level 0 in the shared loop: peeled (with the fraction
   // sums it then had) it ran 0.997-1.037x (history/ab-sampling-slice-peel-e794967.txt).
   constexpr bool kPeelSearch = !(kTwoSearches && Scope::kSplitOverCluster);
+  // Mantissa sums in the two-search kernels (radix_threshold's kFractionSums): with fraction
+  // sums they ran 1.01-1.15x slower for no cause found (history/ab-sampling-fraction-sums-e794967.txt).
+#ifdef AOTINFER_LAB_JOINT_FRACTION_SUMS
+  // Lab (session 28, dev/NOTES.md item 60): e794967's AOTINFER_LAB_FRACTION_SUMS for these
+  // kernels (the same SASS), for Nsight Compute to find that cause (dev/ncu_labs.sh).
+  constexpr bool kFractionSums = true;
+#else
+  constexpr bool kFractionSums = !kTwoSearches;
+#endif
   constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = row_top_k(f, row);
@@ -210,7 +219,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, k_mass};
     target.want_top = true;
     target.row_length = n;
-    const Threshold t = radix_threshold<kPeelSearch, true, !kTwoSearches>(scope, key_of, target, sh);
+    const Threshold t = radix_threshold<kPeelSearch, true, kFractionSums>(scope, key_of, target, sh);
     if (t.top_bin == 0) return kept;  // no participant
     kept = kept_after_first_search<Sh>(scope, t);
     kept.listed = t.kept_listed;
@@ -240,7 +249,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       kept.listed = false;  // the top-k search's list is not this search's kept set
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
-      const Threshold t = radix_threshold<kPeelSearch, !kTwoSearches, !kTwoSearches>(scope, key_of, target, sh);
+      const Threshold t = radix_threshold<kPeelSearch, !kTwoSearches, kFractionSums>(scope, key_of, target, sh);
       floor_key = 0u;
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
