@@ -16,16 +16,8 @@ script=$1
 shift
 out=${OUT:-/tmp/ab-out}
 labs=(${LABS:?LABS names the lab macros})
-rm -rf /tmp/ab-wheels
-mkdir -p "$out" /tmp/ab-wheels/a
-arch=$(ci/provider-arch.sh)
-cp dist/aotinfer_"$arch"-*.whl /tmp/ab-wheels/a/
-for lab in "${labs[@]}"; do
-  mkdir -p "/tmp/ab-wheels/$lab"
-  rm -rf "providers/$arch/build"
-  CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-D$lab" python3 -m pip wheel -q --no-build-isolation --no-deps \
-    "providers/$arch" -w "/tmp/ab-wheels/$lab"
-done
+mkdir -p "$out"
+dev/build_lab_wheels.sh /tmp/ab-wheels a "${labs[@]}"
 for round in 1 2; do
   for v in a "${labs[@]}"; do
     python3 -m pip install -q --no-deps --force-reinstall /tmp/ab-wheels/$v/*.whl

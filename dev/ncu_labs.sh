@@ -1,25 +1,16 @@
 #!/usr/bin/env bash
 # Nsight Compute of dev/ncu_targets.py CASES under the default build and under each lab macro
 # in LABS, in one machine start (a lab tool, GPU machine): the default is the wheel
-# ci/gpu-test.sh left in dist/, each lab is built as its own wheel with
-# -DCMAKE_CUDA_FLAGS=-D<name> (as dev/ab_provider_labs.sh builds them), and each build's
-# report goes to $OUT/ncu-<default|name>.txt (launch, occupancy, warp states, instruction
+# ci/gpu-test.sh left in dist/, each lab its own wheel (dev/build_lab_wheels.sh), and each
+# build's report goes to $OUT/ncu-<default|name>.txt (launch, occupancy, warp states, instruction
 # and memory counts per kernel launch). The default stays installed at the end.
 #   LABS="AOTINFER_LAB_JOINT_FRACTION_SUMS" dev/ncu_labs.sh joint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/ncu-labs}
 labs=(${LABS:?LABS names the lab macros})
-arch=$(ci/provider-arch.sh)
-rm -rf /tmp/ncu-wheels
-mkdir -p "$out" /tmp/ncu-wheels/default
-cp dist/aotinfer_"$arch"-*.whl /tmp/ncu-wheels/default/
-for lab in "${labs[@]}"; do
-  mkdir -p "/tmp/ncu-wheels/$lab"
-  rm -rf "providers/$arch/build"
-  CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-D$lab" python3 -m pip wheel -q --no-build-isolation --no-deps \
-    "providers/$arch" -w "/tmp/ncu-wheels/$lab"
-done
+mkdir -p "$out"
+dev/build_lab_wheels.sh /tmp/ncu-wheels default "${labs[@]}"
 for v in default "${labs[@]}"; do
   python3 -m pip install -q --no-deps --force-reinstall /tmp/ncu-wheels/$v/*.whl
   ncu --profile-from-start off --clock-control none --section SpeedOfLight --section LaunchStats \

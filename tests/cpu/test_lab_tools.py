@@ -122,21 +122,23 @@ json.dump({"us": {"op 1x2 flat": 10.0}, "tokens": {}}, open(sys.argv[1], "w"))
 """
 
 
-def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
+def run_lab_script(tmp_path, script, args, shims, copies=(), **env):
+    """Runs dev/SCRIPT from a scratch copy of it, dev/build_lab_wheels.sh, COPIES and
+    ci/provider-arch.sh, with a dist/ wheel, the SHIMS ({tool: text}) first on PATH and LABS
+    "LAB_X LAB_Y": (stdout, the shim log's lines)."""
     import shutil
     import sys
 
-    for name in ("dev/ab_provider_labs.sh", "dev/compare_graph_times.py", "ci/provider-arch.sh"):
+    for name in (f"dev/{script}", "dev/build_lab_wheels.sh", "ci/provider-arch.sh", *copies):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "aotinfer_sm90a-0-cp312-linux_x86_64.whl").touch()
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "python3").write_text(SHIM)
-    (shim / "python3").chmod(0o755)
-    timing = tmp_path / "fake_timing.py"
-    timing.write_text(FAKE_LAB_TIMING)
+    for tool, text in shims.items():
+        (shim / tool).write_text(text)
+        (shim / tool).chmod(0o755)
     log = tmp_path / "shim.log"
     env = {
         "PATH": f"{shim}:/usr/bin:/bin",
@@ -144,16 +146,24 @@ def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
         "SHIM_LOG": str(log),
         "OUT": str(tmp_path / "out"),
         "LABS": "LAB_X LAB_Y",
-        "LAB_TESTS": "echo tests-ran",
+        **env,
     }
-    out = subprocess.run(
-        ["bash", str(tmp_path / "dev" / "ab_provider_labs.sh"), str(timing), "128"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
-    events = log.read_text().split("\n")
+    command = ["bash", str(tmp_path / "dev" / script), *args]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+    return out, log.read_text().split("\n")
+
+
+def test_provider_labs_runs_every_lab_against_one_build_of_a(tmp_path):
+    timing = tmp_path / "fake_timing.py"
+    timing.write_text(FAKE_LAB_TIMING)
+    out, events = run_lab_script(
+        tmp_path,
+        "ab_provider_labs.sh",
+        [str(timing), "128"],
+        {"python3": SHIM},
+        copies=["dev/compare_graph_times.py"],
+        LAB_TESTS="echo tests-ran",
+    )
     assert events[:2] == ["-DCMAKE_CUDA_FLAGS=-DLAB_X", "-DCMAKE_CUDA_FLAGS=-DLAB_Y"]
     runs = [e.split("/")[-2] for e in events if e.startswith("run install")]
     assert runs == ["a", "LAB_X", "LAB_Y", "a", "LAB_X", "LAB_Y"]
@@ -172,35 +182,8 @@ echo "  sample_kernel (512, 1, 1)x(512, 1, 1), Context 1, Stream 7, Device 0, CC
 
 
 def test_ncu_labs_profiles_the_default_and_each_lab_build(tmp_path):
-    import shutil
-    import sys
-
-    for name in ("dev/ncu_labs.sh", "ci/provider-arch.sh"):
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    (tmp_path / "dist").mkdir()
-    (tmp_path / "dist" / "aotinfer_sm90a-0-cp312-linux_x86_64.whl").touch()
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    for tool, text in (("python3", SHIM), ("ncu", NCU_SHIM)):
-        (shim / tool).write_text(text)
-        (shim / tool).chmod(0o755)
-    log = tmp_path / "shim.log"
-    env = {
-        "PATH": f"{shim}:/usr/bin:/bin",
-        "REAL_PYTHON": sys.executable,
-        "SHIM_LOG": str(log),
-        "OUT": str(tmp_path / "out"),
-        "LABS": "LAB_X LAB_Y",
-    }
-    out = subprocess.run(
-        ["bash", str(tmp_path / "dev" / "ncu_labs.sh"), "joint"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
-    events = log.read_text().split("\n")
+    shims = {"python3": SHIM, "ncu": NCU_SHIM}
+    out, events = run_lab_script(tmp_path, "ncu_labs.sh", ["joint"], shims)
     assert events[:2] == ["-DCMAKE_CUDA_FLAGS=-DLAB_X", "-DCMAKE_CUDA_FLAGS=-DLAB_Y"]
     profiled = [e.split("/")[-2] for e in events if e.startswith("ncu install")]
     assert profiled == ["default", "LAB_X", "LAB_Y"]
