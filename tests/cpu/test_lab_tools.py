@@ -233,3 +233,26 @@ def test_sass_loops_finds_each_backward_branch_and_counts_its_body():
         "  _Z2k2Pj [0x0, 0x20]: 3 instructions, 2 ATOMS.POPC.INC (1.5 per), BSSY 0, BRA 1, S2UR 0"
     ]
     assert sass_loops.report(SASS, "k2", "ATOMS.POPC.INC", 3) == []
+
+
+def test_sass_same_names_the_builds_whose_code_a_kernel_has():
+    """dev/sass_same.py: kernels compare by instruction text with branch labels renumbered
+    (a kernel's place in the cubin changes them); a kernel no reference has is listed too."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "dev"))
+    import sass_same
+
+    moved = SASS.replace(".L_x_1", ".L_x_71").replace(".L_x_2", ".L_x_72")
+    changed = SASS.replace("S2R R9", "S2R R8")
+    build = sass_same.kernels(moved)
+    assert list(build) == ["_Z1kPj", "_Z2k2Pj"] and len(build["_Z1kPj"]) == 8
+    refs = {"lab": sass_same.kernels(SASS), "default": sass_same.kernels(changed)}
+    assert sass_same.matches(build, refs, "") == [
+        ("_Z1kPj", ["lab"]),
+        ("_Z2k2Pj", ["lab", "default"]),
+    ]
+    assert sass_same.matches(build, {"default": refs["default"]}, "k2") == [
+        ("_Z2k2Pj", ["default"])
+    ]
+    assert sass_same.matches(build, {"default": refs["default"]}, "kPj")[0] == ("_Z1kPj", [])

@@ -1,0 +1,101 @@
+"""Which kernels of one build have the very SASS of another build's (a lab tool, any machine
+with nvcc, nvdisasm and git; no device time). It answers "was every kernel that ships
+measured as it ships?" when a change adopts a lab for some kernels only: compile the tree
+to ship and the builds that were measured, and name, per kernel of the first, the others
+whose code for it is identical (branch labels renumbered, so a kernel's place in the
+cubin does not matter).
+
+Each build is REV[:MACRO[,MACRO...]]: REV a git revision, or "." for the working tree, and
+the lab macros it was measured with; its providers/csrc is compiled for sm_90a with the
+provider's flags.
+
+    python dev/sass_same.py SOURCE.cu BUILD REFERENCE [REFERENCE...] [--kernels REGEX]
+    python dev/sass_same.py providers/csrc/sampling/sample_launch.cu . \\
+        e794967:AOTINFER_LAB_SLICE_PEEL b4a202f --kernels sampling
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+FLAGS = ["-arch=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr"]
+FUNCTION = re.compile(r"^\s*\.text\.(\S+):$")
+INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+LABEL = re.compile(r"\.L_x_\d+")
+
+
+def kernels(text: str) -> Dict[str, List[str]]:
+    """nvdisasm text -> {function: its instructions}, branch targets written as one label
+    (their numbers follow the function's place in the cubin; the code around them is
+    compared, and offsets are not)."""
+    found: Dict[str, List[str]] = {}
+    body = None
+    for line in text.splitlines():
+        m = FUNCTION.match(line)
+        if m:
+            body = found.setdefault(m.group(1), [])
+            continue
+        m = INSTRUCTION.search(line)
+        if m and body is not None:
+            body.append(LABEL.sub("L", m.group(1)))
+    return found
+
+
+def matches(build: Dict[str, List[str]], references: Dict[str, Dict[str, List[str]]], pattern: str):
+    """[(kernel, [names of the references with its code])] for the build's kernels that
+    match pattern, in name order."""
+    return [
+        (name, [ref for ref, code in references.items() if code.get(name) == body])
+        for name, body in sorted(build.items())
+        if re.search(pattern, name)
+    ]
+
+
+def compile_build(spec: str, source: str, tmp: str) -> Dict[str, List[str]]:
+    rev, _, macros = spec.partition(":")
+    tree = os.path.abspath(ROOT)
+    if rev != ".":
+        tree = os.path.join(tmp, re.sub(r"\W", "_", spec))
+        os.makedirs(tree)
+        archive = subprocess.run(
+            ["git", "-C", ROOT, "archive", rev, "providers/csrc"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    defines = [f"-D{m}" for m in macros.split(",") if m]
+    cubin = os.path.join(tmp, re.sub(r"\W", "_", spec) + ".cubin")
+    subprocess.run(
+        ["nvcc", "-cubin", *FLAGS, f"-I{tree}/providers/csrc", *defines,
+         os.path.join(tree, source), "-o", cubin],
+        check=True,
+    )  # fmt: skip
+    dis = subprocess.run(["nvdisasm", "-c", cubin], capture_output=True, text=True, check=True)
+    return kernels(dis.stdout)
+
+
+def main():
+    args = sys.argv[1:]
+    pattern = ""
+    if "--kernels" in args:
+        i = args.index("--kernels")
+        pattern = args[i + 1]
+        del args[i : i + 2]
+    source, build, refs = args[0], args[1], args[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        code = compile_build(build, source, tmp)
+        references = {ref: compile_build(ref, source, tmp) for ref in refs}
+    print(f"{source}: the kernels of {build}, and the builds with the same SASS for each")
+    unmatched = 0
+    for name, same in matches(code, references, pattern):
+        unmatched += not same
+        print(f"  {', '.join(same) if same else 'NONE':40s} {name[:100]}")
+    print(f"{unmatched} kernel(s) match no reference")
+
+
+if __name__ == "__main__":
+    main()
