@@ -4,8 +4,10 @@ KERNEL (a regular expression), each loop (a backward branch and the code from it
 that holds at least MIN instructions of OPCODE, in both builds: its length, the OPCODE count,
 instructions per OPCODE (per element, for a histogram loop whose elements each do one
 ATOMS.POPC.INC), and its BSSY, BRA and S2UR counts (convergence regions, branches and
-special-register reads: what a branchy body costs besides its work). Static code, no device
-time: a prediction's input, not a measurement of speed.
+special-register reads: what a branchy body costs besides its work), and where in the body its
+first global loads are issued (a trip's loads all near its top are in flight together; spread
+through the body, ptxas has serialised them behind the work). Static code, no device time: a
+prediction's input, not a measurement of speed.
 
     python dev/sass_loops.py SOURCE.cu AOTINFER_LAB_X KERNEL [OPCODE] [MIN]
     python dev/sass_loops.py providers/csrc/sampling/sample_launch.cu \\
@@ -74,8 +76,12 @@ def summary(body: List[str], op: str) -> str:
     words = [s.split()[1] if s.startswith("@") else s.split()[0] for s in body]
     tally = {k: sum(w.startswith(k) for w in words) for k in ("BSSY", "BRA", "S2UR")}
     per = f"{len(body) / n:.1f}" if n else "-"
-    return f"{len(body)} instructions, {n} {op} ({per} per), " + ", ".join(
-        f"{k} {v}" for k, v in tally.items()
+    loads = [str(i) for i, w in enumerate(words) if w.startswith("LDG")]
+    where = f", LDG at {' '.join(loads[:4])}" if loads else ""
+    return (
+        f"{len(body)} instructions, {n} {op} ({per} per), "
+        + ", ".join(f"{k} {v}" for k, v in tally.items())
+        + where
     )
 
 

@@ -233,6 +233,9 @@ def test_sass_loops_finds_each_backward_branch_and_counts_its_body():
         "  _Z2k2Pj [0x0, 0x20]: 3 instructions, 2 ATOMS.POPC.INC (1.5 per), BSSY 0, BRA 1, S2UR 0"
     ]
     assert sass_loops.report(SASS, "k2", "ATOMS.POPC.INC", 3) == []
+    # where a trip's global loads are issued (predicated ones included)
+    trip = ["LDG.E.128 R4, [R2.64]", "IADD3 R1, R1, 1, RZ", "@P0 LDG.E.128 R8, [R6.64]"]
+    assert sass_loops.summary(trip, "LDG").endswith("BSSY 0, BRA 0, S2UR 0, LDG at 0 2")
 
 
 def test_sass_same_names_the_builds_whose_code_a_kernel_has():
