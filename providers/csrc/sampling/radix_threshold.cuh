@@ -115,27 +115,6 @@ __device__ __forceinline__ void add_to_histogram(Sh& sh, bool takes_part, std::u
   }
 }
 
-// add_to_histogram for the peeled level 0, without branches (session 27-28, dev/NOTES.md items
-// 59-60). A non-participant (key 0) is counted in the sink bin kBins, which no scan reads, and
-// adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
-// With the branches, ptxas re-derived the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
-// inside each element's conditional block and wrapped it in BSSY / BSYNC: about 8 of the 23
-// instructions per element of the top-p sampler's level-0 loop. The mass is the key's 23-bit
-// fraction alone: a level-0 bin holds one exponent field, so the implicit bits add count x 2^23
-// to each normal bin's sum, and the scan adds them there (bin_mass_of; counts are exact). The
-// loop is then 16.6 instructions per element (dev/sass_loops.py); measured 0.90-0.99x the
-// time of the branching form (results/history/ab-sampling-level0-fraction-0ea0d80.txt).
-template <typename Sh>
-__device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint32_t d, bool masses) {
-  atomicAdd(&sh.count[k != 0u ? d : static_cast<std::uint32_t>(Sh::kBins)], 1u);
-  if (masses) {
-    const std::uint32_t q = k & 0x7FFFFFu;
-    const std::uint32_t b = k != 0u ? d : (threadIdx.x & 31u);
-    atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
-    atomicAdd(&sh.mass_hi[b], q >> 12);
-  }
-}
-
 // The mass a histogram adds for a participating key: its 23-bit fraction (kFractionSums) or
 // its 24-bit mantissa. Every bin of every level holds one exponent field (level 0's top bits
 // include it, later levels split one level-0 bin), so a bin's implicit bits are count x 2^23
@@ -145,6 +124,26 @@ __device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint
 template <bool kFractionSums>
 __device__ __forceinline__ std::uint32_t histogram_mass(std::uint32_t k) {
   return kFractionSums ? (k & 0x7FFFFFu) : FixedPointScale::mantissa(k);
+}
+
+// add_to_histogram for the peeled level 0, without branches (session 27-28, dev/NOTES.md items
+// 59-60). A non-participant (key 0) is counted in the sink bin kBins, which no scan reads, and
+// adds its mass of 0 to bin `lane` (harmless, and no two lanes of a warp on one address).
+// With the branches, ptxas re-derived the shared window's base (S2UR SR_CgaCtaId, UMOV, ULEA)
+// inside each element's conditional block and wrapped it in BSSY / BSYNC: about 8 of the 23
+// instructions per element of the top-p sampler's level-0 loop. The mass is the key's 23-bit
+// fraction alone (histogram_mass<true>: the scan adds the implicit bits). The loop is then
+// 16.6 instructions per element (dev/sass_loops.py); measured 0.90-0.99x the
+// time of the branching form (results/history/ab-sampling-level0-fraction-0ea0d80.txt).
+template <typename Sh>
+__device__ __forceinline__ void add_to_level0(Sh& sh, std::uint32_t k, std::uint32_t d, bool masses) {
+  atomicAdd(&sh.count[k != 0u ? d : static_cast<std::uint32_t>(Sh::kBins)], 1u);
+  if (masses) {
+    const std::uint32_t q = histogram_mass<true>(k);
+    const std::uint32_t b = k != 0u ? d : (threadIdx.x & 31u);
+    atomicAdd(&sh.mass_lo[b], q & 0xFFFu);
+    atomicAdd(&sh.mass_hi[b], q >> 12);
+  }
 }
 
 struct Threshold {
@@ -350,11 +349,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       if (!masses) return 0;
       const std::uint32_t field = level == 0 ? Sh::exponent_field(static_cast<std::uint32_t>(bin)) : prefix >> 23;
       std::uint64_t sum = scope.combined_mass(sh, bin, bins);
-      if constexpr (kFractionSums) {  // every histogram summed fractions: the implicit bits
-        if (field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
-      } else if constexpr (kPeel && kDenseLevel0) {  // level 0's (add_to_level0) only
-        if (level == 0 && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
-      }
+      // This level's histogram summed fractions (histogram_mass): add the implicit bits.
+      const bool fractions = kFractionSums || (kPeel && kDenseLevel0 && level == 0);
+      if (fractions && field > 0) sum += scope.combined_count(sh, bin, bins) << 23;
       return shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);
     };
     std::uint64_t c_sum = 0, m_sum = 0;
