@@ -21,11 +21,10 @@ import sys
 import tempfile
 from typing import Dict, List, Tuple
 
+from sass_lines import FUNCTION, INSTRUCTION
 from sass_sizes import disassemble
 
-FUNCTION = re.compile(r"^\.text\.(\S+):$")
 LABEL = re.compile(r"^(\.L_x_\d+):$")
-INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
 Loop = Tuple[int, int, List[str]]  # first and last offset, the instructions (text)

@@ -6,8 +6,8 @@ whose code for it is identical (branch labels renumbered, so a kernel's place in
 cubin does not matter).
 
 Each build is REV[:MACRO[,MACRO...]]: REV a git revision, or "." for the working tree, and
-the lab macros it was measured with; its providers/csrc is compiled for sm_90a with the
-provider's flags.
+the lab macros it was measured with; its providers/csrc is compiled as dev/sass_sizes.py
+compiles (sm_90a).
 
     python dev/sass_same.py SOURCE.cu BUILD REFERENCE [REFERENCE...] [--kernels REGEX]
     python dev/sass_same.py providers/csrc/sampling/sample_launch.cu . \\
@@ -23,10 +23,9 @@ import sys
 import tempfile
 from typing import Dict, List
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
-FLAGS = ["-arch=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr"]
-FUNCTION = re.compile(r"^\s*\.text\.(\S+):$")
-INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+from sass_lines import FUNCTION, INSTRUCTION
+from sass_sizes import ROOT, disassemble
+
 LABEL = re.compile(r"\.L_x_\d+")
 
 
@@ -37,13 +36,13 @@ def kernels(text: str) -> Dict[str, List[str]]:
     found: Dict[str, List[str]] = {}
     body = None
     for line in text.splitlines():
-        m = FUNCTION.match(line)
+        m = FUNCTION.match(line.strip())
         if m:
             body = found.setdefault(m.group(1), [])
             continue
         m = INSTRUCTION.search(line)
         if m and body is not None:
-            body.append(LABEL.sub("L", m.group(1)))
+            body.append(LABEL.sub("L", m.group(2)))
     return found
 
 
@@ -59,7 +58,7 @@ def matches(build: Dict[str, List[str]], references: Dict[str, Dict[str, List[st
 
 def compile_build(spec: str, source: str, tmp: str) -> Dict[str, List[str]]:
     rev, _, macros = spec.partition(":")
-    tree = os.path.abspath(ROOT)
+    tree = ROOT
     if rev != ".":
         tree = os.path.join(tmp, re.sub(r"\W", "_", spec))
         os.makedirs(tree)
@@ -68,14 +67,8 @@ def compile_build(spec: str, source: str, tmp: str) -> Dict[str, List[str]]:
         ).stdout
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
     defines = [f"-D{m}" for m in macros.split(",") if m]
-    cubin = os.path.join(tmp, re.sub(r"\W", "_", spec) + ".cubin")
-    subprocess.run(
-        ["nvcc", "-cubin", *FLAGS, f"-I{tree}/providers/csrc", *defines,
-         os.path.join(tree, source), "-o", cubin],
-        check=True,
-    )  # fmt: skip
-    dis = subprocess.run(["nvdisasm", "-c", cubin], capture_output=True, text=True, check=True)
-    return kernels(dis.stdout)
+    text, _ = disassemble(source, defines, tmp, re.sub(r"\W", "_", spec), root=tree)
+    return kernels(text)
 
 
 def main():

@@ -23,10 +23,12 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 FLAGS = ["-arch=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
 
 
-def disassemble(source: str, defines: list, tmp: str, name: str):
-    """(nvdisasm -gi text, {kernel: (registers, spill bytes)}) of one compile."""
+def disassemble(source: str, defines: list, tmp: str, name: str, root: str = ROOT):
+    """(nvdisasm -gi text, {kernel: (registers, spill bytes)}) of one compile (source and
+    includes from the tree at root)."""
     cubin = os.path.join(tmp, f"{name}.cubin")
-    cmd = ["nvcc", "-cubin", *FLAGS, f"-I{ROOT}/providers/csrc", *defines, "-Xptxas", "-v", source]
+    source = os.path.join(root, source) if root != ROOT else source
+    cmd = ["nvcc", "-cubin", *FLAGS, f"-I{root}/providers/csrc", *defines, "-Xptxas", "-v", source]
     log = subprocess.run(cmd + ["-o", cubin], capture_output=True, text=True, check=True).stderr
     usage, kernel = {}, None
     for line in log.splitlines():
