@@ -18,6 +18,7 @@
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
 #include "inverse_cdf.cuh"
+#include "kept_set_list.cuh"
 #include "philox.cuh"
 #include "radix_threshold.cuh"
 #include "row_access.cuh"
@@ -34,6 +35,11 @@ enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 // What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
 // top-k and top-p samplers their bin and the draw's segments, top-p renormalisation its bin.
 constexpr GatherMode sampler_gather(FilterFamily f) {
+#ifdef AOTINFER_LAB_KEPT_LIST
+  // Lab (session 29, dev/NOTES.md item 61): the two-search sampler lists its top-k set
+  // (kept_set_list.cuh).
+  if (f == FilterFamily::kTwoSearches) return GatherMode::kKeptSet;
+#endif
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
 constexpr GatherMode renorm_gather(FilterFamily f) {
@@ -111,7 +117,9 @@ struct KeptSet {
   std::uint64_t mass;
   int base;
   bool any;
-  bool segments_ready = false;  // the search's gather pass summed the draw's segments (gather.cuh)
+  // The search's gather pass summed the draw's segments (gather.cuh), or with
+  // GatherMode::kKeptSet the list holds every kept key and the segments are zero.
+  bool segments_ready = false;
   bool listed = false;  // Threshold::kept_listed of the top-k search, which decided the kept set
 };
 
@@ -210,7 +218,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     return kk >= floor_key ? kk : 0u;
   };
   std::uint32_t key = 0u;
-  std::uint64_t mass_k = 0, all_mass = 0, mass = 0;
+  std::uint64_t mass_k = 0, all_mass = 0, mass = 0, count_k = 0;
   if (use_k) {
     // The top-k set's mass matters only to renormalisation and to a top-p search after it;
     // a plain top-k draw skips the two mass atomics per participant (128 x 128256: 100.5 ->
@@ -224,6 +232,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
     kept = kept_after_first_search<Sh>(scope, t);
     kept.listed = t.kept_listed;
     key = t.key;
+    count_k = t.count_ge;
     mass_k = t.mass_ge;
     all_mass = t.all_mass;
     mass = t.mass_ge;
@@ -249,6 +258,14 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       kept.listed = false;  // the top-k search's list is not this search's kept set
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
+      if constexpr (Scope::kGathers == GatherMode::kKeptSet) {
+        // List the top-k set where it should fit: half the list, so that a warp's slice
+        // overflows only where the kept keys crowd into its segments (kept_set_list.cuh).
+        if (use_k && key != 0u && count_k <= sh.gather_sizes.capacity / 2) {
+          target.from_list = list_kept_set(scope, key, sh);
+          kept.segments_ready = target.from_list;  // the draw's segments are zero, the list holds the rest
+        }
+      }
       const Threshold t = radix_threshold<kPeelSearch, !kTwoSearches, kFractionSums>(scope, key_of, target, sh);
       floor_key = 0u;
       if (!use_k) {
@@ -278,7 +295,7 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
                 "the first of two searches is not the draw's");
   const KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
-  if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw) {
+  if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw || Scope::kGathers == GatherMode::kKeptSet) {
     if (kept.segments_ready) {
       return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
                                rng);

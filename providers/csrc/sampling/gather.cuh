@@ -21,8 +21,11 @@ namespace aotinfer::sampling {
 // What a kernel's searches may gather: nothing, their crossing bin, or the bin and the draw's
 // segment masses (the sampler of one search; its draw then needs no pass of its own); or
 // (kHeadBound, for count searches: top-k masking and renormalisation) the candidates that
-// level 0 lists while it reads the row, with no pass of its own (head_bound_list.cuh).
-enum class GatherMode { kOff, kSearch, kSearchAndDraw, kHeadBound };
+// level 0 lists while it reads the row, with no pass of its own (head_bound_list.cuh); or
+// (kKeptSet, for the two-search sampler) the first search's kept set, listed by one pass after
+// that search, which the second search and the draw then read instead of the row
+// (kept_set_list.cuh).
+enum class GatherMode { kOff, kSearch, kSearchAndDraw, kHeadBound, kKeptSet };
 
 // The dynamic shared memory of a gathering row kernel, sized by the launcher
 // (sample_launch.cu): `segments` draw segment masses (0: none), then `capacity` gathered keys

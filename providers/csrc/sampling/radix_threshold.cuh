@@ -173,6 +173,9 @@ struct SearchTarget {
   bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
   bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
+  // GatherMode::kKeptSet: every level reads the list of list_kept_set (kept_set_list.cuh),
+  // which holds every participant, instead of the row.
+  bool from_list = false;
 };
 
 // What the gather pass did (the same in every thread).
@@ -254,6 +257,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
+  if constexpr (Scope::kGathers == GatherMode::kKeptSet) {
+    listed = target.from_list;
+    listed_count = listed ? sh.gathered[threadIdx.x >> 5] : 0u;
+  }
   bool segments_ready = false;
   constexpr bool kHeadBound = Scope::kGathers == GatherMode::kHeadBound;
   int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)

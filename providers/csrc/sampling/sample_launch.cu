@@ -201,8 +201,14 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
   return kRowCtasPerSm(threads) == 1 || is_top_p_sampler<Kernel>() ? 8 : 32;
 }
 
+// The two-search sampler's list of its top-k set (GatherMode::kKeptSet, kept_set_list.cuh):
+// a fixed size, since it holds about k keys, not a share of the row; kept sets of more than
+// half of it (k beyond ~512 keys) are searched in the row instead.
+constexpr std::int64_t kKeptListCapacity = 1024;
+
 template <auto Kernel>
-GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segments, const char* op) {
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, const char* op) {
+  const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet;
   int per_sm = 0, optin = 0, reserved = 0;
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
@@ -211,7 +217,9 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, bool segme
   const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
-  const std::int64_t want = std::max<std::int64_t>(vocab / gather_share<Kernel>(threads, vocab), kMinGatherCapacity);
+  const std::int64_t want = gather == GatherMode::kKeptSet
+                                ? kKeptListCapacity
+                                : std::max<std::int64_t>(vocab / gather_share<Kernel>(threads, vocab), kMinGatherCapacity);
   const std::int64_t capacity = std::min<std::int64_t>({(budget - 8 * seg) / 8, want, vocab});
   if (capacity < kMinGatherCapacity) return GatherSizes{0, 0};
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
@@ -221,7 +229,7 @@ template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
                        const char* op) {
   p.gather = gather != GatherMode::kOff && gather_enabled()
-                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather == GatherMode::kSearchAndDraw, op)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather, op)
                  : GatherSizes{0, 0};
   const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
