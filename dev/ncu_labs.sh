@@ -4,7 +4,7 @@
 # ci/gpu-test.sh left in dist/, each lab its own wheel (dev/build_lab_wheels.sh), and each
 # build's report goes to $OUT/ncu-<default|name>.txt (launch, occupancy, warp states, instruction
 # and memory counts per kernel launch). The default stays installed at the end.
-#   LABS="AOTINFER_LAB_JOINT_FRACTION_SUMS" dev/ncu_labs.sh joint
+#   LABS="AOTINFER_LAB_X" dev/ncu_labs.sh joint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/ncu-labs}

@@ -33,13 +33,10 @@ namespace aotinfer::sampling {
 enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 
 // What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
-// top-k and top-p samplers their bin and the draw's segments, top-p renormalisation its bin.
+// top-k and top-p samplers their bin and the draw's segments, the two-search sampler its top-k
+// set (kept_set_list.cuh), top-p renormalisation its bin.
 constexpr GatherMode sampler_gather(FilterFamily f) {
-#ifdef AOTINFER_LAB_KEPT_LIST
-  // Lab (session 29, dev/NOTES.md item 61): the two-search sampler lists its top-k set
-  // (kept_set_list.cuh).
   if (f == FilterFamily::kTwoSearches) return GatherMode::kKeptSet;
-#endif
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
 constexpr GatherMode renorm_gather(FilterFamily f) {
@@ -163,14 +160,10 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   // sums it then had) it ran 0.997-1.037x (history/ab-sampling-slice-peel-e794967.txt).
   constexpr bool kPeelSearch = !(kTwoSearches && Scope::kSplitOverCluster);
   // Mantissa sums in the two-search kernels (radix_threshold's kFractionSums): with fraction
-  // sums they ran 1.01-1.15x slower for no cause found (history/ab-sampling-fraction-sums-e794967.txt).
-#ifdef AOTINFER_LAB_JOINT_FRACTION_SUMS
-  // Lab (session 28, dev/NOTES.md item 60): e794967's AOTINFER_LAB_FRACTION_SUMS for these
-  // kernels (the same SASS), for Nsight Compute to find that cause (dev/ncu_labs.sh).
-  constexpr bool kFractionSums = true;
-#else
+  // sums they ran 1.01-1.15x slower (history/ab-sampling-fraction-sums-e794967.txt), and
+  // 1.01-1.08x with the row loads pinned where ptxas had sunk them
+  // (history/ab-sampling-joint-fraction-sums-pinned-d1814fd.txt; dev/NOTES.md items 60-61).
   constexpr bool kFractionSums = !kTwoSearches;
-#endif
   constexpr bool kMayTopK = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopP;
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = row_top_k(f, row);

@@ -2,13 +2,6 @@
 // unit of both the 16/8-byte vector loads and the Philox generator (4 words per call).
 #pragma once
 
-// Lab (session 28, dev/NOTES.md item 60): AOTINFER_LAB_JOINT_FRACTION_SUMS_PINNED is the
-// joint fraction-sum lab (filter_sample.cuh) with the loads pinned (below).
-#ifdef AOTINFER_LAB_JOINT_FRACTION_SUMS_PINNED
-#define AOTINFER_LAB_JOINT_FRACTION_SUMS
-#define AOTINFER_LAB_LOADS_PINNED
-#endif
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -98,24 +91,6 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
   }
 }
 
-#ifdef AOTINFER_LAB_LOADS_PINNED
-// Lab (session 28, dev/NOTES.md item 60): every load of a trip is issued before any of its
-// work. ptxas may sink a trip's later loads below the earlier groups' work, and then the
-// loads are no longer in flight together. It did so in the two-search kernel with fraction
-// sums: the first search's level-1 loop issued its four loads at instructions 1, 45, 152 and
-// 259 of 432 (1, 7, 9 and 10 in the default build; dev/sass_loops.py's "LDG at"), the likely
-// cause of that build's 1.01-1.15x. A __syncwarp() between the loads and the work orders
-// memory accesses, so ptxas keeps the loads above it (compiled here: 1, 3, 6, 9); an empty
-// volatile asm on the loaded values did not (it leaves no trace in the SASS).
-template <int kInFlight>
-__device__ __forceinline__ void pin_loads(float (&)[kInFlight][4]) {
-  __syncwarp();
-}
-#else
-template <int kInFlight>
-__device__ __forceinline__ void pin_loads(float (&)[kInFlight][4]) {}
-#endif
-
 // for_each_group4 over a whole row (n elements), with the whole groups in ascending g or,
 // when `descending`, in descending g; the rest (the partial last group, or all of an
 // unaligned row) after them, ascending. A pass over a row that another pass has just read
@@ -137,7 +112,6 @@ __device__ __forceinline__ void for_each_group4_toward(bool descending, const T*
     float v[kInFlight][4];
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g + u * stride, v[u]);
-    pin_loads<kInFlight>(v);
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) f(g + u * stride, v[u]);
   }
