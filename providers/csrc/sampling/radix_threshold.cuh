@@ -14,7 +14,8 @@
 // passes when the crossing bin is kept whole (see the loop's end). In the one-CTA-per-row
 // kernels, levels 1 and 2 may instead read level 0's crossing bin from shared memory, where a
 // gather pass copied it (gather.cuh, gather_crossing_bin), or, for a count search, where level
-// 0 listed it while it read the row (head_bound_list.cuh).
+// 0 listed it while it read the row (head_bound_list.cuh); the two-search sampler's second
+// search reads every level from a list of the first search's kept set (kept_set_list.cuh).
 //
 // The histograms take 11/11/10 key bits per level (RadixShared: 2048 bins, 24 KB). A 13/13/6
 // layout (8192 bins, 96 KB) was measured slower at vocab 32000 (15-25%) and mixed at 128256
