@@ -296,28 +296,31 @@ def test_two_search_sampler_with_and_without_its_kept_set_list(threads, vocab, m
     """The two-search sampler (joint and top-k-first) of the one-CTA-per-row kernels may list
     its top-k set after the top-k search (GatherMode::kKeptSet, kept_set_list.cuh: 1024
     entries, slices of 32 or 64 per warp) and run the top-p search and the draw from that list.
-    Rows here: random (listed); the 200 largest in segments 0, 32 and 64, all warp 0's (its
-    slice overflows: the list is dropped, the row is read); 300 ties at the top-k threshold
-    (listed: ties are kept); k = 600 (more than half the list: not listed); a top-k set
-    lighter than p (joint: no top-p search); NaN and zeros among the kept keys. Tokens equal
-    the reference's either way."""
+    Rows (small noise, so that in rows 0, 1, 2 and 5 the top-k set outweighs p and joint runs
+    its top-p search too; top-k-first always does): 0, 60 large values at random positions
+    (listed); 1, the 200 largest in segments 0, 32 and 64, all warp 0's (its slice overflows:
+    the list is dropped, the row is read); 2, 300 ties at the top-k threshold (listed: ties are
+    kept); 3, k = 600 (more than half the list: not listed); 4, a flat row, whose top-k set is
+    lighter than p (joint: no top-p search); 5, NaN and zeros among the large values. Tokens
+    equal the reference's either way."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     rows = 6
     g = gen(61)
-    probs = torch.rand(rows, vocab, device=DEV, generator=g) ** 8
+    probs = 1e-3 * torch.rand(rows, vocab, device=DEV, generator=g) ** 8
+    spots = torch.randperm(vocab, device=DEV, generator=g)[:300]
+    probs[0, spots[:60]] = 0.5 + torch.rand(60, device=DEV, generator=g)
     segments = [torch.arange(128 * s, 128 * s + 128, device=DEV) for s in (0, 32, 64)]
     crowded = torch.cat(segments)[:200]
     probs[1, crowded] = 1.0 + torch.rand(200, device=DEV, generator=g)
-    ties = torch.randperm(vocab, device=DEV, generator=g)[:300]
-    probs[2, ties] = 2.0
+    probs[2, spots] = 2.0
     probs[4] = 0.5 + 0.01 * torch.rand(vocab, device=DEV, generator=g)
-    probs[5, ties[:40]] = 3.0 + torch.rand(40, device=DEV, generator=g)
-    probs[5, ties[40:45]] = float("nan")
-    probs[5, ties[45:50]] = 0.0
+    probs[5, spots[:40]] = 3.0 + torch.rand(40, device=DEV, generator=g)
+    probs[5, spots[40:45]] = float("nan")
+    probs[5, spots[45:50]] = 0.0
     probs = probs / probs.nan_to_num().sum(-1, keepdim=True)
     k = torch.tensor([50, 150, 10, 600, 5, 45], device=DEV, dtype=torch.int32)
-    p = torch.tensor([0.9, 0.5, 0.3, 0.95, 0.9, 0.8], device=DEV)
+    p = torch.tensor([0.6, 0.5, 0.3, 0.95, 0.9, 0.8], device=DEV)
     idx = many(rows, 64)
     for name in ("joint", "top_k_first"):
         got, _ = draw(name, probs, None, k, p, 0.1, idx, 13, 4)
