@@ -124,6 +124,14 @@ def assert_same_tokens(got, want, what="", lowest=0):
     assert mismatched <= allowed, f"{what}: {mismatched} of {got.numel()} tokens differ"
 
 
+def assert_samplers_match_reference(names, probs, k, p, m, idx, seed, offset):
+    """The tokens each sampler of `names` draws from `probs` equal the reference's."""
+    for name in names:
+        got, _ = draw(name, probs, None, k, p, m, idx, seed, offset)
+        want, _ = expect(name, probs, None, k, p, m, idx, seed, offset)
+        assert_same_tokens(got, want, name)
+
+
 def assert_chi_square(tokens, expected, n, what=""):
     """Counts of `tokens` against n * expected (float64, sums to 1). Cells expecting fewer
     than 5 draws are pooled. The bound df + 7 sqrt(2 df) + 10 lies beyond the 1e-6 quantile
@@ -238,10 +246,7 @@ def test_both_row_kernel_sizes_match_the_reference(threads, gather, monkeypatch)
     rows, vocab = 37, 32003
     probs = make_probs(rows, vocab, seed=41)
     k, p, m = per_row_params(rows, vocab, seed=42)
-    for name in MODES:
-        got, _ = draw(name, probs, None, k, p, m, many(rows, 3), 7, 1)
-        want, _ = expect(name, probs, None, k, p, m, many(rows, 3), 7, 1)
-        assert_same_tokens(got, want, name)
+    assert_samplers_match_reference(MODES, probs, k, p, m, many(rows, 3), 7, 1)
     torch.testing.assert_close(
         aotinfer.top_p_renorm_probs(probs, p),
         ref.renorm_probs(probs, MODES["top_p"], 0, p),
@@ -278,10 +283,7 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
     k = torch.tensor([300, 200, 1, 639, 64, 450], device=DEV, dtype=torch.int32)
     p = torch.tensor([0.5, 0.2, 0.9, 0.01, 0.7, 0.35], device=DEV)
     idx = many(rows, 64)
-    for name in ("top_k", "top_p"):
-        got, _ = draw(name, probs, None, k, p, 0.1, idx, 9, 2)
-        want, _ = expect(name, probs, None, k, p, 0.1, idx, 9, 2)
-        assert_same_tokens(got, want, name)
+    assert_samplers_match_reference(("top_k", "top_p"), probs, k, p, 0.1, idx, 9, 2)
     torch.testing.assert_close(
         aotinfer.top_p_renorm_probs(probs, p),
         ref.renorm_probs(probs, MODES["top_p"], 0, p),
@@ -322,10 +324,7 @@ def test_two_search_sampler_with_and_without_its_kept_set_list(threads, vocab, m
     k = torch.tensor([50, 150, 10, 600, 5, 45], device=DEV, dtype=torch.int32)
     p = torch.tensor([0.6, 0.5, 0.3, 0.95, 0.9, 0.8], device=DEV)
     idx = many(rows, 64)
-    for name in ("joint", "top_k_first"):
-        got, _ = draw(name, probs, None, k, p, 0.1, idx, 13, 4)
-        want, _ = expect(name, probs, None, k, p, 0.1, idx, 13, 4)
-        assert_same_tokens(got, want, name)
+    assert_samplers_match_reference(("joint", "top_k_first"), probs, k, p, 0.1, idx, 13, 4)
 
 
 def _ordered_rows(order, rows, vocab, seed, dtype=torch.float32):
@@ -427,10 +426,7 @@ def test_unaligned_and_strided_rows(offset, sampling_kernel):
     base = make_probs(40, 1000 + offset, seed=offset)
     probs = base[:, offset:]
     k, p, m = per_row_params(40, probs.size(1), seed=offset)
-    for name in MODES:
-        got, _ = draw(name, probs, None, k, p, m, None, 5, 0)
-        want, _ = expect(name, probs, None, k, p, m, None, 5, 0)
-        assert_same_tokens(got, want, name)
+    assert_samplers_match_reference(MODES, probs, k, p, m, None, 5, 0)
 
 
 # ----------------------------------------------------------------------------------------
