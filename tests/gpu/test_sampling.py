@@ -376,6 +376,30 @@ def test_top_k_mask_and_renorm_with_the_level0_list(order, threads, monkeypatch)
     torch.testing.assert_close(aotinfer.top_k_renorm_probs(probs, 50), want, rtol=1e-5, atol=1e-9)
 
 
+@pytest.mark.parametrize("vocab", [32000, 128256])
+@pytest.mark.parametrize("order", ["random", "ascending", "descending", "equal", "special-head"])
+@pytest.mark.parametrize("threads", ["512", "1024"])
+def test_top_k_samplers_on_ordered_rows(order, threads, vocab, monkeypatch):
+    """The samplers with a top-k search (top-k, top-k-first, joint) on the rows of the level-0
+    list's test: random, ascending (a list from the head's bound overflows), descending, all
+    equal and NaN / inf in the head, with k on both sides of the list limits (a level-0 list
+    takes k <= capacity / 16, the kept-set list k <= 512). The one-CTA-per-row kernels, both
+    sizes; tokens equal the reference's (the lab AOTINFER_LAB_HEAD_LIST_DRAW draws from the
+    level-0 list)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    k = torch.tensor([1, 50, 249, 251, 600, 1002, 5000, 20], device=DEV, dtype=torch.int32)
+    p = torch.tensor([0.9, 0.5, 0.99, 0.2, 0.9, 0.7, 0.95, 0.01], device=DEV)
+    rows = k.numel()
+    logits = _ordered_rows(order, rows, vocab, seed=len(order) + int(threads))
+    probs = torch.softmax(4 * logits.nan_to_num(0.0, 0.0, 0.0), -1)
+    if order == "special-head":
+        probs[:, 3] = NAN
+        probs[:, 10:20] = float("inf")
+    samplers = ("top_k", "top_k_first", "joint")
+    assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 21, 6)
+
+
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
     """The output written from the level-0 list (fill, then the kept elements at their

@@ -36,6 +36,12 @@ enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 // top-k and top-p samplers their bin and the draw's segments, the two-search sampler its top-k
 // set (kept_set_list.cuh), top-p renormalisation its bin.
 constexpr GatherMode sampler_gather(FilterFamily f) {
+#ifdef AOTINFER_LAB_HEAD_LIST_DRAW
+  // Lab (session 29, dev/NOTES.md item 61): the top-k and two-search samplers list their top-k
+  // search's candidates during its level 0 (head_bound_list.cuh), and the later levels, the
+  // top-p search and the draw read that list: about one pass over the row in all.
+  if (f == FilterFamily::kTopK || f == FilterFamily::kTwoSearches) return GatherMode::kHeadBound;
+#endif
   if (f == FilterFamily::kTwoSearches) return GatherMode::kKeptSet;
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
@@ -117,7 +123,9 @@ struct KeptSet {
   // The search's gather pass summed the draw's segments (gather.cuh), or with
   // GatherMode::kKeptSet the list holds every kept key and the segments are zero.
   bool segments_ready = false;
-  bool listed = false;  // Threshold::kept_listed of the top-k search, which decided the kept set
+  // Threshold::kept_listed of the top-k search, which decided the kept set (or, after a top-p
+  // search within it, holds it: GatherMode::kHeadBound samplers).
+  bool listed = false;
 };
 
 // The largest participating key of the scope's row (0: none).
@@ -248,9 +256,16 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       floor_key = key;  // t_k, or 0 without top-k
     }
     if (search) {
-      kept.listed = false;  // the top-k search's list is not this search's kept set
       SearchTarget target{true, 0, fmaxf(p, 0.f), base, true};
       target.row_length = n;
+      if constexpr (kTwoSearches && Scope::kGathers == GatherMode::kHeadBound) {
+        // The top-k search's list holds every key >= t_k (and more of its level-0 bin): the
+        // top-p search reads it with t_k as the floor, and the draw then reads it too.
+        target.from_list = kept.listed;
+        target.list_floor = key;
+      } else {
+        kept.listed = false;  // the top-k search's list is not this search's kept set
+      }
       if constexpr (Scope::kGathers == GatherMode::kKeptSet) {
         // List the top-k set where it should fit: half the list, so that a warp's slice
         // overflows only where the kept keys crowd into its segments (kept_set_list.cuh).
@@ -290,6 +305,13 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
   if (!kept.any) return -1;  // the same in every CTA of the scope
   if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw || Scope::kGathers == GatherMode::kKeptSet) {
     if (kept.segments_ready) {
+      return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
+                               rng);
+    }
+  }
+  if constexpr (Scope::kGathers == GatherMode::kHeadBound) {
+    if (kept.listed) {  // the list holds the kept set: no pass sums the segments, the list does
+      zero_segments(sh.gather_sizes);
       return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
                                rng);
     }

@@ -59,6 +59,14 @@ struct GatherSpace {
   }
 };
 
+// Zeroes the draw's segment masses (GatherSpace::segments), for a draw whose every kept key is
+// in the list (draw_after_gather adds them all); ends with a barrier.
+__device__ __forceinline__ void zero_segments(const GatherSizes& sizes) {
+  const GatherSpace space = GatherSpace::of(sizes);
+  for (std::uint32_t i = threadIdx.x; i < sizes.segments; i += blockDim.x) space.segments[i] = 0;
+  __syncthreads();
+}
+
 // Appends the keys of one group of four elements (positions first .. first + 3) whose bit is
 // set in `match` (bit j: element j) to this warp's slice; `count` is the warp's running count,
 // the same in every lane (it may pass the slice: the caller then drops the list). Every lane

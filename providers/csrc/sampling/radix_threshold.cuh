@@ -175,8 +175,11 @@ struct SearchTarget {
   bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
   // GatherMode::kKeptSet: every level reads the list of list_kept_set (kept_set_list.cuh),
-  // which holds every participant, instead of the row.
+  // which holds every participant, instead of the row. (Lab AOTINFER_LAB_HEAD_LIST_DRAW, with
+  // GatherMode::kHeadBound: the list of the count search before, whose keys below list_floor
+  // take no part.)
   bool from_list = false;
+  std::uint32_t list_floor = 0;
 };
 
 // What the gather pass did (the same in every thread).
@@ -258,7 +261,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   const bool masses = target.by_mass || target.track_mass;
   bool listed = false;  // this level reads the gathered keys (listed_count of this warp's)
   std::uint32_t listed_count = 0;
-  if constexpr (Scope::kGathers == GatherMode::kKeptSet) {
+  if constexpr (Scope::kGathers == GatherMode::kKeptSet || Scope::kGathers == GatherMode::kHeadBound) {
     listed = target.from_list;
     listed_count = listed ? sh.gathered[threadIdx.x >> 5] : 0u;
   }
@@ -319,7 +322,13 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     if (Scope::kGathers != GatherMode::kOff && listed) {
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
-      for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) add(keys[i]);
+      for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) {
+        if constexpr (kHeadBound) {
+          add(keys[i] >= target.list_floor ? keys[i] : 0u);
+        } else {
+          add(keys[i]);
+        }
+      }
     } else if (kHeadBound && head_units > 0) {  // level 0
       head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
     } else if (kPeel && level == 0) {

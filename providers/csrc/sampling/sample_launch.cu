@@ -206,9 +206,12 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
 // half of it (k beyond ~512 keys) are searched in the row instead.
 constexpr std::int64_t kKeptListCapacity = 1024;
 
+// `draws`: a sampler's kernel, whose draw may read the list (with kHeadBound: lab
+// AOTINFER_LAB_HEAD_LIST_DRAW, filter_sample.cuh).
 template <auto Kernel>
-GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, const char* op) {
-  const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet;
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, bool draws, const char* op) {
+  const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet ||
+                        (draws && gather == GatherMode::kHeadBound);
   int per_sm = 0, optin = 0, reserved = 0;
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
@@ -229,7 +232,7 @@ template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
                        const char* op) {
   p.gather = gather != GatherMode::kOff && gather_enabled()
-                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather, op)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather, std::is_same_v<Params, SampleParams>, op)
                  : GatherSizes{0, 0};
   const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
