@@ -120,8 +120,9 @@ struct KeptSet {
   std::uint64_t mass;
   int base;
   bool any;
-  // The search's gather pass summed the draw's segments (gather.cuh), or with
-  // GatherMode::kKeptSet the list holds every kept key and the segments are zero.
+  // The draw's segments hold the kept masses the list does not (draw_after_gather): the search's
+  // gather pass summed those above its bin (gather.cuh), or the list holds every kept key and
+  // the segments are zero (GatherMode::kKeptSet; kHeadBound in filtered_draw).
   bool segments_ready = false;
   // Threshold::kept_listed of the top-k search, which decided the kept set (or, after a top-p
   // search within it, holds it: GatherMode::kHeadBound samplers).
@@ -301,17 +302,18 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
                                       const RowRandom& rng, Sh& sh) {
   static_assert(kFamily != FilterFamily::kTwoSearches || Scope::kGathers != GatherMode::kSearchAndDraw,
                 "the first of two searches is not the draw's");
-  const KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
+  KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
-  if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw || Scope::kGathers == GatherMode::kKeptSet) {
-    if (kept.segments_ready) {
-      return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
-                               rng);
+  if constexpr (Scope::kGathers == GatherMode::kHeadBound) {
+    // The list holds the kept set and no pass summed segments: the draw adds every kept key.
+    if (kept.listed) {
+      zero_segments(sh.gather_sizes);
+      kept.segments_ready = true;
     }
   }
-  if constexpr (Scope::kGathers == GatherMode::kHeadBound) {
-    if (kept.listed) {  // the list holds the kept set: no pass sums the segments, the list does
-      zero_segments(sh.gather_sizes);
+  if constexpr (Scope::kGathers == GatherMode::kSearchAndDraw || Scope::kGathers == GatherMode::kKeptSet ||
+                Scope::kGathers == GatherMode::kHeadBound) {
+    if (kept.segments_ready) {
       return draw_after_gather(scope, n, kept.min_key, kept.max_key, sh.gather_sizes, sh.gathered[threadIdx.x >> 5],
                                rng);
     }

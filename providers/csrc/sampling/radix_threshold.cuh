@@ -174,10 +174,9 @@ struct SearchTarget {
   bool exact_key = false;   // the key must be the crossing element's own key (no early exit)
   bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
-  // GatherMode::kKeptSet: every level reads the list of list_kept_set (kept_set_list.cuh),
-  // which holds every participant, instead of the row. (Lab AOTINFER_LAB_HEAD_LIST_DRAW, with
-  // GatherMode::kHeadBound: the list of the count search before, whose keys below list_floor
-  // take no part.)
+  // Every level reads the list of an earlier pass instead of the row (GatherMode::kKeptSet:
+  // list_kept_set's, kept_set_list.cuh; lab AOTINFER_LAB_HEAD_LIST_DRAW, GatherMode::kHeadBound:
+  // the count search's before); listed keys below list_floor take no part.
   bool from_list = false;
   std::uint32_t list_floor = 0;
 };
@@ -252,8 +251,9 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 // kFractionSums: the histograms outside the dense peeled level 0 (which always sums fractions,
 // add_to_level0) sum fractions too (histogram_mass). The two-search kernels pass false: with
 // fractions everywhere they ran 1.01-1.15x slower (row) and 1.04-1.08x (cluster) where every
-// other kernel ran 0.95-1.01x (history/ab-sampling-fraction-sums-e794967.txt); the cause is
-// not known (the same sums, fewer instructions, no new spills).
+// other kernel ran 0.95-1.01x (history/ab-sampling-fraction-sums-e794967.txt), and still
+// 1.01-1.08x with the row loads that ptxas had sunk pinned in place
+// (history/ab-sampling-joint-fraction-sums-pinned-d1814fd.txt; dev/NOTES.md items 60-61).
 template <bool kPeelLevel0 = true, bool kDenseLevel0 = true, bool kFractionSums = true, typename Scope,
           typename KeyFn, typename Sh>
 __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTarget target, Sh& sh) {
@@ -323,11 +323,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       const GatherSpace gather = GatherSpace::of(sh.gather_sizes);
       const std::uint32_t* keys = gather.keys + gather.slice_begin;
       for (std::uint32_t i = threadIdx.x & 31; i < listed_count; i += 32) {
-        if constexpr (kHeadBound) {
-          add(keys[i] >= target.list_floor ? keys[i] : 0u);
-        } else {
-          add(keys[i]);
-        }
+        add(keys[i] >= target.list_floor ? keys[i] : 0u);
       }
     } else if (kHeadBound && head_units > 0) {  // level 0
       head_listed = level0_with_list(scope, key_of, add0, target.count, head_units, shift, sh);
