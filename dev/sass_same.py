@@ -27,30 +27,63 @@ from sass_lines import FUNCTION, INSTRUCTION
 from sass_sizes import ROOT, disassemble
 
 LABEL = re.compile(r"\.L_x_\d+")
+# Calls to the compiler's helpers (64-bit division ...) name them by their place in the cubin.
+INTERNAL = re.compile(r"__internal_\d+_")
 
 
 def kernels(text: str) -> Dict[str, List[str]]:
     """nvdisasm text -> {function: its instructions}, branch targets written as one label
     (their numbers follow the function's place in the cubin; the code around them is
-    compared, and offsets are not)."""
+    compared, and offsets are not), helpers without their number and the function's own
+    name as SELF."""
     found: Dict[str, List[str]] = {}
-    body = None
+    body, name = None, ""
     for line in text.splitlines():
         m = FUNCTION.match(line.strip())
         if m:
-            body = found.setdefault(m.group(1), [])
+            name = m.group(1)
+            body = found.setdefault(name, [])
             continue
         m = INSTRUCTION.search(line)
         if m and body is not None:
-            body.append(LABEL.sub("L", m.group(2)))
+            # A return names its own function: written as SELF, so that instances whose names
+            # differ (same_code) compare by code alone.
+            code = INTERNAL.sub("__internal_", LABEL.sub("L", m.group(2)))
+            body.append(code.replace(name, "SELF"))
     return found
+
+
+def function_name(mangled: str) -> str:
+    """The qualified function of an Itanium-mangled name without its template arguments
+    (_ZN8aotinfer8sampling13sample_kernelI... -> aotinfer::sampling::sample_kernel)."""
+    if not mangled.startswith("_ZN"):
+        return mangled
+    parts, i = [], 3
+    while i < len(mangled) and mangled[i].isdigit():
+        j = i
+        while mangled[j].isdigit():
+            j += 1
+        n = int(mangled[i:j])
+        parts.append(mangled[j : j + n])
+        i = j + n
+    return "::".join(parts)
+
+
+def same_code(name: str, body: List[str], code: Dict[str, List[str]]) -> bool:
+    """Whether a reference build has this kernel's code: under its own name or, where the
+    reference has no kernel of that name (an adopted lab gave the kernel a template argument
+    of its own), under another instance of the same function."""
+    if name in code:
+        return code[name] == body
+    base = function_name(name)
+    return any(function_name(other) == base and theirs == body for other, theirs in code.items())
 
 
 def matches(build: Dict[str, List[str]], references: Dict[str, Dict[str, List[str]]], pattern: str):
     """[(kernel, [names of the references with its code])] for the build's kernels that
     match pattern, in name order."""
     return [
-        (name, [ref for ref, code in references.items() if code.get(name) == body])
+        (name, [ref for ref, code in references.items() if same_code(name, body, code)])
         for name, body in sorted(build.items())
         if re.search(pattern, name)
     ]

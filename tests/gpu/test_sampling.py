@@ -297,7 +297,9 @@ def test_a_gathered_bin_that_overflows_a_warps_slice_falls_back(threads, monkeyp
 def test_two_search_sampler_with_and_without_its_kept_set_list(threads, vocab, monkeypatch):
     """The two-search sampler (joint and top-k-first) of the one-CTA-per-row kernels may list
     its top-k set after the top-k search (GatherMode::kKeptSet, kept_set_list.cuh: 1024
-    entries, slices of 32 or 64 per warp) and run the top-p search and the draw from that list.
+    entries, slices of 32 per warp; the 1024-thread kernel at vocab 32000) or its top-k
+    search's candidates in level 0 (GatherMode::kHeadBound: the 512-thread kernel, and vocab
+    65536), and run the top-p search and the draw from that list.
     Rows (small noise, so that in rows 0, 1, 2 and 5 the top-k set outweighs p and joint runs
     its top-p search too; top-k-first always does): 0, 60 large values at random positions
     (listed); 1, the 200 largest in segments 0, 32 and 64, all warp 0's (its slice overflows:
@@ -384,8 +386,9 @@ def test_top_k_samplers_on_ordered_rows(order, threads, vocab, monkeypatch):
     list's test: random, ascending (a list from the head's bound overflows), descending, all
     equal and NaN / inf in the head, with k on both sides of the list limits (a level-0 list
     takes k <= capacity / 16, the kept-set list k <= 512). The one-CTA-per-row kernels, both
-    sizes; tokens equal the reference's (the lab AOTINFER_LAB_HEAD_LIST_DRAW draws from the
-    level-0 list)."""
+    sizes: the 512-thread kernels and vocab 128256 draw from the level-0 list
+    (GatherMode::kHeadBound), the 1024-thread kernel at 32000 gathers its bin or kept set;
+    tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     k = torch.tensor([1, 50, 249, 251, 600, 1002, 5000, 20], device=DEV, dtype=torch.int32)

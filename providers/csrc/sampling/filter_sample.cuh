@@ -34,14 +34,12 @@ enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
 
 // What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
 // top-k and top-p samplers their bin and the draw's segments, the two-search sampler its top-k
-// set (kept_set_list.cuh), top-p renormalisation its bin.
-constexpr GatherMode sampler_gather(FilterFamily f) {
-#ifdef AOTINFER_LAB_HEAD_LIST_DRAW
-  // Lab (session 29, dev/NOTES.md item 61): the top-k and two-search samplers list their top-k
-  // search's candidates during its level 0 (head_bound_list.cuh), and the later levels, the
-  // top-p search and the draw read that list: about one pass over the row in all.
-  if (f == FilterFamily::kTopK || f == FilterFamily::kTwoSearches) return GatherMode::kHeadBound;
-#endif
+// set (kept_set_list.cuh), top-p renormalisation its bin. With `lists` (the top-k and
+// two-search samplers where rows do not stay in L1 between passes: launch_sample_rows), level
+// 0 of the top-k search lists its candidates (head_bound_list.cuh), and the later levels, the
+// top-p search and the draw read that list: about one pass over the row in all.
+constexpr GatherMode sampler_gather(FilterFamily f, bool lists = false) {
+  if (lists) return GatherMode::kHeadBound;
   if (f == FilterFamily::kTwoSearches) return GatherMode::kKeptSet;
   return f == FilterFamily::kTopK || f == FilterFamily::kTopP ? GatherMode::kSearchAndDraw : GatherMode::kOff;
 }
@@ -441,9 +439,13 @@ __device__ __forceinline__ float renorm_factor(const KeptSet& kept) {
 constexpr int kRowCtasPerSm(int threads) { return kRowThreads / threads; }
 
 // kFamily: the filter modes this instance serves (FilterFamily; the launcher picks by mode).
-// The top-k and top-p samplers gather their crossing bin and the draw's segments (gather.cuh).
-template <FilterFamily kFamily, int kThreads = kRowThreads>
+// The top-k and top-p samplers gather their crossing bin and the draw's segments (gather.cuh);
+// kLists (top-k and two-search samplers): the top-k search's level-0 list instead
+// (sampler_gather), an instance of its own, since the listing code slowed rows that stay in L1.
+template <FilterFamily kFamily, int kThreads = kRowThreads, bool kLists = false>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kernel(const __grid_constant__ SampleParams p) {
+  static_assert(!kLists || kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTwoSearches,
+                "only samplers with a top-k search list");
   __shared__ RowRadixShared sh;
   if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after the first search level's barriers
   pdl_wait_for_prior_grid();
@@ -479,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     // 128-512 rows (joint), also where the rows fit in L2 (128 x 32000), while the other row
     // kernels gained up to 15% where they do not; why was not found (dev/NOTES.md item 48).
     constexpr bool kAlternates = kFamily != FilterFamily::kTwoSearches;
-    const RowScope<float, sampler_gather(kFamily), kAlternates> scope(x, n);
+    const RowScope<float, sampler_gather(kFamily, kLists), kAlternates> scope(x, n);
     token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, rng, sh);
   }
   pdl_launch_dependents();

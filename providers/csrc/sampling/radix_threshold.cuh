@@ -175,8 +175,8 @@ struct SearchTarget {
   bool want_top = false;    // report Threshold::top_bin without masses (one more reduction)
   std::int64_t row_length = 0;  // V, for the masses' unit (with masses)
   // Every level reads the list of an earlier pass instead of the row (GatherMode::kKeptSet:
-  // list_kept_set's, kept_set_list.cuh; lab AOTINFER_LAB_HEAD_LIST_DRAW, GatherMode::kHeadBound:
-  // the count search's before); listed keys below list_floor take no part.
+  // list_kept_set's, kept_set_list.cuh; GatherMode::kHeadBound in the
+  // samplers: the count search's before); listed keys below list_floor take no part.
   bool from_list = false;
   std::uint32_t list_floor = 0;
 };

@@ -206,8 +206,8 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
 // half of it (k beyond ~512 keys) are searched in the row instead.
 constexpr std::int64_t kKeptListCapacity = 1024;
 
-// `draws`: a sampler's kernel, whose draw may read the list (with kHeadBound: lab
-// AOTINFER_LAB_HEAD_LIST_DRAW, filter_sample.cuh).
+// `draws`: a sampler's kernel, whose draw may read the list (with kHeadBound:
+// launch_sample_rows).
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, bool draws, const char* op) {
   const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet ||
@@ -261,11 +261,31 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
-// (sampler_gather / renorm_gather).
+// (sampler_gather / renorm_gather). The top-k and two-search samplers list the top-k search's
+// candidates in level 0 (kernel instances of their own, GatherMode::kHeadBound) unless a row
+// stays in L1 between passes (below kRowBeyondL1Vocab, one CTA per SM). Measured against
+// their bin and kept-set gathering (history/ab-sampling-head-list-draw-4e8583876.txt, graph
+// us, A B A B): 128 x 128256 top-k 0.832-0.845x, joint 0.647-0.710x; 512 x 128256 top-k
+// 0.696-0.706x, joint 0.585-0.620x; 512 x 32000 (two CTAs per SM) top-k 0.924-0.931x, joint
+// 0.919-0.921x; but 128 x 32000 (its row in L1) top-k 1.038-1.053x, joint 1.040-1.051x.
 template <FilterFamily kFamily>
 void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {
-  launch_rows<sample_kernel<kFamily>, sample_kernel<kFamily, kRowThreads / 2>>(p, batch, device, stream,
-                                                                               sampler_gather(kFamily), op);
+  constexpr bool kMayList = kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTwoSearches;
+  if constexpr (kMayList) {
+    if (row_threads(device, batch, op) == kRowThreads / 2) {
+      launch_row_kernel<sample_kernel<kFamily, kRowThreads / 2, true>>(p, batch, kRowThreads / 2, device, stream,
+                                                                       GatherMode::kHeadBound, op);
+    } else if (p.vocab >= kRowBeyondL1Vocab) {
+      launch_row_kernel<sample_kernel<kFamily, kRowThreads, true>>(p, batch, kRowThreads, device, stream,
+                                                                   GatherMode::kHeadBound, op);
+    } else {
+      launch_row_kernel<sample_kernel<kFamily>>(p, batch, kRowThreads, device, stream, sampler_gather(kFamily), op);
+    }
+    finish(cudaGetLastError(), op, device);
+  } else {
+    launch_rows<sample_kernel<kFamily>, sample_kernel<kFamily, kRowThreads / 2>>(p, batch, device, stream,
+                                                                                 sampler_gather(kFamily), op);
+  }
 }
 
 // Renormalisation gathers (top-p only: renorm_gather) from rows beyond L1's reach: at vocab
