@@ -268,14 +268,25 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 // us, A B A B): 128 x 128256 top-k 0.832-0.845x, joint 0.647-0.710x; 512 x 128256 top-k
 // 0.696-0.706x, joint 0.585-0.620x; 512 x 32000 (two CTAs per SM) top-k 0.924-0.931x, joint
 // 0.919-0.921x; but 128 x 32000 (its row in L1) top-k 1.038-1.053x, joint 1.040-1.051x.
+// AOTINFER_SAMPLING_TOP_K_LIST=on lists in every such kernel (also rows in L1), for tests and
+// A/B runs; unset or auto: the rule above.
+bool top_k_list_pinned() {
+  const char* pin = std::getenv("AOTINFER_SAMPLING_TOP_K_LIST");
+  const std::string want = pin ? pin : "";
+  if (!want.empty() && want != "on" && want != "auto")
+    fail_argument("AOTINFER_SAMPLING_TOP_K_LIST must be on or auto, got '" + want + "'");
+  return want == "on";
+}
+
 template <FilterFamily kFamily>
 void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {
   constexpr bool kMayList = kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTwoSearches;
   if constexpr (kMayList) {
+    const bool pinned = top_k_list_pinned();
     if (row_threads(device, batch, op) == kRowThreads / 2) {
       launch_row_kernel<sample_kernel<kFamily, kRowThreads / 2, true>>(p, batch, kRowThreads / 2, device, stream,
                                                                        GatherMode::kHeadBound, op);
-    } else if (p.vocab >= kRowBeyondL1Vocab) {
+    } else if (p.vocab >= kRowBeyondL1Vocab || pinned) {
       launch_row_kernel<sample_kernel<kFamily, kRowThreads, true>>(p, batch, kRowThreads, device, stream,
                                                                    GatherMode::kHeadBound, op);
     } else {
