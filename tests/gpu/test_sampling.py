@@ -403,6 +403,35 @@ def test_top_k_samplers_on_ordered_rows(order, threads, vocab, monkeypatch):
     assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 21, 6)
 
 
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
+    """The cluster top-k sampler (slice_kernels.cuh; with lab AOTINFER_LAB_CLUSTER_LOCAL_TOP_K
+    each CTA lists its slice's top k into rank 0, which draws from that list:
+    cluster_local_top_k.cuh) on rows that test such a list: 0, random; 1, the 60 largest all
+    in the first CTA's slice; 2, 40 ties at the top at random positions and 300 ties below
+    them in the first slice (its region of 128 entries overflows: back to the cluster-wide
+    search); 3, all equal; 4, only 30 positive entries (fewer than k: keep them all), with
+    NaN and inf among the rest; 5, k = 65 and 6, k = 64 (beyond and at the list's limit of
+    half a region); 7, k = 1. Tokens equal the reference's."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    rows = 8
+    g = gen(71)
+    probs = make_probs(rows, vocab, seed=72)
+    probs[1:3] = 1e-6 * torch.rand(2, vocab, device=DEV, generator=g)
+    probs[1, :60] = 0.01 + 0.01 * torch.rand(60, device=DEV, generator=g)
+    spots = torch.randperm(vocab, device=DEV, generator=g)[:340]
+    probs[2, spots[:40]] = 0.02
+    probs[2, 100:400] = 0.01
+    probs[3] = 1.0
+    probs[4] = 0.0
+    probs[4, spots[:30]] = torch.rand(30, device=DEV, generator=g) + 0.1
+    probs[4, spots[30:35]] = NAN
+    probs[4, spots[35:40]] = float("inf")
+    probs = probs / probs.nan_to_num(0.0, 0.0, 0.0).sum(-1, keepdim=True)
+    k = torch.tensor([50, 50, 50, 50, 50, 65, 64, 1], device=DEV, dtype=torch.int32)
+    assert_samplers_match_reference(("top_k",), probs, k, 0.9, 0.1, many(rows, 16), 23, 8)
+
+
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
     """The output written from the level-0 list (fill, then the kept elements at their

@@ -1,0 +1,181 @@
+// Lab AOTINFER_LAB_CLUSTER_LOCAL_TOP_K (session 30, dev/NOTES.md item 62): the cluster top-k
+// sampler with one cluster-wide exchange instead of a cluster-wide search.
+//
+// The cluster kernels' search levels each cost cluster barriers (~4.5 us a level at batch 1
+// against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds the top-k
+// threshold t_c of its own slice with block barriers only (ties kept) and lists its keys
+// >= t_c, in row order, into its region of rank 0's list. That union holds every key of the
+// row's top-k set: a key x >= t_k (the row's k-th largest) has fewer than k larger keys in
+// the row, so fewer than k in its slice, so x >= t_c. Rank 0 then finds t_k in the list
+// (the same k-th largest key) and draws from it: the list is in row order and holds every
+// kept key, so the inverse CDF over it (the same integer masses, the same target) gives the
+// token the whole row would. A region that overflows (ties: k values crowd a slice) sends
+// every CTA back to the cluster-wide search.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+#include "filter_sample.cuh"
+#include "row_scope.cuh"
+
+namespace aotinfer::sampling {
+
+// Each CTA's region of rank 0's list; the path runs for k up to half of it.
+constexpr int kLocalListRegion = 128;
+constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// Groups of floats in shared memory (a CTA's slice, or rank 0's list of keys) with the
+// block-level reductions of RowScope: a search over them needs no cluster barrier.
+struct LocalScope : RowScope<float, GatherMode::kOff, false> {
+  const float4* s;
+  std::int64_t groups, first;
+  __device__ LocalScope(const float4* data, std::int64_t count, std::int64_t first_group)
+      : RowScope<float, GatherMode::kOff, false>(nullptr, 4 * count), s(data), groups(count), first(first_group) {}
+  template <typename F>
+  __device__ void for_each_group(float, F&& f) const {
+    for (std::int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float v[4];
+      load(g, v);
+      f(first + g, v);
+    }
+  }
+  __device__ std::int64_t local_groups() const { return groups; }
+  __device__ std::int64_t first_group() const { return first; }
+  __device__ void load(std::int64_t g, float (&v)[4]) const {
+    const float4 q = s[g];
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  }
+  __device__ std::int64_t whole_local_groups() const { return groups; }  // tails are NaN or 0
+  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
+};
+
+namespace detail {
+
+// The top-k threshold key of a scope's probabilities by count (0: fewer than k take part).
+template <typename Scope, typename Sh>
+__device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh& sh) {
+  auto key_of = [](float v) { return prob_key(v); };
+  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
+}
+
+// Rank 0: the token drawn from the list (keys as floats, 0 for an empty entry; positions),
+// which holds every key of the row's top-k set in row order. -1: nothing to draw.
+template <typename Sh>
+__device__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions, std::int64_t n,
+                                             std::int32_t k, const RowRandom& rng, Sh& sh) {
+  __shared__ std::int64_t found_token;
+  const LocalScope list(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
+  const std::uint32_t min_key = local_top_k_key(list, k, sh);
+  // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
+  constexpr int kPerThread = kLocalListEntries / kSliceThreads;
+  static_assert(kLocalListEntries % kSliceThreads == 0, "whole chunks per thread");
+  const int first = threadIdx.x * kPerThread;
+  std::uint32_t mx = 0u;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+  mx = block_reduce(mx, MaxOp{}, 0u);
+  if (mx == 0u) return -1;
+  const FixedPointScale fx = FixedPointScale::of(mx, n);
+  std::uint64_t q[kPerThread], own = 0;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const std::uint32_t key = prob_key(keys[first + i]);
+    q[i] = (key != 0u && key >= min_key) ? fx.mass(key) : 0;
+    own += q[i];
+  }
+  std::uint64_t total;
+  const std::uint64_t before = block_exclusive_scan(own, &total);
+  if (total == 0) return -1;
+  const Philox4 w = rng.words(0);
+  const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
+  if (target >= before && target - before < own) {  // exactly one thread
+    std::uint64_t rest = target - before;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (rest < q[i]) {
+        found_token = positions[first + i];
+        break;
+      }
+      rest -= q[i];
+    }
+  }
+  __syncthreads();
+  return found_token;
+}
+
+// The cluster-wide search and draw, as a call of its own: inlined, its registers made the
+// local path spill.
+template <typename Sh>
+__device__ __noinline__ std::int64_t cluster_top_k_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
+                                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
+  return filtered_draw<FilterFamily::kOneSearch>(scope, n, f, row, rng, sh);
+}
+
+// The top-k draw of a cluster kernel (every CTA calls it, after its slice is loaded): the
+// token in rank 0, -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too
+// large for the list or a region overflows, filtered_draw's result (the cluster-wide search).
+template <typename Sh>
+__device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
+                                         std::int64_t row, const RowRandom& rng, Sh& sh) {
+  __shared__ __align__(16) float list_keys[kLocalListEntries];
+  __shared__ std::uint32_t list_positions[kLocalListEntries];
+  __shared__ int overflowed[kSliceCtas];
+  const std::int32_t k = row_top_k(f, row);
+  if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_top_k_draw(scope, n, f, row, rng, sh);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  // Every peer must have started before anyone writes into it: arrive now, wait before the
+  // first remote write (the local search runs in between).
+  cluster.barrier_arrive();
+  const LocalScope slice(scope.s, scope.groups, scope.first);
+  const std::uint32_t t_c = max(local_top_k_key(slice, k, sh), 1u);  // 0: every participant
+  cluster.barrier_wait();
+  float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
+  std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
+  // The slice's keys >= t_c in row order: per trip of blockDim groups, a block scan of the
+  // counts gives each thread its place.
+  std::uint64_t listed = 0;
+  for (std::int64_t base = 0; base < scope.groups; base += blockDim.x) {
+    const std::int64_t g = base + threadIdx.x;
+    float v[4] = {NAN, NAN, NAN, NAN};
+    if (g < scope.groups) scope.load(g, v);
+    std::uint32_t keep = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) keep |= (prob_key(v[j]) >= t_c ? 1u : 0u) << j;
+    std::uint64_t trip_total;
+    std::uint64_t at = listed + block_exclusive_scan(__popc(keep), &trip_total);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (!(keep >> j & 1u)) continue;
+      if (at < kLocalListRegion) {
+        keys[at] = v[j];
+        positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
+      }
+      ++at;
+    }
+    listed += trip_total;
+  }
+  for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
+  if (threadIdx.x < kSliceCtas) {
+    *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
+  }
+  cluster.sync();
+  int any = 0;
+#pragma unroll
+  for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
+  if (any) return cluster_top_k_draw(scope, n, f, row, rng, sh);
+  if (rank != 0) return -2;  // no CTA reads a peer from here on
+  return draw_from_local_list(list_keys, list_positions, n, k, rng, sh);
+}
+
+}  // namespace detail
+#endif
+
+}  // namespace aotinfer::sampling
