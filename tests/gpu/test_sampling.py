@@ -405,9 +405,9 @@ def test_top_k_samplers_on_ordered_rows(order, threads, vocab, monkeypatch):
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
-    """The cluster top-k sampler (slice_kernels.cuh; with lab AOTINFER_LAB_CLUSTER_LOCAL_TOP_K
-    each CTA lists its slice's top k into rank 0, which draws from that list:
-    cluster_local_top_k.cuh) on rows that test such a list: 0, random; 1, the 60 largest all
+    """The cluster top-k sampler (slice_kernels.cuh; below vocab 65536 each CTA lists its
+    slice's top k into rank 0, which draws from that list: cluster_local_top_k.cuh; at 128256
+    the cluster-wide search) on rows that test such a list: 0, random; 1, the 60 largest all
     in the first CTA's slice; 2, 40 ties at the top at random positions and 300 ties below
     them in the first slice (its region of 128 entries overflows: back to the cluster-wide
     search); 3, all equal; 4, only 30 positive entries (fewer than k: keep them all), with

@@ -1,5 +1,5 @@
-// Lab AOTINFER_LAB_CLUSTER_LOCAL_TOP_K (session 30, dev/NOTES.md item 62): the cluster top-k
-// sampler with one cluster-wide exchange instead of a cluster-wide search.
+// The cluster top-k sampler of rows below kLocalTopKMaxVocab (session 30, dev/NOTES.md item
+// 62): one cluster-wide exchange instead of a cluster-wide search.
 //
 // The cluster kernels' search levels each cost cluster barriers (~4.5 us a level at batch 1
 // against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds the top-k
@@ -11,6 +11,12 @@
 // kept key, so the inverse CDF over it (the same integer masses, the same target) gives the
 // token the whole row would. A region that overflows (ties: k values crowd a slice) sends
 // every CTA back to the cluster-wide search.
+//
+// Measured against the cluster-wide search (A B A B, graph us; history/
+// ab-sampling-cluster-local-top-k-063f4e1fa.txt): vocab 32000, batch 1 0.857 / 0.874 (flat /
+// peaked; 15.1 -> 12.9 us flat), batch 16 0.838 / 0.842; but vocab 128256 1.032-1.062 (16032
+// elements a slice: the local search's three passes and the listing pass cost more there than
+// the cluster levels they replace), so the launcher keeps it below 65536.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -23,6 +29,8 @@
 
 namespace aotinfer::sampling {
 
+// Rows from this length on keep the cluster-wide search (measured slower there, above).
+constexpr std::int64_t kLocalTopKMaxVocab = 65536;
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
 constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;

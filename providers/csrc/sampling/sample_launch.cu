@@ -430,13 +430,12 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
-#ifdef AOTINFER_LAB_CLUSTER_LOCAL_TOP_K
-    if (filter.mode == FilterMode::kTopK) {
+    // Top-k below 65536: each CTA's own top k, one exchange (cluster_local_top_k.cuh).
+    if (filter.mode == FilterMode::kTopK && p.vocab < kLocalTopKMaxVocab) {
       finish(launch_slices<sample_slice_kernel<false, true>>(p, batch, p.vocab, input.device, cuda_stream), op,
              input.device);
       return;
     }
-#endif
     finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
                         : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);

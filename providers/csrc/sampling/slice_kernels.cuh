@@ -13,9 +13,7 @@
 
 #include "filter_sample.cuh"
 #include "row_scope.cuh"
-#ifdef AOTINFER_LAB_CLUSTER_LOCAL_TOP_K
 #include "cluster_local_top_k.cuh"
-#endif
 
 namespace aotinfer::sampling {
 namespace detail {
@@ -49,8 +47,8 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
 
 }  // namespace detail
 
-// sample_kernel for probabilities, one cluster per output row. kLocalTopK (lab
-// AOTINFER_LAB_CLUSTER_LOCAL_TOP_K, top-k mode only): cluster_local_top_k.cuh's draw.
+// sample_kernel for probabilities, one cluster per output row. kLocalTopK (top-k mode, rows
+// below kLocalTopKMaxVocab): cluster_local_top_k.cuh's draw, an instance of its own.
 template <bool kTwoSearches, bool kLocalTopK = false>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
@@ -68,12 +66,11 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
                                                 detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
-#ifdef AOTINFER_LAB_CLUSTER_LOCAL_TOP_K
     if constexpr (kLocalTopK) {
       token = detail::local_top_k_draw(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
-    } else
-#endif
+    } else {
       token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+    }
   }
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
