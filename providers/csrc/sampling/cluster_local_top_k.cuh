@@ -38,30 +38,17 @@ constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Groups of floats in shared memory (a CTA's slice, or rank 0's list of keys) with the
 // block-level reductions of RowScope: a search over them needs no cluster barrier.
-struct LocalScope : RowScope<float, GatherMode::kOff, false> {
-  const float4* s;
-  std::int64_t groups, first;
+struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
   __device__ LocalScope(const float4* data, std::int64_t count, std::int64_t first_group)
-      : RowScope<float, GatherMode::kOff, false>(nullptr, 4 * count), s(data), groups(count), first(first_group) {}
-  template <typename F>
-  __device__ void for_each_group(float, F&& f) const {
-    for (std::int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float v[4];
-      load(g, v);
-      f(first + g, v);
-    }
-  }
-  __device__ std::int64_t local_groups() const { return groups; }
-  __device__ std::int64_t first_group() const { return first; }
-  __device__ void load(std::int64_t g, float (&v)[4]) const {
-    const float4 q = s[g];
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-  }
-  __device__ std::int64_t whole_local_groups() const { return groups; }  // tails are NaN or 0
-  __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
+      : RowScope<float, GatherMode::kOff, false>(nullptr, 4 * count), SharedGroups{data, count, first_group} {}
+  // The data's access is SharedGroups', the reductions RowScope's.
+  using SharedGroups::first_group;
+  using SharedGroups::for_each_group;
+  using SharedGroups::load;
+  using SharedGroups::load_whole;
+  using SharedGroups::local_groups;
+  using SharedGroups::next_pass_descending;
+  using SharedGroups::whole_local_groups;
 };
 
 namespace detail {

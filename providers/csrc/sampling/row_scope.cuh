@@ -154,36 +154,15 @@ struct RowScope {
 constexpr int kSliceCtas = 8;       // portable cluster size
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later
-// The caller (a kernel launched with clusters of kSliceCtas) has copied this CTA's slice,
-// groups [first, first + groups) of the row, into shared memory, tail elements as NaN
-// (which every probability pass ignores, as it does the fill of RowScope).
-//
-// Cluster barriers, and remote reads that wait on them, are the cost of a pass here (a search
-// level across the cluster cost ~4.5 us at batch 1 against ~0.4 us of pass work per CTA). So
-// the small results (share totals, level 0's top bin, the crossing, the draw's totals, the
-// reductions) travel by push: a CTA writes what its peers need into each peer's shared
-// memory before a barrier, and every CTA reads its own copy after it. A slot is written again
-// only after a later barrier that every reader passes after reading it. Only the histograms'
-// combine still reads remotely, between two barriers. Every remote access thus comes before
-// a barrier that every CTA passes, so a CTA may exit without one more. Against the
-// pull-style version (two barriers per reduction, a barrier at every level's start and
-// before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
-// faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
-struct SliceScope {
-  static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
-  // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
-  // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
-  // branch-free and with fraction sums (add_to_level0), 0.94-1.00x for renormalisation,
-  // masking and the top-k / top-p samplers at batch 1 and 16 (history/ab-sampling-slice-peel-e794967.txt).
-  // The two-search sampler keeps level 0 in the shared loop (prob_filter).
-  static constexpr bool kPeelsLevel0 = true;
-  static constexpr bool kSplitOverCluster = true;
+// Groups of four floats in shared memory (groups `first` ... of the row, from `s`), read as
+// the scopes read a row: a cluster CTA's slice (SliceScope), or a list searched by one CTA
+// (cluster_local_top_k.cuh's LocalScope). Tails are NaN (or 0), which no pass counts.
+struct SharedGroups {
   const float4* s;
   std::int64_t groups;
   std::int64_t first;
 
-  // The slice is in shared memory: every pass ascends.
+  // Shared memory: every pass ascends.
   __device__ bool next_pass_descending() const { return false; }
   template <typename F>
   __device__ void for_each_group(float /*fill*/, F&& f) const {
@@ -202,8 +181,36 @@ struct SliceScope {
     v[2] = q.z;
     v[3] = q.w;
   }
-  __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is NaN-filled
+  __device__ std::int64_t whole_local_groups() const { return groups; }  // the tail is filled
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load(g, v); }
+};
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later
+// The caller (a kernel launched with clusters of kSliceCtas) has copied this CTA's slice,
+// groups [first, first + groups) of the row, into shared memory, tail elements as NaN
+// (which every probability pass ignores, as it does the fill of RowScope).
+//
+// Cluster barriers, and remote reads that wait on them, are the cost of a pass here (a search
+// level across the cluster cost ~4.5 us at batch 1 against ~0.4 us of pass work per CTA). So
+// the small results (share totals, level 0's top bin, the crossing, the draw's totals, the
+// reductions) travel by push: a CTA writes what its peers need into each peer's shared
+// memory before a barrier, and every CTA reads its own copy after it. A slot is written again
+// only after a later barrier that every reader passes after reading it. Only the histograms'
+// combine still reads remotely, between two barriers. Every remote access thus comes before
+// a barrier that every CTA passes, so a CTA may exit without one more. Against the
+// pull-style version (two barriers per reduction, a barrier at every level's start and
+// before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
+// faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
+struct SliceScope : SharedGroups {
+  static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
+  // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
+  // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
+  // branch-free and with fraction sums (add_to_level0), 0.94-1.00x for renormalisation,
+  // masking and the top-k / top-p samplers at batch 1 and 16 (history/ab-sampling-slice-peel-e794967.txt).
+  // The two-search sampler keeps level 0 in the shared loop (prob_filter).
+  static constexpr bool kPeelsLevel0 = true;
+  static constexpr bool kSplitOverCluster = true;
+
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
   // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
   // must have started before anyone writes into it (push_top). A later level needs none:

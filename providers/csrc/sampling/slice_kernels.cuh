@@ -41,7 +41,7 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
   __syncthreads();
-  return SliceScope{dst, r.count, r.first};
+  return SliceScope{{dst, r.count, r.first}};
 }
 #endif
 
