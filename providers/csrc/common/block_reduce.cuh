@@ -84,27 +84,29 @@ inline __device__ ScoredIndex block_argmin(ScoredIndex v) {
   return w;
 }
 
+// Inclusive prefix sum over the lanes of a full warp, in lane order.
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_scan(T v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const T up = __shfl_up_sync(kFullMask, v, d);
+    if (lane >= d) v += up;
+  }
+  return v;
+}
+
 // Exclusive prefix sum of one uint64 per thread in thread order; *total gets the block sum.
 inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* total) {
   __shared__ std::uint64_t warp_sums[32];
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  std::uint64_t inclusive = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    std::uint64_t up = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d) inclusive += up;
-  }
+  const std::uint64_t inclusive = warp_inclusive_scan(v);
   if (lane == 31) warp_sums[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
-    std::uint64_t s = lane < (blockDim.x >> 5) ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      std::uint64_t up = __shfl_up_sync(kFullMask, s, d);
-      if (lane >= d) s += up;
-    }
-    warp_sums[lane] = s;  // inclusive scan of warp sums
+    // inclusive scan of warp sums
+    warp_sums[lane] = warp_inclusive_scan(lane < (blockDim.x >> 5) ? warp_sums[lane] : std::uint64_t{0});
   }
   __syncthreads();
   const std::uint64_t before_warp = warp > 0 ? warp_sums[warp - 1] : 0;

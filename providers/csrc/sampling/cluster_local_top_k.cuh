@@ -134,12 +134,7 @@ __device__ std::uint32_t warp_top_k_key(const float* keys, std::int32_t k) {
       c[b] = hist[255 - lane * 8 - b];
       own += c[b];
     }
-    std::uint32_t inclusive = own;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const std::uint32_t up = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += up;
-    }
+    const std::uint32_t inclusive = warp_inclusive_scan(own);
     const std::uint32_t all = __shfl_sync(kFullMask, inclusive, 31);
     if (shift == 24 && all < need) return 0u;  // fewer participants than k: keep them all
     const unsigned crossing = __ballot_sync(kFullMask, inclusive >= need);
@@ -186,13 +181,7 @@ __device__ std::int64_t warp_draw_from_local_list(const float* keys, const std::
   const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
   std::uint64_t run = 0;  // the mass of the rounds before
   for (int base = 0; base < kLocalListEntries; base += 32) {
-    const std::uint64_t q = mass_at(base + lane);
-    std::uint64_t inclusive = q;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const std::uint64_t up = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += up;
-    }
+    const std::uint64_t inclusive = warp_inclusive_scan(mass_at(base + lane));
     const unsigned past = __ballot_sync(kFullMask, run + inclusive > target);
     if (past != 0u) {
       const int at = __ffs(past) - 1;

@@ -89,12 +89,7 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
       if (g < groups) scope.load(g, v);
       std::uint64_t q[4];
       const std::uint64_t mass = group_masses(v, min_key, fx, q);
-      std::uint64_t inclusive = mass;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const std::uint64_t up = __shfl_up_sync(kFullMask, inclusive, d);
-        if (lane >= d) inclusive += up;
-      }
+      const std::uint64_t inclusive = warp_inclusive_scan(mass);
       const std::uint64_t unit_total = __shfl_sync(kFullMask, inclusive, 31);
       if (rest < unit_total) {  // the same decision in every lane
         const unsigned past = __ballot_sync(kFullMask, inclusive > rest);
