@@ -105,94 +105,6 @@ __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint3
   return found_token;
 }
 
-#ifdef AOTINFER_LAB_WARP_LIST_DRAW
-// Lab (session 30, dev/NOTES.md item 62): rank 0's search and draw by warp 0 alone, with
-// __syncwarp only. The line profile (history/ncu-lines-cluster-samplers-9e0ed3f.txt) put the
-// top-k kernel at 0.05 M warp instructions above plain sampling for twice its time: a chain
-// of block barriers (three radix levels of ~6 each here, then a max and a scan). A warp
-// selects the k-th largest key of the 1024 entries by four 8-bit digits (a 256-bin histogram
-// in shared memory, then a scan of 8 bins a lane), and draws by 32 rounds of 32 entries in
-// row order. The same threshold, masses, target and token as draw_from_local_list.
-// Returns the token in thread 0 (the only one that writes it; -2 in every other thread).
-__device__ std::uint32_t warp_top_k_key(const float* keys, std::int32_t k) {
-  __shared__ std::uint32_t hist[256];
-  const int lane = threadIdx.x & 31;
-  std::uint32_t prefix = 0u, mask = 0u, need = static_cast<std::uint32_t>(k);
-  for (int shift = 24; shift >= 0; shift -= 8) {
-#pragma unroll
-    for (int b = 0; b < 8; ++b) hist[lane * 8 + b] = 0u;
-    __syncwarp();
-    for (int i = lane; i < kLocalListEntries; i += 32) {
-      const std::uint32_t key = prob_key(keys[i]);
-      if (key != 0u && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
-    }
-    __syncwarp();
-    // Lane L holds bins 255 - 8L down to 248 - 8L: lane 0 the highest.
-    std::uint32_t c[8], own = 0;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      c[b] = hist[255 - lane * 8 - b];
-      own += c[b];
-    }
-    const std::uint32_t inclusive = warp_inclusive_scan(own);
-    const std::uint32_t all = __shfl_sync(kFullMask, inclusive, 31);
-    if (shift == 24 && all < need) return 0u;  // fewer participants than k: keep them all
-    const unsigned crossing = __ballot_sync(kFullMask, inclusive >= need);
-    const int owner = __ffs(crossing) - 1;
-    std::uint32_t digit = 0u, above = inclusive - own;
-    if (lane == owner) {
-#pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        if (above + c[b] >= need) {
-          digit = 255u - lane * 8u - b;
-          break;
-        }
-        above += c[b];
-      }
-    }
-    digit = __shfl_sync(kFullMask, digit, owner);
-    need -= __shfl_sync(kFullMask, above, owner);
-    prefix |= digit << shift;
-    mask |= 255u << shift;
-    __syncwarp();  // the histogram is read before the next digit clears it
-  }
-  return prefix;
-}
-
-__device__ std::int64_t warp_draw_from_local_list(const float* keys, const std::uint32_t* positions,
-                                                  std::int64_t n, std::int32_t k, const RowRandom& rng) {
-  if (threadIdx.x >= 32) return -2;
-  const int lane = threadIdx.x;
-  const std::uint32_t min_key = warp_top_k_key(keys, k);
-  std::uint32_t mx = 0u;
-  for (int i = lane; i < kLocalListEntries; i += 32) mx = max(mx, prob_key(keys[i]));
-  mx = warp_reduce(mx, MaxOp{});
-  if (mx == 0u) return -1;
-  const FixedPointScale fx = FixedPointScale::of(mx, n);
-  auto mass_at = [&](int i) {
-    const std::uint32_t key = prob_key(keys[i]);
-    return (key != 0u && key >= min_key) ? fx.mass(key) : std::uint64_t{0};
-  };
-  std::uint64_t total = 0;
-  for (int i = lane; i < kLocalListEntries; i += 32) total += mass_at(i);
-  total = warp_reduce(total, SumOp{});
-  if (total == 0) return -1;
-  const Philox4 w = rng.words(0);
-  const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
-  std::uint64_t run = 0;  // the mass of the rounds before
-  for (int base = 0; base < kLocalListEntries; base += 32) {
-    const std::uint64_t inclusive = warp_inclusive_scan(mass_at(base + lane));
-    const unsigned past = __ballot_sync(kFullMask, run + inclusive > target);
-    if (past != 0u) {
-      const int at = __ffs(past) - 1;
-      return static_cast<std::int64_t>(positions[base + at]);  // every lane: the same token
-    }
-    run += __shfl_sync(kFullMask, inclusive, 31);
-  }
-  return -1;  // not reached: target < total
-}
-#endif
-
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
 // local path spill.
 template <typename Sh>
@@ -255,11 +167,7 @@ __device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n
   for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
   if (any) return cluster_top_k_draw(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on
-#ifdef AOTINFER_LAB_WARP_LIST_DRAW
-  return warp_draw_from_local_list(list_keys, list_positions, n, k, rng);
-#else
   return draw_from_local_list(list_keys, list_positions, n, k, rng, sh);
-#endif
 }
 
 }  // namespace detail
