@@ -432,6 +432,48 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
     assert_samplers_match_reference(("top_k",), probs, k, 0.9, 0.1, many(rows, 16), 23, 8)
 
 
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, monkeypatch):
+    """Top-k then top-p and joint top-k / top-p in the cluster kernels (below vocab 65536
+    rank 0 decides the kept set from the CTAs' lists of their own top k, and joint's goal from
+    bounds on the row's total mass: cluster_local_top_k.cuh's two_search_list_filter). Rows:
+    0, random (joint keeps the top-k set); 1, ten entries hold 0.95 of the mass (the top-p
+    search runs within the top k); 2, 40 ties at the top and 300 ties below them in the first
+    slice (a region overflows: the cluster-wide search); 3, all equal; 4, only 30 positive
+    entries, NaN and inf among the rest; 5, p = 1 (no top-p filter); 6, one entry of 1/2 and
+    2^14 entries of 2^-15 with k = 1 and p = 1/2, so that the top-k set's mass equals joint's
+    goal exactly (the bounds cannot decide: the cluster-wide search); 7, k = 64 with five
+    entries at the top. Tokens equal the reference's."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    rows = 8
+    g = gen(73)
+    probs = make_probs(rows, vocab, seed=74)
+    head = torch.randperm(vocab, device=DEV, generator=g)[:10]
+    probs[1, head] = 0.95 / 10 * probs[1].sum() / 0.05
+    spots = torch.randperm(vocab, device=DEV, generator=g)[:340]
+    probs[2] = 1e-6 * torch.rand(vocab, device=DEV, generator=g)
+    probs[2, spots[:40]] = 0.02
+    probs[2, 100:400] = 0.01
+    probs[3] = 1.0
+    probs[4] = 0.0
+    probs[4, spots[:30]] = torch.rand(30, device=DEV, generator=g) + 0.1
+    probs[4, spots[30:35]] = NAN
+    probs[4, spots[35:40]] = float("inf")
+    probs[7, spots[:5]] = 0.2 * probs[7].sum()
+    probs = probs / probs.nan_to_num(0.0, 0.0, 0.0).sum(-1, keepdim=True)
+    # Row 6: 1/2, then 2^-15 +- j 2^-38 for j = 1..8192 (distinct, exact in float32, summing
+    # to 1/2 exactly), shuffled over the last 16384 places: no CTA's list overflows.
+    j = torch.arange(1, 8193, device=DEV, dtype=torch.float64) * 2.0**-38
+    tail = torch.cat([2.0**-15 + j, 2.0**-15 - j]).float()
+    probs[6] = 0.0
+    probs[6, 0] = 0.5
+    probs[6, vocab - 16384 :] = tail[torch.randperm(16384, device=DEV, generator=g)]
+    k = torch.tensor([50, 50, 50, 50, 50, 40, 1, 64], device=DEV, dtype=torch.int32)
+    p = torch.tensor([0.9, 0.9, 0.5, 0.9, 0.8, 1.0, 0.5, 0.9], device=DEV)
+    samplers = ("top_k_first", "joint")
+    assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 25, 9)
+
+
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
     """The output written from the level-0 list (fill, then the kept elements at their

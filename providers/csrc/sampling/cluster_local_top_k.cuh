@@ -60,14 +60,17 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
-// Rank 0: the token drawn from the list (keys as floats, 0 for an empty entry; positions),
-// which holds every key of the row's top-k set in row order. -1: nothing to draw.
-template <typename Sh>
+// The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.
+__device__ __forceinline__ LocalScope local_list_scope(const float* keys) {
+  return LocalScope(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
+}
+
+// Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
+// entry; positions); the list holds every key of the row's kept set in row order. -1:
+// nothing to draw.
 __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions, std::int64_t n,
-                                             std::int32_t k, const RowRandom& rng, Sh& sh) {
+                                             std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
-  const LocalScope list(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
-  const std::uint32_t min_key = local_top_k_key(list, k, sh);
   // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
   constexpr int kPerThread = kLocalListEntries / kSliceThreads;
   static_assert(kLocalListEntries % kSliceThreads == 0, "whole chunks per thread");
@@ -105,25 +108,86 @@ __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint3
   return found_token;
 }
 
-// The cluster-wide search and draw, as a call of its own: inlined, its registers made the
-// local path spill.
+// Rank 0, the two-search filters (top-k then top-p, joint): the kept set's smallest key found
+// in the list as prob_filter<kTwoSearches> finds it in the whole row. The top-k search over
+// the list gives the row's t_k and the mass of its set (every level-0 bin above t_k's is
+// whole in the list, and within t_k's bin the later levels count keys >= t_k only, as over
+// the row); the top-p search within that set is the row's too (keys below t_k take no part
+// in either). Joint mode's goal needs the row's total mass, the sum of level-0 bins each
+// floored as a whole, which no CTA has: `row_sum` (the slices' sums of their probabilities
+// in double) puts it within [lo, hi], and where a total in between could give another kept
+// set, `decided` is false (the caller then runs the cluster-wide search).
+struct ListFilter {
+  std::uint32_t min_key;
+  bool any;      // the row has a participant
+  bool decided;  // min_key is the whole row's answer
+};
+
 template <typename Sh>
-__device__ __noinline__ std::int64_t cluster_top_k_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
-                                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
-  return filtered_draw<FilterFamily::kOneSearch>(scope, n, f, row, rng, sh);
+__device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_t n, const FilterParams& f,
+                                             std::int64_t row, std::int32_t k, double row_sum, Sh& sh) {
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  const bool use_p = p < 1.f;  // as prob_filter: NaN or >= 1 filters nothing
+  std::uint32_t floor_key = 0u;
+  auto key_of = [&floor_key](float v) {
+    const std::uint32_t kk = prob_key(v);
+    return kk >= floor_key ? kk : 0u;
+  };
+  SearchTarget top_k{false, static_cast<std::uint64_t>(k), 0.f, 0, use_p};
+  top_k.want_top = true;
+  top_k.row_length = n;
+  const Threshold t = radix_threshold(list, key_of, top_k, sh);
+  if (t.top_bin == 0) return ListFilter{0u, false, true};
+  if (!use_p) return ListFilter{t.key, true, true};
+  const float fraction = fmaxf(p, 0.f);
+  const std::uint64_t mass_k = t.mass_ge;
+  std::uint64_t base_lo = mass_k, base_hi = mass_k;  // top-k then top-p: the goal is exact
+  if (f.mode == FilterMode::kJoint) {
+    // The total is at most the exact sum r of the probabilities in the masses' unit, and
+    // above r less one unit per level-0 bin (each floored once). Each slice summed at most
+    // 2^13 floats in double and rank 0 added eight sums: within r * 2^-39 of r.
+    const double r = ldexp(row_sum, 150 + t.mass_base);
+    const double slack = r * 0x1p-36;
+    base_hi = __double2ull_ru(r + slack);
+    base_lo = __double2ull_rd(fmax(r - slack - Sh::kBins, 1.0));
+    // prob_filter's test, mass_k >= mass_goal(p, total), for every total in [lo, hi].
+    if (mass_k < mass_goal(fraction, base_lo)) return ListFilter{t.key, true, true};
+    if (mass_k < mass_goal(fraction, base_hi)) return ListFilter{t.key, true, false};
+  }
+  floor_key = t.key;
+  SearchTarget top_p{true, 0, fraction, base_hi, true};
+  top_p.row_length = n;
+  const Threshold tp = radix_threshold(list, key_of, top_p, sh);
+  // A lower goal crosses the same bins at every level while the keys above the last one fall
+  // short of it (and a deeper level found no crossing for neither).
+  const bool decided = base_lo == base_hi || (tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin);
+  return ListFilter{max(tp.key, t.key), true, decided};
 }
 
-// The top-k draw of a cluster kernel (every CTA calls it, after its slice is loaded): the
-// token in rank 0, -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too
-// large for the list or a region overflows, filtered_draw's result (the cluster-wide search).
-template <typename Sh>
-__device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
-                                         std::int64_t row, const RowRandom& rng, Sh& sh) {
+// The cluster-wide search and draw, as a call of its own: inlined, its registers made the
+// local path spill.
+template <FilterFamily kFamily, typename Sh>
+__device__ __noinline__ std::int64_t cluster_wide_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
+                                                       std::int64_t row, const RowRandom& rng, Sh& sh) {
+  return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
+}
+
+// The top-k draw of a cluster kernel (every CTA calls it, after its slice is loaded), or with
+// kTwoSearches the draw of top-k then top-p and of joint top-k / top-p: the token in rank 0,
+// -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list,
+// a region overflows or rank 0 cannot decide the kept set from the list
+// (two_search_list_filter), filtered_draw's result (the cluster-wide search).
+template <bool kTwoSearches, typename Sh>
+__device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
+                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
+  constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
   __shared__ __align__(16) float list_keys[kLocalListEntries];
   __shared__ std::uint32_t list_positions[kLocalListEntries];
   __shared__ int overflowed[kSliceCtas];
+  __shared__ double slice_sums[kSliceCtas];  // joint: each slice's probabilities, summed
+  __shared__ int undecided;                  // kTwoSearches: rank 0's verdict, in every CTA
   const std::int32_t k = row_top_k(f, row);
-  if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_top_k_draw(scope, n, f, row, rng, sh);
+  if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const unsigned rank = cluster.block_rank();
   // Every peer must have started before anyone writes into it: arrive now, wait before the
@@ -134,6 +198,8 @@ __device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n
   cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
+  const bool sums = kTwoSearches && f.mode == FilterMode::kJoint;
+  double sum = 0.0;
   // The slice's keys >= t_c in row order: per trip of blockDim groups, a block scan of the
   // counts gives each thread its place.
   std::uint64_t listed = 0;
@@ -143,7 +209,11 @@ __device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n
     if (g < scope.groups) scope.load(g, v);
     std::uint32_t keep = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) keep |= (prob_key(v[j]) >= t_c ? 1u : 0u) << j;
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t key = prob_key(v[j]);
+      keep |= (key >= t_c ? 1u : 0u) << j;
+      if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+    }
     std::uint64_t trip_total;
     std::uint64_t at = listed + block_exclusive_scan(__popc(keep), &trip_total);
 #pragma unroll
@@ -158,6 +228,10 @@ __device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n
     listed += trip_total;
   }
   for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
+  if (sums) {
+    sum = block_reduce(sum, SumOp{}, 0.0);
+    if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
+  }
   if (threadIdx.x < kSliceCtas) {
     *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
   }
@@ -165,9 +239,30 @@ __device__ std::int64_t local_top_k_draw(const SliceScope& scope, std::int64_t n
   int any = 0;
 #pragma unroll
   for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
-  if (any) return cluster_top_k_draw(scope, n, f, row, rng, sh);
-  if (rank != 0) return -2;  // no CTA reads a peer from here on
-  return draw_from_local_list(list_keys, list_positions, n, k, rng, sh);
+  if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
+  if constexpr (!kTwoSearches) {
+    if (rank != 0) return -2;  // no CTA reads a peer from here on
+    return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
+  } else {
+    // Rank 0 decides; the others wait for its verdict, since an undecided row needs them all.
+    ListFilter kept{0u, false, true};
+    if (rank == 0) {
+      double row_sum = 0.0;
+#pragma unroll
+      for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
+      kept = two_search_list_filter(local_list_scope(list_keys), n, f, row, k, row_sum, sh);
+      if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&undecided, threadIdx.x) = kept.decided ? 0 : 1;
+    }
+    cluster.barrier_arrive();
+    if (rank == 0 && kept.decided) {
+      const std::int64_t token = kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
+      cluster.barrier_wait();
+      return token;
+    }
+    cluster.barrier_wait();
+    if (undecided) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
+    return -2;
+  }
 }
 
 }  // namespace detail

@@ -163,6 +163,12 @@ struct Threshold {
   // kHeadBound: the list (sh.gathered[w] keys in warp w's slice, with positions) holds every
   // key >= key, so an output pass can write the kept elements from it without reading the row.
   bool kept_listed = false;
+  // The mass of the keys above the last crossing bin found (mass_ge less that bin's), and
+  // whether a deeper level found no crossing (the bin then kept whole). With them a caller
+  // whose goal is known only within bounds can tell whether every goal between gives this
+  // key (cluster_local_top_k.cuh).
+  std::uint64_t mass_above = 0;
+  bool kept_whole_bin = false;
 };
 
 struct SearchTarget {
@@ -270,6 +276,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)
   std::uint32_t head_listed = 0;  // and this warp's list after the head
   bool kept_listed = false;       // and it holds the kept set (Threshold::kept_listed)
+  bool kept_whole_bin = false;  // Threshold::kept_whole_bin
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
@@ -401,7 +408,10 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // Every CTA of the scope now holds the crossing. None is found only where a deep bin's
     // floored mass exceeds the sum of its floored parts (a crossing more than S - 24 binades
     // below the largest probability); the prefix found so far is then kept (the whole bin).
-    if (!scope.publish_crossing(sh)) break;
+    if (!scope.publish_crossing(sh)) {
+      kept_whole_bin = true;
+      break;
+    }
     prefix |= sh.digit << shift;
     prefix_mask |= static_cast<std::uint32_t>(bins - 1) << shift;
     above_count = sh.above_count;
@@ -443,7 +453,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     }
   }
   return Threshold{prefix, above_count + bin_count, above_mass + bin_mass, all_mass, top_bin, base, segments_ready,
-                   kept_listed};
+                   kept_listed, above_mass, kept_whole_bin};
 }
 
 }  // namespace aotinfer::sampling

@@ -436,6 +436,14 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
              input.device);
       return;
     }
+#ifdef AOTINFER_LAB_LOCAL_JOINT
+    // Lab (session 31): the two-search filters from the same list (two_search_list_filter).
+    if (two_searches && p.vocab < kLocalTopKMaxVocab) {
+      finish(launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream), op,
+             input.device);
+      return;
+    }
+#endif
     finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
                         : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);

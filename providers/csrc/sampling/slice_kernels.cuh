@@ -47,9 +47,10 @@ __device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceR
 
 }  // namespace detail
 
-// sample_kernel for probabilities, one cluster per output row. kLocalTopK (top-k mode, rows
-// below kLocalTopKMaxVocab): cluster_local_top_k.cuh's draw, an instance of its own.
-template <bool kTwoSearches, bool kLocalTopK = false>
+// sample_kernel for probabilities, one cluster per output row. kLocalList (rows below
+// kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p and joint):
+// cluster_local_top_k.cuh's draw, an instance of its own.
+template <bool kTwoSearches, bool kLocalList = false>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -66,8 +67,8 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
                                                 detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
-    if constexpr (kLocalTopK) {
-      token = detail::local_top_k_draw(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+    if constexpr (kLocalList) {
+      token = detail::local_list_draw<kTwoSearches>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
     } else {
       token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
     }
