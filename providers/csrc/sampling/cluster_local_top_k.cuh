@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
+#include "../common/pdl.cuh"
 #include "filter_sample.cuh"
 #include "row_scope.cuh"
 
@@ -240,6 +241,11 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n,
 #pragma unroll
   for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
+#ifdef AOTINFER_LAB_EARLY_TRIGGER
+  // Lab (session 31): the next kernel may start launching while rank 0 searches and draws
+  // (it still waits for this grid's completion before reading anything).
+  pdl_launch_dependents();
+#endif
   if constexpr (!kTwoSearches) {
     if (rank != 0) return -2;  // no CTA reads a peer from here on
     return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
@@ -254,6 +260,9 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n,
       if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&undecided, threadIdx.x) = kept.decided ? 0 : 1;
     }
     cluster.barrier_arrive();
+    // The peers' part ends here unless rank 0 sends them back: let the next kernel launch
+    // as after the top-k draw (where they return at once).
+    if (rank != 0) pdl_launch_dependents();
     if (rank == 0 && kept.decided) {
       const std::int64_t token = kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
       cluster.barrier_wait();

@@ -436,7 +436,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
              input.device);
       return;
     }
-#ifdef AOTINFER_LAB_LOCAL_JOINT
+#if defined(AOTINFER_LAB_LOCAL_JOINT) || defined(AOTINFER_LAB_EARLY_TRIGGER)
     // Lab (session 31): the two-search filters from the same list (two_search_list_filter).
     if (two_searches && p.vocab < kLocalTopKMaxVocab) {
       finish(launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream), op,
