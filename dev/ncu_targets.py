@@ -5,7 +5,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
         python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
-        [cluster] [top-p] [joint]
+        [cluster] [top-p] [joint] [local]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
@@ -16,7 +16,8 @@ and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
 samplers at 1 x 32000 with FlashInfer's, and ("top-p") top-p sampling at 512 rows of 32000
 and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it), and
 ("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours only: the
-kernel whose speed moved against its instruction count in dev/NOTES.md item 60).
+kernel whose speed moved against its instruction count in dev/NOTES.md item 60), and
+("local") top-k and joint sampling at 16 x 32000 flat from the local top-k lists.
 """
 
 from __future__ import annotations
@@ -194,6 +195,29 @@ def joint_cases():
     return cases
 
 
+def local_list_cases():
+    """The cluster samplers that draw from the CTAs' local top-k lists
+    (cluster_local_top_k.cuh), 16 x 32000 flat with bench_sampling's parameters: top-k alone
+    and joint top-k / top-p, whose difference (about 4.5 us in dev/NOTES.md item 63's A/B)
+    is the joint path's own cost."""
+    from bench_sampling import TOP_K, TOP_P, make_probs
+
+    s = aotinfer.sampling
+    kw = dict(seed=1, offset=0)
+    probs = make_probs(16, 32000, False, 0)
+    joint = s.top_k_top_p_sampling_from_probs
+    return [
+        (
+            f"aotinfer top-k {TOP_K} 16x32000",
+            lambda: s.top_k_sampling_from_probs(probs, TOP_K, **kw),
+        ),
+        (
+            f"aotinfer joint top-k {TOP_K} top-p {TOP_P} 16x32000",
+            lambda: joint(probs, TOP_K, TOP_P, filter_apply_order="joint", **kw),
+        ),
+    ]
+
+
 def renorm_cases():
     """The renormalisation / masking goal shape: 128 x 128256, bench_sampling's rows."""
     from bench_sampling import make_probs
@@ -231,6 +255,8 @@ def main():
         cases += top_p_cases(try_import_flashinfer())
     if "joint" in want:
         cases += joint_cases()
+    if "local" in want:
+        cases += local_list_cases()
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()

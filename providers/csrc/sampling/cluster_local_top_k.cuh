@@ -17,6 +17,14 @@
 // peaked; 15.1 -> 12.9 us flat), batch 16 0.838 / 0.842; but vocab 128256 1.032-1.062 (16032
 // elements a slice: the local search's three passes and the listing pass cost more there than
 // the cluster levels they replace), so the launcher keeps it below 65536.
+//
+// Top-k then top-p, and joint top-k / top-p (session 31, dev/NOTES.md item 63), draw from the
+// same list: the top-p set within the top-k set is found in the list too
+// (two_search_list_filter). Joint's goal is a fraction of the row's total mass, which rank 0
+// bounds from the slices' sums; a row whose kept set those bounds cannot decide goes back to
+// the cluster-wide search. Joint at 16 x 32000: 0.89x on peaked rows, 1.045x on flat ones;
+// at one row 1.02-1.04x, so the launcher runs it from two rows on
+// (history/ab-sampling-local-joint-*.txt).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -24,7 +32,6 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
-#include "../common/pdl.cuh"
 #include "filter_sample.cuh"
 #include "row_scope.cuh"
 
@@ -241,11 +248,6 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n,
 #pragma unroll
   for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
-#ifdef AOTINFER_LAB_EARLY_TRIGGER
-  // Lab (session 31): the next kernel may start launching while rank 0 searches and draws
-  // (it still waits for this grid's completion before reading anything).
-  pdl_launch_dependents();
-#endif
   if constexpr (!kTwoSearches) {
     if (rank != 0) return -2;  // no CTA reads a peer from here on
     return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
@@ -260,9 +262,6 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n,
       if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&undecided, threadIdx.x) = kept.decided ? 0 : 1;
     }
     cluster.barrier_arrive();
-    // The peers' part ends here unless rank 0 sends them back: let the next kernel launch
-    // as after the top-k draw (where they return at once).
-    if (rank != 0) pdl_launch_dependents();
     if (rank == 0 && kept.decided) {
       const std::int64_t token = kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
       cluster.barrier_wait();

@@ -436,14 +436,16 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
              input.device);
       return;
     }
-#if defined(AOTINFER_LAB_LOCAL_JOINT) || defined(AOTINFER_LAB_EARLY_TRIGGER)
-    // Lab (session 31): the two-search filters from the same list (two_search_list_filter).
-    if (two_searches && p.vocab < kLocalTopKMaxVocab) {
+    // The two-search filters from the same list where more than one row is drawn
+    // (two_search_list_filter). Measured at vocab 32000 (history/ab-sampling-local-joint-*):
+    // joint at 16 rows 0.89x on peaked rows (where some row's top-p search is likely and the
+    // list spares its three cluster-barrier levels), 1.045x on flat ones; at one row 1.02x /
+    // 1.04x (flat / peaked), so a single row keeps the cluster-wide searches.
+    if (two_searches && p.vocab < kLocalTopKMaxVocab && batch > 1) {
       finish(launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream), op,
              input.device);
       return;
     }
-#endif
     finish(two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
                         : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream),
            op, input.device);
