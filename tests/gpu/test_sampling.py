@@ -403,6 +403,20 @@ def test_top_k_samplers_on_ordered_rows(order, threads, vocab, monkeypatch):
     assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 21, 6)
 
 
+def crowd_rows(probs, spots, g):
+    """Rows 2-4 of the cluster list tests (`spots`: 340 random places): 2, 40 ties at the top at
+    random places and 300 ties below them in the first slice, over the caller's small rest
+    (its region of rank 0's list overflows); 3, all equal; 4, only 30 positive entries, with
+    NaN and inf among the rest."""
+    probs[2, spots[:40]] = 0.02
+    probs[2, 100:400] = 0.01
+    probs[3] = 1.0
+    probs[4] = 0.0
+    probs[4, spots[:30]] = torch.rand(30, device=DEV, generator=g) + 0.1
+    probs[4, spots[30:35]] = NAN
+    probs[4, spots[35:40]] = float("inf")
+
+
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
     """The cluster top-k sampler (slice_kernels.cuh; below vocab 65536 each CTA lists its
@@ -420,13 +434,7 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
     probs[1:3] = 1e-6 * torch.rand(2, vocab, device=DEV, generator=g)
     probs[1, :60] = 0.01 + 0.01 * torch.rand(60, device=DEV, generator=g)
     spots = torch.randperm(vocab, device=DEV, generator=g)[:340]
-    probs[2, spots[:40]] = 0.02
-    probs[2, 100:400] = 0.01
-    probs[3] = 1.0
-    probs[4] = 0.0
-    probs[4, spots[:30]] = torch.rand(30, device=DEV, generator=g) + 0.1
-    probs[4, spots[30:35]] = NAN
-    probs[4, spots[35:40]] = float("inf")
+    crowd_rows(probs, spots, g)
     probs = probs / probs.nan_to_num(0.0, 0.0, 0.0).sum(-1, keepdim=True)
     k = torch.tensor([50, 50, 50, 50, 50, 65, 64, 1], device=DEV, dtype=torch.int32)
     assert_samplers_match_reference(("top_k",), probs, k, 0.9, 0.1, many(rows, 16), 23, 8)
@@ -441,9 +449,10 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, mo
     search runs within the top k); 2, 40 ties at the top and 300 ties below them in the first
     slice (a region overflows: the cluster-wide search); 3, all equal; 4, only 30 positive
     entries, NaN and inf among the rest; 5, p = 1 (no top-p filter); 6, one entry of 1/2 and
-    2^14 entries of 2^-15 with k = 1 and p = 1/2, so that the top-k set's mass equals joint's
-    goal exactly (the bounds cannot decide: the cluster-wide search); 7, k = 64 with five
-    entries at the top. Tokens equal the reference's."""
+    2^14 distinct entries near 2^-15 that sum to 1/2 exactly, with k = 1 and p = 1/2, so that
+    the top-k set's mass equals joint's goal exactly (the bounds cannot decide: the
+    cluster-wide search); 7, k = 64 with five entries at the top. Tokens equal the
+    reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     rows = 8
     g = gen(73)
@@ -452,13 +461,7 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, mo
     probs[1, head] = 0.95 / 10 * probs[1].sum() / 0.05
     spots = torch.randperm(vocab, device=DEV, generator=g)[:340]
     probs[2] = 1e-6 * torch.rand(vocab, device=DEV, generator=g)
-    probs[2, spots[:40]] = 0.02
-    probs[2, 100:400] = 0.01
-    probs[3] = 1.0
-    probs[4] = 0.0
-    probs[4, spots[:30]] = torch.rand(30, device=DEV, generator=g) + 0.1
-    probs[4, spots[30:35]] = NAN
-    probs[4, spots[35:40]] = float("inf")
+    crowd_rows(probs, spots, g)
     probs[7, spots[:5]] = 0.2 * probs[7].sum()
     probs = probs / probs.nan_to_num(0.0, 0.0, 0.0).sum(-1, keepdim=True)
     # Row 6: 1/2, then 2^-15 +- j 2^-38 for j = 1..8192 (distinct, exact in float32, summing
