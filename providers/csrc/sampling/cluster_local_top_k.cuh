@@ -153,7 +153,8 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_
   if (f.mode == FilterMode::kJoint) {
     // The total is at most the exact sum r of the probabilities in the masses' unit, and
     // above r less one unit per level-0 bin (each floored once). Each slice summed at most
-    // 2^13 floats in double and rank 0 added eight sums: within r * 2^-39 of r.
+    // 2^13 floats in double and rank 0 added eight sums: within r * 2^-39 of r, which the
+    // slack of r * 2^-36 covers eightfold.
     const double r = ldexp(row_sum, 150 + t.mass_base);
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);
@@ -167,7 +168,8 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_
   top_p.row_length = n;
   const Threshold tp = radix_threshold(list, key_of, top_p, sh);
   // A lower goal crosses the same bins at every level while the keys above the last one fall
-  // short of it (and a deeper level found no crossing for neither).
+  // short of it, unless the search ended on a level without a crossing (a lower goal may find
+  // one there).
   const bool decided = base_lo == base_hi || (tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin);
   return ListFilter{max(tp.key, t.key), true, decided};
 }

@@ -276,7 +276,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
   int head_units = 0;             // kHeadBound: level 0 lists (head_bound_list.cuh)
   std::uint32_t head_listed = 0;  // and this warp's list after the head
   bool kept_listed = false;       // and it holds the kept set (Threshold::kept_listed)
-  bool kept_whole_bin = false;  // Threshold::kept_whole_bin
+  bool kept_whole_bin = false;    // a level found no crossing (Threshold::kept_whole_bin)
   std::uint32_t prefix = 0, prefix_mask = 0;
   std::uint64_t above_count = 0, above_mass = 0, bin_count = 0, bin_mass = 0, all_mass = 0;
   std::uint64_t goal = target.count;
