@@ -116,6 +116,39 @@ __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint3
   return found_token;
 }
 
+#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
+// Lab (session 31, dev/NOTES.md item 63): rank 0 alone settles a row the bounds leave
+// undecided, with the row's total mass exactly as a search's level 0 sums it (each level-0
+// bin's mantissa sum shifted once into the masses' unit `base`), read from the row `x` in
+// global memory. The peers then need no verdict: they leave after the list exchange, as in
+// the top-k sampler.
+template <typename Sh>
+__device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_t n, int base, Sh& sh) {
+  __syncthreads();  // the list searches' last reads of sh are done
+  for (int i = threadIdx.x; i <= Sh::kBins; i += blockDim.x) {
+    sh.count[i] = 0;  // (count has the sink bin kBins)
+    if (i < Sh::kBins) {
+      sh.mass_lo[i] = 0;
+      sh.mass_hi[i] = 0;
+    }
+  }
+  __syncthreads();
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const std::uint32_t key = prob_key(x[i]);
+    add_to_level0(sh, key, key >> Sh::shift(0), true);
+  }
+  __syncthreads();
+  std::uint64_t own = 0;
+  for (int b = threadIdx.x; b < Sh::kBins; b += blockDim.x) {
+    const std::uint32_t field = Sh::exponent_field(static_cast<std::uint32_t>(b));
+    std::uint64_t sum = (static_cast<std::uint64_t>(sh.mass_hi[b]) << 12) + sh.mass_lo[b];
+    if (field > 0) sum += static_cast<std::uint64_t>(sh.count[b]) << 23;  // the implicit bits
+    own += shifted_mass(sum, static_cast<int>(field > 0 ? field : 1) + base);
+  }
+  return block_reduce(own, SumOp{}, std::uint64_t{0});
+}
+#endif
+
 // Rank 0, the two-search filters (top-k then top-p, joint): the kept set's smallest key found
 // in the list as prob_filter<kTwoSearches> finds it in the whole row. The top-k search over
 // the list gives the row's t_k and the mass of its set (every level-0 bin above t_k's is
@@ -132,8 +165,9 @@ struct ListFilter {
 };
 
 template <typename Sh>
-__device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_t n, const FilterParams& f,
-                                             std::int64_t row, std::int32_t k, double row_sum, Sh& sh) {
+__device__ ListFilter two_search_list_filter(const LocalScope& list, const float* x, std::int64_t n,
+                                             const FilterParams& f, std::int64_t row, std::int32_t k, double row_sum,
+                                             Sh& sh) {
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const bool use_p = p < 1.f;  // as prob_filter: NaN or >= 1 filters nothing
   std::uint32_t floor_key = 0u;
@@ -159,6 +193,13 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);
     base_lo = __double2ull_rd(fmax(r - slack - Sh::kBins, 1.0));
+#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
+    // Where the bounds cannot decide the test below, the exact total instead (rare: the
+    // interval is about 2^-35 of the total wide); the top-p search's own check likewise.
+    if (mass_k >= mass_goal(fraction, base_lo) && mass_k < mass_goal(fraction, base_hi)) {
+      base_lo = base_hi = exact_row_mass(x, n, t.mass_base, sh);
+    }
+#endif
     // prob_filter's test, mass_k >= mass_goal(p, total), for every total in [lo, hi].
     if (mass_k < mass_goal(fraction, base_lo)) return ListFilter{t.key, true, true};
     if (mass_k < mass_goal(fraction, base_hi)) return ListFilter{t.key, true, false};
@@ -166,11 +207,18 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, std::int64_
   floor_key = t.key;
   SearchTarget top_p{true, 0, fraction, base_hi, true};
   top_p.row_length = n;
-  const Threshold tp = radix_threshold(list, key_of, top_p, sh);
+  Threshold tp = radix_threshold(list, key_of, top_p, sh);
   // A lower goal crosses the same bins at every level while the keys above the last one fall
   // short of it, unless the search ended on a level without a crossing (a lower goal may find
   // one there).
-  const bool decided = base_lo == base_hi || (tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin);
+  bool decided = base_lo == base_hi || (tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin);
+#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
+  if (!decided) {
+    top_p.mass_base = exact_row_mass(x, n, t.mass_base, sh);
+    tp = radix_threshold(list, key_of, top_p, sh);
+    decided = true;
+  }
+#endif
   return ListFilter{max(tp.key, t.key), true, decided};
 }
 
@@ -188,8 +236,8 @@ __device__ __noinline__ std::int64_t cluster_wide_draw(const SliceScope& scope, 
 // a region overflows or rank 0 cannot decide the kept set from the list
 // (two_search_list_filter), filtered_draw's result (the cluster-wide search).
 template <bool kTwoSearches, typename Sh>
-__device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
-                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
+__device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x, std::int64_t n,
+                                        const FilterParams& f, std::int64_t row, const RowRandom& rng, Sh& sh) {
   constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
   __shared__ __align__(16) float list_keys[kLocalListEntries];
   __shared__ std::uint32_t list_positions[kLocalListEntries];
@@ -254,13 +302,21 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, std::int64_t n,
     if (rank != 0) return -2;  // no CTA reads a peer from here on
     return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
   } else {
+#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
+    if (rank != 0) return -2;  // rank 0 settles every row alone (exact_row_mass)
+    double row_sum = 0.0;
+#pragma unroll
+    for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
+    const ListFilter settled = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
+    return settled.any ? draw_from_local_list(list_keys, list_positions, n, settled.min_key, rng) : -1;
+#endif
     // Rank 0 decides; the others wait for its verdict, since an undecided row needs them all.
     ListFilter kept{0u, false, true};
     if (rank == 0) {
       double row_sum = 0.0;
 #pragma unroll
       for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
-      kept = two_search_list_filter(local_list_scope(list_keys), n, f, row, k, row_sum, sh);
+      kept = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
       if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&undecided, threadIdx.x) = kept.decided ? 0 : 1;
     }
     cluster.barrier_arrive();

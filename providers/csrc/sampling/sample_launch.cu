@@ -441,7 +441,12 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // joint at 16 rows 0.89x on peaked rows (where some row's top-p search is likely and the
     // list spares its three cluster-barrier levels), 1.045x on flat ones; at one row 1.02x /
     // 1.04x (flat / peaked), so a single row keeps the cluster-wide searches.
-    if (two_searches && p.vocab < kLocalTopKMaxVocab && batch > 1) {
+#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
+    const bool one_row_too = true;  // lab: is the list path without the verdict faster at one row too?
+#else
+    const bool one_row_too = false;
+#endif
+    if (two_searches && p.vocab < kLocalTopKMaxVocab && (batch > 1 || one_row_too)) {
       finish(launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream), op,
              input.device);
       return;

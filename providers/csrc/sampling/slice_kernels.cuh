@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
                                                 detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
     if constexpr (kLocalList) {
-      token = detail::local_list_draw<kTwoSearches>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+      token = detail::local_list_draw<kTwoSearches>(scope, p.input + row * p.row_stride, n, p.filter, row,
+                                                    p.random.for_row(b, 0), sh);
     } else {
       token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
     }
