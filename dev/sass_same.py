@@ -7,7 +7,7 @@ cubin does not matter).
 
 Each build is REV[:MACRO[,MACRO...]]: REV a git revision, or "." for the working tree, and
 the lab macros it was measured with; its providers/csrc is compiled as dev/sass_sizes.py
-compiles (sm_90a).
+compiles (sm_90a; its -lineinfo leaves the code as the wheel's: checked in session 31).
 
     python dev/sass_same.py SOURCE.cu BUILD REFERENCE [REFERENCE...] [--kernels REGEX]
     python dev/sass_same.py providers/csrc/sampling/sample_launch.cu . \\
@@ -34,8 +34,9 @@ INTERNAL = re.compile(r"__internal_\d+_")
 def kernels(text: str) -> Dict[str, List[str]]:
     """nvdisasm text -> {function: its instructions}, branch targets written as one label
     (their numbers follow the function's place in the cubin; the code around them is
-    compared, and offsets are not), helpers without their number and the function's own
-    name as SELF."""
+    compared, and offsets are not), helpers without their number, the function's own name
+    as SELF and runs of blanks as one (nvdisasm pads an annotation such as SpillRefill to the
+    cubin's longest line, which other kernels' names set: session 31)."""
     found: Dict[str, List[str]] = {}
     body, name = None, ""
     for line in text.splitlines():
@@ -49,7 +50,7 @@ def kernels(text: str) -> Dict[str, List[str]]:
             # A return names its own function: written as SELF, so that instances whose names
             # differ (same_code) compare by code alone.
             code = INTERNAL.sub("__internal_", LABEL.sub("L", m.group(2)))
-            body.append(code.replace(name, "SELF"))
+            body.append(" ".join(code.replace(name, "SELF").split()))
     return found
 
 
