@@ -240,7 +240,8 @@ def test_sass_loops_finds_each_backward_branch_and_counts_its_body():
 
 def test_sass_same_names_the_builds_whose_code_a_kernel_has():
     """dev/sass_same.py: kernels compare by instruction text with branch labels renumbered
-    (a kernel's place in the cubin changes them); a kernel no reference has is listed too."""
+    (a kernel's place in the cubin changes them) and runs of blanks folded; a kernel no
+    reference has is listed too."""
     import sys
 
     sys.path.insert(0, str(ROOT / "dev"))
@@ -259,3 +260,12 @@ def test_sass_same_names_the_builds_whose_code_a_kernel_has():
         ("_Z2k2Pj", ["default"])
     ]
     assert sass_same.matches(build, {"default": refs["default"]}, "kPj")[0] == ("_Z1kPj", [])
+
+    # nvdisasm pads an annotation to the cubin's longest line (other kernels' names set it):
+    # the blanks do not count, the text does.
+    def spill(pad, reg="RZ"):
+        line = f"STL [R1], {reg}" + " " * pad + '(*"SpillRefill"*)'
+        return f"        .text._Z1sPj:\n        /*0000*/                   {line} ;\n"
+
+    assert sass_same.kernels(spill(3)) == sass_same.kernels(spill(40))
+    assert sass_same.kernels(spill(3)) != sass_same.kernels(spill(3, "R2"))
