@@ -21,10 +21,13 @@
 // Top-k then top-p, and joint top-k / top-p (session 31, dev/NOTES.md item 63), draw from the
 // same list: the top-p set within the top-k set is found in the list too
 // (two_search_list_filter). Joint's goal is a fraction of the row's total mass, which rank 0
-// bounds from the slices' sums; a row whose kept set those bounds cannot decide goes back to
-// the cluster-wide search. Joint at 16 x 32000: 0.89x on peaked rows, 1.045x on flat ones;
-// at one row 1.02-1.04x, so the launcher runs it from two rows on
-// (history/ab-sampling-local-joint-*.txt).
+// bounds from the slices' sums; a row whose kept set those bounds cannot decide, rank 0 sums
+// exactly from the row in global memory (session 32: before, it sent the cluster back to the
+// cluster-wide search, so every peer waited for its verdict). Joint at 16 x 32000 against
+// the cluster-wide search: 0.87x on peaked rows, 1.005x on flat ones (0.897 / 1.044 with the
+// verdict, times 0.968 / 0.963 without it); at one row 1.012x (peaked, without the verdict;
+// 1.014x / 1.040x flat / peaked with it), so the launcher runs it from two rows on
+// (history/ab-sampling-local-joint-*.txt, ab-sampling-joint-no-verdict-*).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -116,12 +119,12 @@ __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint3
   return found_token;
 }
 
-#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
-// Lab (session 31, dev/NOTES.md item 63): rank 0 alone settles a row the bounds leave
-// undecided, with the row's total mass exactly as a search's level 0 sums it (each level-0
-// bin's mantissa sum shifted once into the masses' unit `base`), read from the row `x` in
-// global memory. The peers then need no verdict: they leave after the list exchange, as in
-// the top-k sampler.
+// Rank 0, joint mode, a row the slices' sums leave undecided (two_search_list_filter): the
+// row's total mass exactly as a search's level 0 sums it (each level-0 bin's mantissa sum
+// shifted once into the masses' unit `base`), read from the row `x` in global memory. Rank 0
+// settles such a row alone, so the peers leave after the list exchange as in the top-k
+// sampler (session 32, dev/NOTES.md item 64: 0.96-0.97x against sending them a verdict and
+// searching cluster-wide).
 template <typename Sh>
 __device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_t n, int base, Sh& sh) {
   __syncthreads();  // the list searches' last reads of sh are done
@@ -147,7 +150,6 @@ __device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_
   }
   return block_reduce(own, SumOp{}, std::uint64_t{0});
 }
-#endif
 
 // Rank 0, the two-search filters (top-k then top-p, joint): the kept set's smallest key found
 // in the list as prob_filter<kTwoSearches> finds it in the whole row. The top-k search over
@@ -156,12 +158,12 @@ __device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_
 // the row); the top-p search within that set is the row's too (keys below t_k take no part
 // in either). Joint mode's goal needs the row's total mass, the sum of level-0 bins each
 // floored as a whole, which no CTA has: `row_sum` (the slices' sums of their probabilities
-// in double) puts it within [lo, hi], and where a total in between could give another kept
-// set, `decided` is false (the caller then runs the cluster-wide search).
+// in double) puts it within [lo, hi]; only where a total in between could give another kept
+// set does rank 0 sum it exactly from the row `x` (exact_row_mass; rare, the interval is
+// about 2^-35 of the total wide). `any` is false where the row has no participant.
 struct ListFilter {
   std::uint32_t min_key;
-  bool any;      // the row has a participant
-  bool decided;  // min_key is the whole row's answer
+  bool any;
 };
 
 template <typename Sh>
@@ -179,8 +181,8 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, const float
   top_k.want_top = true;
   top_k.row_length = n;
   const Threshold t = radix_threshold(list, key_of, top_k, sh);
-  if (t.top_bin == 0) return ListFilter{0u, false, true};
-  if (!use_p) return ListFilter{t.key, true, true};
+  if (t.top_bin == 0) return ListFilter{0u, false};
+  if (!use_p) return ListFilter{t.key, true};
   const float fraction = fmaxf(p, 0.f);
   const std::uint64_t mass_k = t.mass_ge;
   std::uint64_t base_lo = mass_k, base_hi = mass_k;  // top-k then top-p: the goal is exact
@@ -193,16 +195,11 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, const float
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);
     base_lo = __double2ull_rd(fmax(r - slack - Sh::kBins, 1.0));
-#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
-    // Where the bounds cannot decide the test below, the exact total instead (rare: the
-    // interval is about 2^-35 of the total wide); the top-p search's own check likewise.
+    // prob_filter's test, mass_k >= mass_goal(p, total), where the bounds disagree on it.
     if (mass_k >= mass_goal(fraction, base_lo) && mass_k < mass_goal(fraction, base_hi)) {
       base_lo = base_hi = exact_row_mass(x, n, t.mass_base, sh);
     }
-#endif
-    // prob_filter's test, mass_k >= mass_goal(p, total), for every total in [lo, hi].
-    if (mass_k < mass_goal(fraction, base_lo)) return ListFilter{t.key, true, true};
-    if (mass_k < mass_goal(fraction, base_hi)) return ListFilter{t.key, true, false};
+    if (mass_k < mass_goal(fraction, base_lo)) return ListFilter{t.key, true};
   }
   floor_key = t.key;
   SearchTarget top_p{true, 0, fraction, base_hi, true};
@@ -210,16 +207,12 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, const float
   Threshold tp = radix_threshold(list, key_of, top_p, sh);
   // A lower goal crosses the same bins at every level while the keys above the last one fall
   // short of it, unless the search ended on a level without a crossing (a lower goal may find
-  // one there).
-  bool decided = base_lo == base_hi || (tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin);
-#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
-  if (!decided) {
+  // one there). Otherwise the search again with the exact total.
+  if (base_lo != base_hi && !(tp.mass_above < mass_goal(fraction, base_lo) && !tp.kept_whole_bin)) {
     top_p.mass_base = exact_row_mass(x, n, t.mass_base, sh);
     tp = radix_threshold(list, key_of, top_p, sh);
-    decided = true;
   }
-#endif
-  return ListFilter{max(tp.key, t.key), true, decided};
+  return ListFilter{max(tp.key, t.key), true};
 }
 
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
@@ -232,9 +225,8 @@ __device__ __noinline__ std::int64_t cluster_wide_draw(const SliceScope& scope, 
 
 // The top-k draw of a cluster kernel (every CTA calls it, after its slice is loaded), or with
 // kTwoSearches the draw of top-k then top-p and of joint top-k / top-p: the token in rank 0,
-// -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list,
-// a region overflows or rank 0 cannot decide the kept set from the list
-// (two_search_list_filter), filtered_draw's result (the cluster-wide search).
+// -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list
+// or a region overflows, filtered_draw's result (the cluster-wide search).
 template <bool kTwoSearches, typename Sh>
 __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x, std::int64_t n,
                                         const FilterParams& f, std::int64_t row, const RowRandom& rng, Sh& sh) {
@@ -243,7 +235,6 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   __shared__ std::uint32_t list_positions[kLocalListEntries];
   __shared__ int overflowed[kSliceCtas];
   __shared__ double slice_sums[kSliceCtas];  // joint: each slice's probabilities, summed
-  __shared__ int undecided;                  // kTwoSearches: rank 0's verdict, in every CTA
   const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -298,36 +289,15 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
 #pragma unroll
   for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
+  if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    if (rank != 0) return -2;  // no CTA reads a peer from here on
     return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
   } else {
-#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
-    if (rank != 0) return -2;  // rank 0 settles every row alone (exact_row_mass)
     double row_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
-    const ListFilter settled = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
-    return settled.any ? draw_from_local_list(list_keys, list_positions, n, settled.min_key, rng) : -1;
-#endif
-    // Rank 0 decides; the others wait for its verdict, since an undecided row needs them all.
-    ListFilter kept{0u, false, true};
-    if (rank == 0) {
-      double row_sum = 0.0;
-#pragma unroll
-      for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
-      kept = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
-      if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&undecided, threadIdx.x) = kept.decided ? 0 : 1;
-    }
-    cluster.barrier_arrive();
-    if (rank == 0 && kept.decided) {
-      const std::int64_t token = kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
-      cluster.barrier_wait();
-      return token;
-    }
-    cluster.barrier_wait();
-    if (undecided) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
-    return -2;
+    const ListFilter kept = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
+    return kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
   }
 }
 

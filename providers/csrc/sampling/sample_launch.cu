@@ -432,17 +432,12 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Below vocab 65536 each CTA lists its own top k into rank 0 in one exchange
     // (cluster_local_top_k.cuh): for top-k, and for the two-search filters where more than one
-    // row is drawn. Measured at vocab 32000 (history/ab-sampling-local-joint-*): joint at 16
-    // rows 0.89x on peaked rows (where some row's top-p search is likely and the list spares
-    // its three cluster-barrier levels), 1.045x on flat ones; at one row 1.02x / 1.04x (flat /
-    // peaked), so a single row keeps the cluster-wide searches.
-#ifdef AOTINFER_LAB_JOINT_NO_VERDICT
-    const bool one_row_too = true;  // lab: is the list path without the verdict faster at one row too?
-#else
-    const bool one_row_too = false;
-#endif
-    const bool local_list = p.vocab < kLocalTopKMaxVocab &&
-                            (filter.mode == FilterMode::kTopK || (two_searches && (batch > 1 || one_row_too)));
+    // row is drawn. Measured at vocab 32000 (history/ab-sampling-local-joint-*,
+    // ab-sampling-joint-no-verdict-*): joint at 16 rows 0.87x on peaked rows (where some row's
+    // top-p search is likely and the list spares its three cluster-barrier levels), 1.005x on
+    // flat ones; at one row 1.012x (peaked), so a single row keeps the cluster-wide searches.
+    const bool local_list =
+        p.vocab < kLocalTopKMaxVocab && (filter.mode == FilterMode::kTopK || (two_searches && batch > 1));
     cudaError_t err;
     if (local_list) {
       err = two_searches ? launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream)
