@@ -71,6 +71,24 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
+// A CTA's bound t_c for its list: every key of its slice's top k is >= t_c. Without the lab,
+// the slice's k-th largest key (a three-level search, stopping early as radix_threshold
+// does). Lab AOTINFER_LAB_LOCAL_BOUND (session 32, dev/NOTES.md item 64): the search also
+// stops at the first level where the keys >= the crossing bin's lowest fit the CTA's region
+// (the bound is then that lowest key, below the k-th largest), sparing peaked slices levels 1
+// and 2 and flat ones level 2.
+template <typename Scope, typename Sh>
+__device__ std::uint32_t local_list_bound(const Scope& scope, std::int32_t k, Sh& sh) {
+#ifdef AOTINFER_LAB_LOCAL_BOUND
+  auto key_of = [](float v) { return prob_key(v); };
+  SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, false};
+  target.enough = kLocalListRegion;
+  return radix_threshold(scope, key_of, target, sh).key;
+#else
+  return local_top_k_key(scope, k, sh);
+#endif
+}
+
 // The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.
 __device__ __forceinline__ LocalScope local_list_scope(const float* keys) {
   return LocalScope(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
@@ -243,7 +261,7 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   // first remote write (the local search runs in between).
   cluster.barrier_arrive();
   const LocalScope slice(scope.s, scope.groups, scope.first);
-  const std::uint32_t t_c = max(local_top_k_key(slice, k, sh), 1u);  // 0: every participant
+  const std::uint32_t t_c = max(local_list_bound(slice, k, sh), 1u);  // 0: every participant
   cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;

@@ -436,8 +436,13 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // ab-sampling-joint-no-verdict-*): joint at 16 rows 0.87x on peaked rows (where some row's
     // top-p search is likely and the list spares its three cluster-barrier levels), 1.005x on
     // flat ones; at one row 1.012x (peaked), so a single row keeps the cluster-wide searches.
-    const bool local_list =
-        p.vocab < kLocalTopKMaxVocab && (filter.mode == FilterMode::kTopK || (two_searches && batch > 1));
+#ifdef AOTINFER_LAB_LOCAL_BOUND_ONE_ROW
+    const bool one_row_too = true;  // lab (item 64): with the slice bound, does one row gain too?
+#else
+    const bool one_row_too = false;
+#endif
+    const bool local_list = p.vocab < kLocalTopKMaxVocab &&
+                            (filter.mode == FilterMode::kTopK || (two_searches && (batch > 1 || one_row_too)));
     cudaError_t err;
     if (local_list) {
       err = two_searches ? launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream)
