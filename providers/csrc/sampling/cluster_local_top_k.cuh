@@ -2,32 +2,34 @@
 // 62): one cluster-wide exchange instead of a cluster-wide search.
 //
 // The cluster kernels' search levels each cost cluster barriers (~4.5 us a level at batch 1
-// against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds the top-k
-// threshold t_c of its own slice with block barriers only (ties kept) and lists its keys
-// >= t_c, in row order, into its region of rank 0's list. That union holds every key of the
-// row's top-k set: a key x >= t_k (the row's k-th largest) has fewer than k larger keys in
-// the row, so fewer than k in its slice, so x >= t_c. Rank 0 then finds t_k in the list
-// (the same k-th largest key) and draws from it: the list is in row order and holds every
-// kept key, so the inverse CDF over it (the same integer masses, the same target) gives the
-// token the whole row would. A region that overflows (ties: k values crowd a slice) sends
-// every CTA back to the cluster-wide search.
+// against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds a bound t_c at
+// most the k-th largest key of its own slice with block barriers only (local_list_bound) and
+// lists its keys >= t_c, in row order, into its region of rank 0's list. That union holds
+// every key of the row's top-k set: a key x >= t_k (the row's k-th largest) has fewer than k
+// larger keys in the row, so fewer than k in its slice, so x >= t_c. Rank 0 then finds t_k in
+// the list (the same k-th largest key: the list is a part of the row that holds its top k)
+// and draws from it: the list is in row order and holds every kept key, so the inverse CDF
+// over it (the same integer masses, the same target) gives the token the whole row would. A
+// region that overflows (ties: k values crowd a slice) sends every CTA back to the
+// cluster-wide search.
 //
 // Measured against the cluster-wide search (A B A B, graph us; history/
 // ab-sampling-cluster-local-top-k-063f4e1fa.txt): vocab 32000, batch 1 0.857 / 0.874 (flat /
-// peaked; 15.1 -> 12.9 us flat), batch 16 0.838 / 0.842; but vocab 128256 1.032-1.062 (16032
-// elements a slice: the local search's three passes and the listing pass cost more there than
-// the cluster levels they replace), so the launcher keeps it below 65536.
+// peaked; 15.1 -> 12.9 us flat), batch 16 0.838 / 0.842, with t_c the slice's exact k-th
+// largest key; but vocab 128256 1.032-1.062 (16032 elements a slice: the local search's three
+// passes and the listing pass cost more there than the cluster levels they replace), so the
+// launcher keeps it below 65536. Since session 32 the local search stops as soon as its bound
+// fits the region: 0.83-0.85x more at vocab 32000 (top-k 1 x 32000 peaked 13.2 -> 10.9 us).
 //
-// Top-k then top-p, and joint top-k / top-p (session 31, dev/NOTES.md item 63), draw from the
-// same list: the top-p set within the top-k set is found in the list too
+// Top-k then top-p, and joint top-k / top-p (session 31, dev/NOTES.md items 63-64), draw from
+// the same list: the top-p set within the top-k set is found in the list too
 // (two_search_list_filter). Joint's goal is a fraction of the row's total mass, which rank 0
 // bounds from the slices' sums; a row whose kept set those bounds cannot decide, rank 0 sums
-// exactly from the row in global memory (session 32: before, it sent the cluster back to the
-// cluster-wide search, so every peer waited for its verdict). Joint at 16 x 32000 against
-// the cluster-wide search: 0.87x on peaked rows, 1.005x on flat ones (0.897 / 1.044 with the
-// verdict, times 0.968 / 0.963 without it); at one row 1.012x (peaked, without the verdict;
-// 1.014x / 1.040x flat / peaked with it), so the launcher runs it from two rows on
-// (history/ab-sampling-local-joint-*.txt, ab-sampling-joint-no-verdict-*).
+// exactly from the row in global memory (session 32: before, the whole cluster went back to
+// the cluster-wide search, every peer waiting for rank 0's verdict). Joint at 16 x 32000
+// against the cluster-wide search, the three A/Bs multiplied: 0.77x peaked, 0.89x flat; at
+// one row 0.90x (history/ab-sampling-local-joint-*.txt, ab-sampling-joint-no-verdict-*,
+// ab-sampling-local-bound-*).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -71,22 +73,18 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
   return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
 }
 
-// A CTA's bound t_c for its list: every key of its slice's top k is >= t_c. Without the lab,
-// the slice's k-th largest key (a three-level search, stopping early as radix_threshold
-// does). Lab AOTINFER_LAB_LOCAL_BOUND (session 32, dev/NOTES.md item 64): the search also
-// stops at the first level where the keys >= the crossing bin's lowest fit the CTA's region
-// (the bound is then that lowest key, below the k-th largest), sparing peaked slices levels 1
-// and 2 and flat ones level 2.
+// A CTA's bound t_c for its list: at most its slice's k-th largest key, so every key of its
+// slice's top k is >= t_c. The search stops at the first level where the keys >= the
+// crossing bin's lowest fit the CTA's region (t_c is then that lowest key), which spares
+// peaked slices levels 1 and 2 and flat ones level 2 (session 32, dev/NOTES.md item 64:
+// 0.83-0.85x for top-k at 1 and 16 x 32000, 0.88-0.89x for joint at 16 x 32000, against
+// the slice's exact k-th largest key; history/ab-sampling-local-bound-*.txt).
 template <typename Scope, typename Sh>
 __device__ std::uint32_t local_list_bound(const Scope& scope, std::int32_t k, Sh& sh) {
-#ifdef AOTINFER_LAB_LOCAL_BOUND
   auto key_of = [](float v) { return prob_key(v); };
   SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, false};
   target.enough = kLocalListRegion;
   return radix_threshold(scope, key_of, target, sh).key;
-#else
-  return local_top_k_key(scope, k, sh);
-#endif
 }
 
 // The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.

@@ -26,10 +26,6 @@
 
 #include <cstdint>
 
-#if defined(AOTINFER_LAB_LOCAL_BOUND_ONE_ROW) && !defined(AOTINFER_LAB_LOCAL_BOUND)
-#define AOTINFER_LAB_LOCAL_BOUND  // the one-row lab measures the slice bound at one row too
-#endif
-
 #include "../common/block_reduce.cuh"
 #include "fixed_point.cuh"
 #include "gather.cuh"
@@ -189,12 +185,10 @@ struct SearchTarget {
   // samplers: the count search's before); listed keys below list_floor take no part.
   bool from_list = false;
   std::uint32_t list_floor = 0;
-#ifdef AOTINFER_LAB_LOCAL_BOUND
-  // Lab (session 32, dev/NOTES.md item 64): a count search may also stop once the keys >= the
-  // crossing bin's lowest number at most `enough` (any bound at most the k-th largest key
-  // serves the caller: cluster_local_top_k.cuh's slice bound). 0: no such stop.
+  // A count search may also stop once the keys >= the crossing bin's lowest number at most
+  // `enough`, its key then that lowest key (for a caller that needs only a bound at most the
+  // k-th largest key: cluster_local_top_k.cuh's local_list_bound). 0: no such stop.
   std::uint64_t enough = 0;
-#endif
 };
 
 // What the gather pass did (the same in every thread).
@@ -449,9 +443,8 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
         (bin_count == 1 || (!target.by_mass && above_count + bin_count == goal))) {
       break;
     }
-#ifdef AOTINFER_LAB_LOCAL_BOUND
+    // (`enough > 0` first, so that searches without it compile to the code they had.)
     if (target.enough > 0 && !target.by_mass && level < 2 && above_count + bin_count <= target.enough) break;
-#endif
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with a
     // quarter to spare: each warp fills its own slice, about bin_count / warps of it (a warp
     // whose slice overflows drops the list). At half rather than 3/4, flat top-p at 512 x

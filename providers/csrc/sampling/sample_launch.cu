@@ -431,18 +431,11 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Below vocab 65536 each CTA lists its own top k into rank 0 in one exchange
-    // (cluster_local_top_k.cuh): for top-k, and for the two-search filters where more than one
-    // row is drawn. Measured at vocab 32000 (history/ab-sampling-local-joint-*,
-    // ab-sampling-joint-no-verdict-*): joint at 16 rows 0.87x on peaked rows (where some row's
-    // top-p search is likely and the list spares its three cluster-barrier levels), 1.005x on
-    // flat ones; at one row 1.012x (peaked), so a single row keeps the cluster-wide searches.
-#ifdef AOTINFER_LAB_LOCAL_BOUND_ONE_ROW
-    const bool one_row_too = true;  // lab (item 64): with the slice bound, does one row gain too?
-#else
-    const bool one_row_too = false;
-#endif
-    const bool local_list = p.vocab < kLocalTopKMaxVocab &&
-                            (filter.mode == FilterMode::kTopK || (two_searches && (batch > 1 || one_row_too)));
+    // (cluster_local_top_k.cuh): for top-k and for the two-search filters, at any batch. At
+    // one row joint ran 0.90x against the cluster-wide searches once each CTA's list bound
+    // stopped early (history/ab-sampling-local-bound-one-row-164b10a2b.txt; 1.01-1.04x before,
+    // when one row kept the cluster-wide searches).
+    const bool local_list = p.vocab < kLocalTopKMaxVocab && (filter.mode == FilterMode::kTopK || two_searches);
     cudaError_t err;
     if (local_list) {
       err = two_searches ? launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream)
