@@ -43,7 +43,15 @@
 namespace aotinfer::sampling {
 
 // Rows from this length on keep the cluster-wide search (measured slower there, above).
+#ifdef AOTINFER_LAB_LIST_LARGE_VOCAB
+// Lab (session 32, dev/NOTES.md item 64): with the early-stopping bound, do the lists pay at
+// 128256 too? Up to 2^18: the slice (2^15 floats, 128 KB) and the list kernels' ~38 KB of
+// static shared memory fit the H200's 227 KB, and joint's slack below holds for 2^15-float
+// slices.
+constexpr std::int64_t kLocalTopKMaxVocab = 262144;
+#else
 constexpr std::int64_t kLocalTopKMaxVocab = 65536;
+#endif
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
 constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
@@ -205,8 +213,8 @@ __device__ ListFilter two_search_list_filter(const LocalScope& list, const float
   if (f.mode == FilterMode::kJoint) {
     // The total is at most the exact sum r of the probabilities in the masses' unit, and
     // above r less one unit per level-0 bin (each floored once). Each slice summed at most
-    // 2^13 floats in double and rank 0 added eight sums: within r * 2^-39 of r, which the
-    // slack of r * 2^-36 covers eightfold.
+    // 2^13 floats in double (2^15 below vocab 2^18) and rank 0 added eight sums: within
+    // r * 2^-39 (2^-37) of r, which the slack of r * 2^-36 covers eightfold (twofold).
     const double r = ldexp(row_sum, 150 + t.mass_base);
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);
