@@ -419,14 +419,13 @@ def crowd_rows(probs, spots, g):
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
-    """The cluster top-k sampler (slice_kernels.cuh; below vocab 65536 each CTA lists its
-    slice's top k into rank 0, which draws from that list: cluster_local_top_k.cuh; at 128256
-    the cluster-wide search) on rows that test such a list: 0, random; 1, the 60 largest all
-    in the first CTA's slice; 2, 40 ties at the top at random positions and 300 ties below
-    them in the first slice (its region of 128 entries overflows: back to the cluster-wide
-    search); 3, all equal; 4, only 30 positive entries (fewer than k: keep them all), with
-    NaN and inf among the rest; 5, k = 65 and 6, k = 64 (beyond and at the list's limit of
-    half a region); 7, k = 1. Tokens equal the reference's."""
+    """The cluster top-k sampler (slice_kernels.cuh; each CTA lists its slice's top k into rank
+    0, which draws from that list: cluster_local_top_k.cuh) on rows that test such a list: 0,
+    random; 1, the 60 largest all in the first CTA's slice; 2, 40 ties at the top at random
+    positions and 300 ties below them in the first slice (its region of 128 entries overflows:
+    back to the cluster-wide search); 3, all equal; 4, only 30 positive entries (fewer than k:
+    keep them all), with NaN and inf among the rest; 5, k = 65 and 6, k = 64 (beyond and at the
+    list's limit of half a region); 7, k = 1. Tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     rows = 8
     g = gen(71)
@@ -442,17 +441,16 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
 def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, monkeypatch):
-    """Top-k then top-p and joint top-k / top-p in the cluster kernels (below vocab 65536
-    rank 0 decides the kept set from the CTAs' lists of their own top k, and joint's goal from
-    bounds on the row's total mass: cluster_local_top_k.cuh's two_search_list_filter). Rows:
-    0, random (joint keeps the top-k set); 1, ten entries hold 0.95 of the mass (the top-p
-    search runs within the top k); 2, 40 ties at the top and 300 ties below them in the first
-    slice (a region overflows: the cluster-wide search); 3, all equal; 4, only 30 positive
-    entries, NaN and inf among the rest; 5, p = 1 (no top-p filter); 6, one entry of 1/2 and
-    2^14 distinct entries near 2^-15 that sum to 1/2 exactly, with k = 1 and p = 1/2, so that
-    the top-k set's mass equals joint's goal exactly (the bounds cannot decide: rank 0 sums
-    the row's mass exactly, exact_row_mass); 7, k = 64 with five entries at the top. Tokens equal the
-    reference's."""
+    """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
+    set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
+    mass: cluster_local_top_k.cuh's two_search_list_filter). Rows: 0, random (joint keeps the
+    top-k set); 1, ten entries hold 0.95 of the mass (the top-p search runs within the top k);
+    2, 40 ties at the top and 300 ties below them in the first slice (a region overflows: the
+    cluster-wide search); 3, all equal; 4, only 30 positive entries, NaN and inf among the rest;
+    5, p = 1 (no top-p filter); 6, one entry of 1/2 and 2^14 distinct entries near 2^-15 that
+    sum to 1/2 exactly, with k = 1 and p = 1/2, so that the top-k set's mass equals joint's goal
+    exactly (the bounds cannot decide: rank 0 sums the row's mass exactly, exact_row_mass); 7, k
+    = 64 with five entries at the top. Tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     rows = 8
     g = gen(73)

@@ -18,8 +18,11 @@
 // peaked; 15.1 -> 12.9 us flat), batch 16 0.838 / 0.842, with t_c the slice's exact k-th
 // largest key; but vocab 128256 1.032-1.062 (16032 elements a slice: the local search's three
 // passes and the listing pass cost more there than the cluster levels they replace), so the
-// launcher keeps it below 65536. Since session 32 the local search stops as soon as its bound
-// fits the region: 0.83-0.85x more at vocab 32000 (top-k 1 x 32000 peaked 13.2 -> 10.9 us).
+// path served only rows below 65536 until session 32 (dev/NOTES.md item 64). Then the local
+// search learned to stop as soon as its bound fits the region: 0.83-0.85x more at vocab 32000
+// (top-k 1 x 32000 peaked 13.2 -> 10.9 us), and the path now pays at 128256 too: top-k
+// 0.87-0.90x, joint 0.87-0.94x against the cluster-wide search at 1 and 16 rows
+// (history/ab-sampling-local-bound-*.txt, ab-sampling-list-large-vocab-ddd57aea0.txt).
 //
 // Top-k then top-p, and joint top-k / top-p (session 31, dev/NOTES.md items 63-64), draw from
 // the same list: the top-p set within the top-k set is found in the list too
@@ -42,16 +45,13 @@
 
 namespace aotinfer::sampling {
 
-// Rows from this length on keep the cluster-wide search (measured slower there, above).
-#ifdef AOTINFER_LAB_LIST_LARGE_VOCAB
-// Lab (session 32, dev/NOTES.md item 64): with the early-stopping bound, do the lists pay at
-// 128256 too? Up to 2^18: the slice (2^15 floats, 128 KB) and the list kernels' ~38 KB of
-// static shared memory fit the H200's 227 KB, and joint's slack below holds for 2^15-float
-// slices.
+// Rows from this length on keep the cluster-wide search. Up to 2^18, joint's slack
+// (two_search_list_filter) holds for the slices' 2^15 floats; the launcher also checks that
+// the slice fits beside the list kernels' static shared memory (kLocalListStaticSmem).
 constexpr std::int64_t kLocalTopKMaxVocab = 262144;
-#else
-constexpr std::int64_t kLocalTopKMaxVocab = 65536;
-#endif
+// The list kernels' static shared memory: RadixShared, the list (8 KB) and scratch (37.9 KB
+// at sm_90a, ptxas -v), rounded up.
+constexpr std::int64_t kLocalListStaticSmem = 40 * 1024;
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
 constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;

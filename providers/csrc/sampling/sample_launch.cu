@@ -106,15 +106,21 @@ constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) an
 
 std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
 
+int shared_memory_limit(int device, const char* op) {
+  int limit = 0;
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&limit, device), op, device);
+  return limit;
+}
+
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const char* pin = std::getenv("AOTINFER_SAMPLING_KERNEL");
   const std::string want = pin ? pin : "";
   if (!want.empty() && want != "rowwise" && want != "cluster" && want != "auto")
     fail_argument("AOTINFER_SAMPLING_KERNEL must be rowwise, cluster or auto, got '" + want + "'");
   if (want == "rowwise" || vocab == 0) return false;
-  int major = 0, smem_limit = 0, sms = 0;
+  int major = 0, sms = 0;
   finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&smem_limit, device), op, device);
+  const int smem_limit = shared_memory_limit(device, op);
   finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
   if (major < 9 || slice_groups(vocab) * 16 + kSliceStaticSmem > smem_limit) return false;
   // Measured on an H200 (dev/sweep_sampling.py, vocab 128256): at batch 1 the clusters take
@@ -430,12 +436,13 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
-    // Below vocab 65536 each CTA lists its own top k into rank 0 in one exchange
-    // (cluster_local_top_k.cuh): for top-k and for the two-search filters, at any batch. At
-    // one row joint ran 0.90x against the cluster-wide searches once each CTA's list bound
-    // stopped early (history/ab-sampling-local-bound-one-row-164b10a2b.txt; 1.01-1.04x before,
-    // when one row kept the cluster-wide searches).
-    const bool local_list = p.vocab < kLocalTopKMaxVocab && (filter.mode == FilterMode::kTopK || two_searches);
+    // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
+    // top-k and for the two-search filters, at any batch, where the slice fits beside the list
+    // kernels' static shared memory. At one row joint ran 0.90x against the cluster-wide
+    // searches once each CTA's list bound stopped early (history/ab-sampling-local-bound-one-
+    // row-164b10a2b.txt; 1.01-1.04x before, when one row kept the cluster-wide searches).
+    const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
+                            slice_groups(p.vocab) * 16 + kLocalListStaticSmem <= shared_memory_limit(input.device, op);
     cudaError_t err;
     if (local_list) {
       err = two_searches ? launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream)
