@@ -449,8 +449,8 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, mo
     cluster-wide search); 3, all equal; 4, only 30 positive entries, NaN and inf among the rest;
     5, p = 1 (no top-p filter); 6, one entry of 1/2 and 2^14 distinct entries near 2^-15 that
     sum to 1/2 exactly, with k = 1 and p = 1/2, so that the top-k set's mass equals joint's goal
-    exactly (the bounds cannot decide: rank 0 sums the row's mass exactly, exact_row_mass); 7, k
-    = 64 with five entries at the top. Tokens equal the reference's."""
+    exactly (the bounds cannot decide: rank 0 sums the row's mass exactly, exact_row_mass);
+    7, k = 64 with five entries at the top. Tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     rows = 8
     g = gen(73)
