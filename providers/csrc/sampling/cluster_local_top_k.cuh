@@ -3,7 +3,7 @@
 //
 // The cluster kernels' search levels each cost cluster barriers (~4.5 us a level at batch 1
 // against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds a bound t_c at
-// most the k-th largest key of its own slice with block barriers only (local_list_bound) and
+// most the k-th largest key of its own slice with block barriers only (local_top_k_key) and
 // lists its keys >= t_c, in row order, into its region of rank 0's list. That union holds
 // every key of the row's top-k set: a key x >= t_k (the row's k-th largest) has fewer than k
 // larger keys in the row, so fewer than k in its slice, so x >= t_c. Rank 0 then finds t_k in
@@ -75,23 +75,13 @@ struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
 namespace detail {
 
 // The top-k threshold key of a scope's probabilities by count (0: fewer than k take part).
+// With `enough` (SearchTarget::enough) a bound instead, at most that key: the search stops at
+// the first level where the keys >= the crossing bin's lowest number at most `enough`.
 template <typename Scope, typename Sh>
-__device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh& sh) {
-  auto key_of = [](float v) { return prob_key(v); };
-  return radix_threshold(scope, key_of, SearchTarget{false, static_cast<std::uint64_t>(k), 0.f, 0, false}, sh).key;
-}
-
-// A CTA's bound t_c for its list: at most its slice's k-th largest key, so every key of its
-// slice's top k is >= t_c. The search stops at the first level where the keys >= the
-// crossing bin's lowest fit the CTA's region (t_c is then that lowest key), which spares
-// peaked slices levels 1 and 2 and flat ones level 2 (session 32, dev/NOTES.md item 64:
-// 0.83-0.85x for top-k at 1 and 16 x 32000, 0.88-0.89x for joint at 16 x 32000, against
-// the slice's exact k-th largest key; history/ab-sampling-local-bound-*.txt).
-template <typename Scope, typename Sh>
-__device__ std::uint32_t local_list_bound(const Scope& scope, std::int32_t k, Sh& sh) {
+__device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh& sh, std::uint64_t enough = 0) {
   auto key_of = [](float v) { return prob_key(v); };
   SearchTarget target{false, static_cast<std::uint64_t>(k), 0.f, 0, false};
-  target.enough = kLocalListRegion;
+  target.enough = enough;
   return radix_threshold(scope, key_of, target, sh).key;
 }
 
@@ -267,7 +257,11 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   // first remote write (the local search runs in between).
   cluster.barrier_arrive();
   const LocalScope slice(scope.s, scope.groups, scope.first);
-  const std::uint32_t t_c = max(local_list_bound(slice, k, sh), 1u);  // 0: every participant
+  // t_c need only be at most the slice's k-th largest key with at most a region's keys above
+  // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
+  // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
+  // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
+  const std::uint32_t t_c = max(local_top_k_key(slice, k, sh, kLocalListRegion), 1u);  // 0: every participant
   cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;

@@ -187,7 +187,7 @@ struct SearchTarget {
   std::uint32_t list_floor = 0;
   // A count search may also stop once the keys >= the crossing bin's lowest number at most
   // `enough`, its key then that lowest key (for a caller that needs only a bound at most the
-  // k-th largest key: cluster_local_top_k.cuh's local_list_bound). 0: no such stop.
+  // k-th largest key: cluster_local_top_k.cuh's list bound). 0: no such stop.
   std::uint64_t enough = 0;
 };
 
