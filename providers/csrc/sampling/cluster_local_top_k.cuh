@@ -70,6 +70,9 @@ struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
   using SharedGroups::local_groups;
   using SharedGroups::next_pass_descending;
   using SharedGroups::whole_local_groups;
+#ifdef AOTINFER_LAB_LIST_WARP_FINISH
+  static constexpr bool kFinishesInWarp = true;  // radix_threshold.cuh's finish_in_warp
+#endif
 };
 
 namespace detail {
