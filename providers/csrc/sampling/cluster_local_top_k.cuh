@@ -70,8 +70,12 @@ struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
   using SharedGroups::local_groups;
   using SharedGroups::next_pass_descending;
   using SharedGroups::whole_local_groups;
-#ifdef AOTINFER_LAB_LIST_WARP_FINISH
-  static constexpr bool kFinishesInWarp = true;  // radix_threshold.cuh's finish_in_warp
+  // Count searches end in one warp once a crossing bin holds at most 32 keys (radix_threshold.cuh's
+  // finish_in_warp). AOTINFER_LAB_NO_WARP_FINISH: the levels instead (session 33's A/B).
+#ifdef AOTINFER_LAB_NO_WARP_FINISH
+  static constexpr bool kFinishesInWarp = false;
+#else
+  static constexpr bool kFinishesInWarp = true;
 #endif
 };
 

@@ -244,10 +244,10 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
   return GatherResult{listed, listed && fuse};
 }
 
-#ifdef AOTINFER_LAB_LIST_WARP_FINISH
-// Whether a scope's searches end in one warp once a crossing bin holds at most 32 keys: the
-// scopes one CTA holds whole in shared memory (Scope::kFinishesInWarp, cluster_local_top_k.cuh's
-// LocalScope: a list or a slice), where listing a bin's keys costs a pass over shared memory.
+// Whether a scope's count searches end in one warp once a crossing bin holds at most 32 keys
+// (finish_in_warp): the scopes one CTA holds whole in shared memory (Scope::kFinishesInWarp:
+// cluster_local_top_k.cuh's LocalScope, a CTA's slice or rank 0's list), where listing a bin's
+// keys is a pass over shared memory.
 template <typename Scope, typename = void>
 struct FinishesInWarp {
   static constexpr bool value = false;
@@ -256,28 +256,24 @@ template <typename Scope>
 struct FinishesInWarp<Scope, decltype(void(Scope::kFinishesInWarp))> {
   static constexpr bool value = Scope::kFinishesInWarp;
 };
-template <typename Scope>
-__host__ __device__ constexpr bool finishes_in_warp() {
-  return FinishesInWarp<Scope>::value;
-}
 
-// The end of radix_threshold where the crossing bin (the keys matching `prefix` under
-// `prefix_mask`) holds at most 32 keys, in a scope one CTA holds whole: the key a search's
-// remaining levels would find, with the same counts and masses. One pass lists the bin's keys
-// into shared memory; warp 0 gives each its count (and mantissa sum) of bin keys >= it, so
-// the exact key is the largest whose running count (mass) reaches the goal. Masses only where
-// the bin's shift is exact (shift >= 0): a level's bins then add up to their parts, as these
-// per-key sums assume (the caller checks). Three block barriers against the six or so of each
-// level it replaces.
+// The end of a count search (radix_threshold) whose crossing bin (the keys matching `prefix`
+// under `prefix_mask`) holds at most 32 keys, in a scope one CTA holds whole: the key and
+// count its remaining levels would find. One pass lists the bin's keys into shared memory,
+// and warp 0 counts for each the bin's keys >= it: the key is the largest whose count, with
+// the `above` keys of higher bins, reaches the goal. Three block barriers where a level has
+// about six. Session 33 (dev/NOTES.md item 65): top-k sampling 0.89-0.92x at 1 and 16 x
+// 32000 (history/ab-sampling-list-warp-finish-02393fc01.txt). Searches with masses keep their
+// levels: finishing them too (mantissa sums per key, where the bin's shift is exact) made the
+// joint sampler 1.00-1.05x, its list kernel spilling more.
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold finish_in_warp(const Scope& scope, KeyFn key_of, std::uint32_t prefix, std::uint32_t prefix_mask,
-                                    bool by_mass, bool masses, std::uint64_t goal, std::uint64_t above_count,
-                                    std::uint64_t above_mass, int shift, Threshold partial, Sh& sh) {
+                                    std::uint64_t goal, std::uint64_t above, Threshold partial, Sh& sh) {
   // Its own shared memory, so that RadixShared (every kernel's layout) stays as it was.
   __shared__ std::uint32_t bin_keys[32];
   __shared__ int listed;
   if (threadIdx.x == 0) listed = 0;
-  __syncthreads();
+  __syncthreads();  // (the crossing's readers of sh are done too: warp 0 writes sh.digit below)
   scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -290,42 +286,29 @@ __device__ Threshold finish_in_warp(const Scope& scope, KeyFn key_of, std::uint3
   });
   __syncthreads();
   if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const std::uint32_t mine = lane < min(listed, 32) ? bin_keys[lane] : 0u;
-    std::uint64_t ge_count = 0, ge_mantissas = 0, gt_mantissas = 0;
+    const std::uint32_t mine = static_cast<int>(threadIdx.x) < min(listed, 32) ? bin_keys[threadIdx.x] : 0u;
+    std::uint32_t ge = 0;  // the bin's keys >= mine
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       const std::uint32_t other = __shfl_sync(0xFFFFFFFFu, mine, j);
-      if (other != 0u && other >= mine) {
-        const std::uint32_t m = FixedPointScale::mantissa(other);
-        ++ge_count;
-        ge_mantissas += m;
-        if (other > mine) gt_mantissas += m;
-      }
+      ge += (other != 0u && other >= mine) ? 1u : 0u;
     }
-    const std::uint64_t ge_mass = masses ? above_mass + (ge_mantissas << shift) : 0;
-    const bool reaches = mine != 0u && (by_mass ? ge_mass >= goal : above_count + ge_count >= goal);
+    const bool reaches = mine != 0u && above + ge >= goal;
     std::uint32_t key = reaches ? mine : 0u;
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));
-    // The bin reaches the goal (it is the crossing bin), so some key does; its lowest lane
-    // records it.
-    const unsigned at_key = __ballot_sync(0xFFFFFFFFu, mine == key && reaches);
-    if (lane == __ffs(at_key) - 1) {
+    // The crossing bin reaches the goal, so some key does; the lowest lane holding it records it.
+    const unsigned holders = __ballot_sync(0xFFFFFFFFu, reaches && mine == key);
+    if (static_cast<int>(threadIdx.x) == __ffs(holders) - 1) {
       sh.digit = key;
-      sh.above_count = above_count + ge_count;
-      sh.above_mass = ge_mass;
-      sh.bin_mass = masses ? above_mass + (gt_mantissas << shift) : 0;
+      sh.above_count = above + ge;
     }
   }
   __syncthreads();
   partial.key = sh.digit;
   partial.count_ge = sh.above_count;
-  partial.mass_ge = sh.above_mass;
-  partial.mass_above = sh.bin_mass;
   return partial;
 }
-#endif
 
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
@@ -528,17 +511,12 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     }
     // (`enough > 0` first, so that searches without it compile to the code they had.)
     if (target.enough > 0 && !target.by_mass && level < 2 && above_count + bin_count <= target.enough) break;
-#ifdef AOTINFER_LAB_LIST_WARP_FINISH
-    if (finishes_in_warp<Scope>() && level < 2 && bin_count <= 32) {
-      const std::uint32_t field = prefix >> 23;  // the crossing bin's exponent field
-      const int bin_shift = static_cast<int>(field > 0 ? field : 1) + base;
-      if (!masses || bin_shift >= 0) {
-        return finish_in_warp(scope, key_of, prefix, prefix_mask, target.by_mass, masses, goal, above_count,
-                              above_mass, bin_shift,
-                              Threshold{prefix, 0, 0, all_mass, top_bin, base, false, false, 0, false}, sh);
+    if constexpr (FinishesInWarp<Scope>::value) {
+      if (!masses && level < 2 && bin_count <= 32) {
+        return finish_in_warp(scope, key_of, prefix, prefix_mask, goal, above_count,
+                              Threshold{prefix, 0, 0, all_mass, top_bin, base}, sh);
       }
     }
-#endif
     // Levels 1 and 2 read the crossing bin from shared memory when it fits there, with a
     // quarter to spare: each warp fills its own slice, about bin_count / warps of it (a warp
     // whose slice overflows drops the list). At half rather than 3/4, flat top-p at 512 x
