@@ -49,3 +49,12 @@ def test_renorm_below_half_the_copy_bandwidth_and_slow_batch_1_miss():
     )
     assert any("renorm / mask" in x and "missed" in x and "40.0%" in x for x in lines)
     assert any("batch 1" in x and "missed, 0 of 1" in x for x in lines)
+
+
+def test_batch_1_judged_on_each_cases_best_round_with_every_round_reported():
+    fast = dict(row("top_k_sampling", batch=1, eager=52.0), eager_rounds_us=[52.0, 31.0, 45.0])
+    slow = dict(row("top_p_sampling", batch=1, eager=47.0), eager_rounds_us=[47.0, 44.0, 41.0])
+    fast["eager_best_us"], slow["eager_best_us"] = 31.0, 41.0
+    line = [x for x in goal_summary([fast, slow]) if "batch 1" in x][0]
+    assert "missed, 1 of 2 entries within it (slowest 41.0 us)" in line
+    assert "best of 3 rounds; round by round 0 / 1 / 0 of 2" in line

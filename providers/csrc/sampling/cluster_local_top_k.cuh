@@ -59,6 +59,12 @@ constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Groups of floats in shared memory (a CTA's slice, or rank 0's list of keys) with the
 // block-level reductions of RowScope: a search over them needs no cluster barrier.
+// kFinish: count searches end in one warp once a crossing bin holds at most 32 keys
+// (radix_threshold.cuh's finish_in_warp; session 33, dev/NOTES.md item 65): the top-k sampler's
+// (0.91-0.95x at 1 and 16 x 32000). The two-search kernels keep the levels: there the finish
+// served only the slices' searches and cost the list kernel spills, 1.01-1.03x
+// (history/ab-sampling-no-warp-finish-d9e359b7e.txt).
+template <bool kFinish>
 struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
   __device__ LocalScope(const float4* data, std::int64_t count, std::int64_t first_group)
       : RowScope<float, GatherMode::kOff, false>(nullptr, 4 * count), SharedGroups{data, count, first_group} {}
@@ -70,13 +76,7 @@ struct LocalScope : RowScope<float, GatherMode::kOff, false>, SharedGroups {
   using SharedGroups::local_groups;
   using SharedGroups::next_pass_descending;
   using SharedGroups::whole_local_groups;
-  // Count searches end in one warp once a crossing bin holds at most 32 keys (radix_threshold.cuh's
-  // finish_in_warp). AOTINFER_LAB_NO_WARP_FINISH: the levels instead (session 33's A/B).
-#ifdef AOTINFER_LAB_NO_WARP_FINISH
-  static constexpr bool kFinishesInWarp = false;
-#else
-  static constexpr bool kFinishesInWarp = true;
-#endif
+  static constexpr bool kFinishesInWarp = kFinish;
 };
 
 namespace detail {
@@ -93,8 +93,9 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
 }
 
 // The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.
-__device__ __forceinline__ LocalScope local_list_scope(const float* keys) {
-  return LocalScope(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
+template <bool kFinish>
+__device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* keys) {
+  return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
 }
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
@@ -188,7 +189,7 @@ struct ListFilter {
 };
 
 template <typename Sh>
-__device__ ListFilter two_search_list_filter(const LocalScope& list, const float* x, std::int64_t n,
+__device__ ListFilter two_search_list_filter(const LocalScope<false>& list, const float* x, std::int64_t n,
                                              const FilterParams& f, std::int64_t row, std::int32_t k, double row_sum,
                                              Sh& sh) {
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
@@ -263,7 +264,12 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   // Every peer must have started before anyone writes into it: arrive now, wait before the
   // first remote write (the local search runs in between).
   cluster.barrier_arrive();
-  const LocalScope slice(scope.s, scope.groups, scope.first);
+#ifdef AOTINFER_LAB_JOINT_SLICE_FINISH
+  // Lab: the two-search kernels' slices finish in one warp too (their list searches not).
+  const LocalScope<true> slice(scope.s, scope.groups, scope.first);
+#else
+  const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
+#endif
   // t_c need only be at most the slice's k-th largest key with at most a region's keys above
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
@@ -316,12 +322,12 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope(list_keys), k, sh), rng);
+    return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope<true>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
-    const ListFilter kept = two_search_list_filter(local_list_scope(list_keys), x, n, f, row, k, row_sum, sh);
+    const ListFilter kept = two_search_list_filter(local_list_scope<false>(list_keys), x, n, f, row, k, row_sum, sh);
     return kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
   }
 }

@@ -245,9 +245,9 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
 }
 
 // Whether a scope's count searches end in one warp once a crossing bin holds at most 32 keys
-// (finish_in_warp): the scopes one CTA holds whole in shared memory (Scope::kFinishesInWarp:
-// cluster_local_top_k.cuh's LocalScope, a CTA's slice or rank 0's list), where listing a bin's
-// keys is a pass over shared memory.
+// (finish_in_warp): scopes one CTA holds whole in shared memory (Scope::kFinishesInWarp:
+// cluster_local_top_k.cuh's LocalScope<true>, a CTA's slice or rank 0's list), where listing a
+// bin's keys is a pass over shared memory.
 template <typename Scope, typename = void>
 struct FinishesInWarp {
   static constexpr bool value = false;
@@ -262,10 +262,11 @@ struct FinishesInWarp<Scope, decltype(void(Scope::kFinishesInWarp))> {
 // count its remaining levels would find. One pass lists the bin's keys into shared memory,
 // and warp 0 counts for each the bin's keys >= it: the key is the largest whose count, with
 // the `above` keys of higher bins, reaches the goal. Three block barriers where a level has
-// about six. Session 33 (dev/NOTES.md item 65): top-k sampling 0.89-0.92x at 1 and 16 x
-// 32000 (history/ab-sampling-list-warp-finish-02393fc01.txt). Searches with masses keep their
+// about six. Session 33 (dev/NOTES.md item 65): the top-k sampler 0.91-0.95x at 1 and 16 x
+// 32000 (history/ab-sampling-no-warp-finish-d9e359b7e.txt). Searches with masses keep their
 // levels: finishing them too (mantissa sums per key, where the bin's shift is exact) made the
-// joint sampler 1.00-1.05x, its list kernel spilling more.
+// joint sampler 1.00-1.05x, its list kernel spilling more
+// (history/ab-sampling-list-warp-finish-02393fc01.txt).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ Threshold finish_in_warp(const Scope& scope, KeyFn key_of, std::uint32_t prefix, std::uint32_t prefix_mask,
                                     std::uint64_t goal, std::uint64_t above, Threshold partial, Sh& sh) {
