@@ -234,8 +234,9 @@ def main() -> None:
         cols,
         notes="*_us: eager calls (host time included, default generator), median of CUDA-event "
         f"timings over rotating inputs; eager_best_us (batch 1): the best of {EAGER_ROUNDS} such "
-        "medians, rounds minutes apart (every round is in the JSON's eager_rounds_us); graph_us / fi_graph_us: per-call time in a CUDA graph of "
-        ">= 10 calls over the rotating inputs (explicit seed and offset; no launch latency). "
+        "medians, rounds minutes apart (every round is in the JSON's eager_rounds_us); "
+        "graph_us / fi_graph_us: per-call time in a CUDA graph of >= 10 calls over the "
+        "rotating inputs (explicit seed and offset; no launch latency). "
         f"top_p={TOP_P}, top_k={TOP_K}, min_p={MIN_P}. vs_* = baseline time / aotinfer time."
         + "\n\nIssue #3's goals (benchmarks/sampling_goals.py):\n\n"
         + "\n".join(goal_summary(rows)),
