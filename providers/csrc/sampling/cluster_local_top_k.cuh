@@ -51,7 +51,11 @@ namespace aotinfer::sampling {
 constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 // The list kernels' static shared memory: RadixShared, the list (8 KB) and scratch (37.9 KB
 // at sm_90a, ptxas -v), rounded up.
+#ifdef AOTINFER_LAB_SLICE_CTAS_16
+constexpr std::int64_t kLocalListStaticSmem = 48 * 1024;  // a list of 2048 entries
+#else
 constexpr std::int64_t kLocalListStaticSmem = 40 * 1024;
+#endif
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
 constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
@@ -264,12 +268,9 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
   // Every peer must have started before anyone writes into it: arrive now, wait before the
   // first remote write (the local search runs in between).
   cluster.barrier_arrive();
-#ifdef AOTINFER_LAB_JOINT_SLICE_FINISH
-  // Lab: the two-search kernels' slices finish in one warp too (their list searches not).
-  const LocalScope<true> slice(scope.s, scope.groups, scope.first);
-#else
+  // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
+  // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
   const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
-#endif
   // t_c need only be at most the slice's k-th largest key with at most a region's keys above
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x

@@ -151,7 +151,12 @@ struct RowScope {
   }
 };
 
+#ifdef AOTINFER_LAB_SLICE_CTAS_16
+// Lab: clusters of 16 (non-portable; launch_slices allows them), half a slice per CTA.
+constexpr int kSliceCtas = 16;
+#else
 constexpr int kSliceCtas = 8;       // portable cluster size
+#endif
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
 // Groups of four floats in shared memory (groups `first` ... of the row, from `s`), read as
@@ -281,7 +286,7 @@ struct SliceScope : SharedGroups {
     for (int b = threadIdx.x; b < share_size(bins); b += blockDim.x) {
       std::uint32_t c = 0;
       std::uint64_t m = 0;
-#pragma unroll
+#pragma unroll 8
       for (unsigned r = 0; r < kSliceCtas; ++r) {
         Sh& peer = *cluster.map_shared_rank(&sh, r);
         c += peer.count[first + b];

@@ -260,8 +260,12 @@ template <auto Kernel, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
   const std::int64_t groups = slice_groups(vocab);
   const int smem = static_cast<int>(groups * 16);
-  const cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
+  cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
   if (err != cudaSuccess) return err;
+#ifdef AOTINFER_LAB_SLICE_CTAS_16
+  err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+#endif
   return launch_in_clusters(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
                             static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups);
 }
