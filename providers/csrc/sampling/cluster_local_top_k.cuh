@@ -52,7 +52,7 @@ constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 // The list kernels' static shared memory: RadixShared, the list (8 KB) and scratch (37.9 KB
 // at sm_90a, ptxas -v), rounded up.
 #ifdef AOTINFER_LAB_SLICE_CTAS_16
-constexpr std::int64_t kLocalListStaticSmem = 48 * 1024;  // a list of 2048 entries
+constexpr std::int64_t kLocalListStaticSmem = 48 * 1024;  // a list of 2048 entries (44.9 KB)
 #else
 constexpr std::int64_t kLocalListStaticSmem = 40 * 1024;
 #endif
