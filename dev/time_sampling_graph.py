@@ -2,7 +2,8 @@
 and 128 and 512 (one CTA per row), vocab 32000 and 128256, bench_sampling's flat and peaked
 rows, explicit seed, rotating inputs, the launcher's kernel choice. Writes {case: us} as
 JSON to the path given, with the first tokens per sampler so that two builds can be checked
-for the same tokens, and prints the table.
+for the same tokens, and prints the table. LAB_VOCABS="32000 65536 ..." times other
+vocabularies (e.g. for a crossover between the two).
 
     python dev/time_sampling_graph.py OUT.json [BATCH ...]   (GPU machine, provider installed)
 """
@@ -31,7 +32,8 @@ OPS = {**CALLS, "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50)}
 def main():
     times, tokens = {}, {}
     batches = [int(b) for b in sys.argv[2:]] or [1, 16, 128, 512]
-    for vocab in (32000, 128256):
+    vocabs = [int(v) for v in os.environ.get("LAB_VOCABS", "32000 128256").split()]
+    for vocab in vocabs:
         for batch in batches:
             for peaked in (False, True):
                 sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
