@@ -417,8 +417,16 @@ def crowd_rows(probs, spots, g):
     probs[4, spots[35:40]] = float("inf")
 
 
+@pytest.fixture(params=["off", "on"])
+def wide_clusters(request, monkeypatch):
+    """The cluster kernels in clusters of 8 ("off") and, wherever the GPU can place them, of
+    16 ("on"; the provider's own rule takes them for one row of 98304+ elements)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_WIDE_CLUSTERS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
+def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, wide_clusters, monkeypatch):
     """The cluster top-k sampler (slice_kernels.cuh; each CTA lists its slice's top k into rank
     0, which draws from that list: cluster_local_top_k.cuh) on rows that test such a list: 0,
     random; 1, the 60 largest all in the first CTA's slice; 2, 40 ties at the top at random
@@ -440,7 +448,7 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, monkeypatch):
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, monkeypatch):
+def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, wide_clusters, monkeypatch):
     """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
     set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
     mass: cluster_local_top_k.cuh's two_search_list_filter). Rows: 0, random (joint keeps the
@@ -606,7 +614,8 @@ def test_chain_speculative_first_token_follows_the_target():
 # Renormalisation, masking, top-k selection
 
 
-RENORM_SHAPES = [(111, 1), (111, 989), (32000, 99), (128256, 7), (151936, 3), (256000, 2)]
+# (128256, 1): one row of a large vocabulary, which the cluster kernels run in clusters of 16.
+RENORM_SHAPES = [(111, 1), (111, 989), (32000, 99), (128256, 1), (128256, 7), (151936, 3), (256000, 2)]
 # Two units in the last place of the output dtype; float16 outputs below 6e-5 are subnormal,
 # spaced 6e-8 apart, hence its absolute tolerance.
 RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}

@@ -47,18 +47,16 @@ namespace aotinfer::sampling {
 
 // Rows from this length on keep the cluster-wide search. Up to 2^18, joint's slack
 // (two_search_list_filter) holds for the slices' 2^15 floats; the launcher also checks that
-// the slice fits beside the list kernels' static shared memory (kLocalListStaticSmem).
+// the slice fits beside the list kernels' static shared memory (local_list_static_smem).
 constexpr std::int64_t kLocalTopKMaxVocab = 262144;
-// The list kernels' static shared memory: RadixShared, the list (8 KB) and scratch (37.9 KB
-// at sm_90a, ptxas -v), rounded up.
-#ifdef AOTINFER_LAB_SLICE_CTAS_16
-constexpr std::int64_t kLocalListStaticSmem = 48 * 1024;  // a list of 2048 entries (44.9 KB)
-#else
-constexpr std::int64_t kLocalListStaticSmem = 40 * 1024;
-#endif
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
-constexpr int kLocalListEntries = kSliceCtas * kLocalListRegion;
+template <int kCtas>
+constexpr int kLocalListEntries = kCtas * kLocalListRegion;
+// The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
+// clusters of 8, 16 KB of 2048 in clusters of 16) and scratch (37.4-37.9 / 44.4-44.9 KB at
+// sm_90a, ptxas -v), rounded up.
+constexpr std::int64_t local_list_static_smem(int ctas) { return ctas > kSliceCtas ? 48 * 1024 : 40 * 1024; }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Groups of floats in shared memory (a CTA's slice, or rank 0's list of keys) with the
@@ -97,20 +95,21 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
 }
 
 // The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.
-template <bool kFinish>
+template <bool kFinish, int kCtas>
 __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* keys) {
-  return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries / 4, 0);
+  return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
 // nothing to draw.
+template <int kCtas>
 __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions, std::int64_t n,
                                              std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
   // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
-  constexpr int kPerThread = kLocalListEntries / kSliceThreads;
-  static_assert(kLocalListEntries % kSliceThreads == 0, "whole chunks per thread");
+  constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
+  static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
   std::uint32_t mx = 0u;
 #pragma unroll
@@ -215,8 +214,9 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
   if (f.mode == FilterMode::kJoint) {
     // The total is at most the exact sum r of the probabilities in the masses' unit, and
     // above r less one unit per level-0 bin (each floored once). Each slice summed at most
-    // 2^13 floats in double (2^15 below vocab 2^18) and rank 0 added eight sums: within
-    // r * 2^-39 (2^-37) of r, which the slack of r * 2^-36 covers eightfold (twofold).
+    // 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16) and rank 0 added
+    // eight (sixteen) sums: within r * 2^-39 (2^-37; 2^-38) of r, which the slack of
+    // r * 2^-36 covers eightfold (twofold; fourfold).
     const double r = ldexp(row_sum, 150 + t.mass_base);
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);
@@ -243,8 +243,8 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
 
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
 // local path spill.
-template <FilterFamily kFamily, typename Sh>
-__device__ __noinline__ std::int64_t cluster_wide_draw(const SliceScope& scope, std::int64_t n, const FilterParams& f,
+template <FilterFamily kFamily, typename Scope, typename Sh>
+__device__ __noinline__ std::int64_t cluster_wide_draw(const Scope& scope, std::int64_t n, const FilterParams& f,
                                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
   return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
 }
@@ -253,14 +253,14 @@ __device__ __noinline__ std::int64_t cluster_wide_draw(const SliceScope& scope, 
 // kTwoSearches the draw of top-k then top-p and of joint top-k / top-p: the token in rank 0,
 // -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list
 // or a region overflows, filtered_draw's result (the cluster-wide search).
-template <bool kTwoSearches, typename Sh>
-__device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x, std::int64_t n,
+template <bool kTwoSearches, int kCtas, typename Sh>
+__device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const float* x, std::int64_t n,
                                         const FilterParams& f, std::int64_t row, const RowRandom& rng, Sh& sh) {
   constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
-  __shared__ __align__(16) float list_keys[kLocalListEntries];
-  __shared__ std::uint32_t list_positions[kLocalListEntries];
-  __shared__ int overflowed[kSliceCtas];
-  __shared__ double slice_sums[kSliceCtas];  // joint: each slice's probabilities, summed
+  __shared__ __align__(16) float list_keys[kLocalListEntries<kCtas>];
+  __shared__ std::uint32_t list_positions[kLocalListEntries<kCtas>];
+  __shared__ int overflowed[kCtas];
+  __shared__ double slice_sums[kCtas];  // joint: each slice's probabilities, summed
   const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -313,23 +313,24 @@ __device__ std::int64_t local_list_draw(const SliceScope& scope, const float* x,
     sum = block_reduce(sum, SumOp{}, 0.0);
     if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
   }
-  if (threadIdx.x < kSliceCtas) {
+  if (threadIdx.x < kCtas) {
     *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
   }
   cluster.sync();
   int any = 0;
 #pragma unroll
-  for (int r = 0; r < kSliceCtas; ++r) any |= overflowed[r];
+  for (int r = 0; r < kCtas; ++r) any |= overflowed[r];
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list(list_keys, list_positions, n, local_top_k_key(local_list_scope<true>(list_keys), k, sh), rng);
+    return draw_from_local_list<kCtas>(list_keys, list_positions, n,
+                                       local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;
 #pragma unroll
-    for (int r = 0; r < kSliceCtas; ++r) row_sum += slice_sums[r];
-    const ListFilter kept = two_search_list_filter(local_list_scope<false>(list_keys), x, n, f, row, k, row_sum, sh);
-    return kept.any ? draw_from_local_list(list_keys, list_positions, n, kept.min_key, rng) : -1;
+    for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
+    const ListFilter kept = two_search_list_filter(local_list_scope<false, kCtas>(list_keys), x, n, f, row, k, row_sum, sh);
+    return kept.any ? draw_from_local_list<kCtas>(list_keys, list_positions, n, kept.min_key, rng) : -1;
   }
 }
 

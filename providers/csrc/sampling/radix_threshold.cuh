@@ -89,17 +89,18 @@ struct RadixShared {
 
 using RowRadixShared = RadixShared;  // the one-CTA-per-row kernels
 
-// The cluster kernels' layout, with what SliceScope (row_scope.cuh) adds.
-struct SliceRadixShared : RadixShared {
+// The cluster kernels' layout, with what SliceScopeOf<kCtas> (row_scope.cuh) adds.
+template <int kCtas>
+struct SliceRadixSharedOf : RadixShared {
   // This CTA's share of the cluster-summed histogram.
-  std::uint32_t share_count[kBins / kSliceCtas];
-  std::uint64_t share_mass[kBins / kSliceCtas];
+  std::uint32_t share_count[kBins / kCtas];
+  std::uint64_t share_mass[kBins / kCtas];
   // Written by the peers into every CTA before a cluster barrier, read by each CTA from its
-  // own copy after it (SliceScope): rank r's share totals (across) and 1 + the highest
+  // own copy after it (SliceScopeOf): rank r's share totals (across) and 1 + the highest
   // non-empty bin of rank r's own level-0 histogram (push_top). The crossing's fields above
   // are pushed the same way by the rank that finds it (set_crossing).
-  std::uint64_t peer_count[kSliceCtas], peer_mass[kSliceCtas];
-  std::uint32_t peer_top[kSliceCtas];
+  std::uint64_t peer_count[kCtas], peer_mass[kCtas];
+  std::uint32_t peer_top[kCtas];
 };
 
 // Adds one element (count 1, mass q) to bin d when takes_part. The mass goes in as two 32-bit
@@ -314,8 +315,8 @@ __device__ Threshold finish_in_warp(const Scope& scope, KeyFn key_of, std::uint3
 // Searches the row of `scope` (row_scope.cuh) for the largest key B with
 //   (by count) #{key >= B} >= target.count, or (by mass) mass{key >= B} >= goal,
 // goal = max(1, ceil(p * base)) (mass_goal). KeyFn(float) -> key (0: not a participant); with
-// masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixShared
-// for SliceScope). With Scope::kGathers, levels 1 and 2 may read the crossing bin of level 0
+// masses, keys are probability keys (prob_key). Sh: a RadixShared layout (SliceRadixSharedOf
+// for SliceScopeOf). With Scope::kGathers, levels 1 and 2 may read the crossing bin of level 0
 // from shared memory instead of the row, when it fits (gather_crossing_bin); with
 // GatherMode::kHeadBound a count search's level 0 lists them as it reads the row
 // (head_bound_list.cuh).

@@ -2,7 +2,8 @@
 // passes (radix_threshold.cuh, filter_sample.cuh) are written once for two layouts:
 //
 // - RowScope: one CTA per row; every pass reads the row from global memory.
-// - SliceScope (sm_90+): the row split over a cluster of kSliceCtas CTAs, each holding its
+// - SliceScopeOf<kCtas> (sm_90+): the row split over a cluster of kCtas CTAs (kSliceCtas, or
+//   kWideSliceCtas for one row of a large vocabulary), each holding its
 //   slice in shared memory, read from global memory once; reductions and histograms combine
 //   across the cluster through distributed shared memory. A pass then costs shared-memory
 //   bandwidth, and a batch of 128 rows keeps 1024 CTAs busy instead of 128.
@@ -151,16 +152,14 @@ struct RowScope {
   }
 };
 
-#ifdef AOTINFER_LAB_SLICE_CTAS_16
-// Lab: clusters of 16 (non-portable; launch_slices allows them), half a slice per CTA.
-constexpr int kSliceCtas = 16;
-#else
 constexpr int kSliceCtas = 8;       // portable cluster size
-#endif
+// Non-portable clusters (sm_90 allows 16 where the GPU can place them): one row over 16 SMs,
+// half a slice per CTA, for one row of a large vocabulary (sample_launch.cu's wide_slices).
+constexpr int kWideSliceCtas = 16;
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
 // Groups of four floats in shared memory (groups `first` ... of the row, from `s`), read as
-// the scopes read a row: a cluster CTA's slice (SliceScope), or a list searched by one CTA
+// the scopes read a row: a cluster CTA's slice (SliceScopeOf), or a list searched by one CTA
 // (cluster_local_top_k.cuh's LocalScope). Tails are NaN (or 0), which no pass counts.
 struct SharedGroups {
   const float4* s;
@@ -191,7 +190,7 @@ struct SharedGroups {
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later
-// The caller (a kernel launched with clusters of kSliceCtas) has copied this CTA's slice,
+// The caller (a kernel launched with clusters of kCtas) has copied this CTA's slice,
 // groups [first, first + groups) of the row, into shared memory, tail elements as NaN
 // (which every probability pass ignores, as it does the fill of RowScope).
 //
@@ -206,7 +205,9 @@ struct SharedGroups {
 // pull-style version (two barriers per reduction, a barrier at every level's start and
 // before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
-struct SliceScope : SharedGroups {
+template <int kCtas>
+struct SliceScopeOf : SharedGroups {
+  static constexpr int kClusterCtas = kCtas;
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
   // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
   // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
@@ -235,14 +236,14 @@ struct SliceScope : SharedGroups {
   // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier; the
   // draw calls it once per kernel, so its slots are never written twice).
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
-    __shared__ std::uint64_t pushed[kSliceCtas];
+    __shared__ std::uint64_t pushed[kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned rank = cluster.block_rank();
-    if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = mine;
+    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = mine;
     cluster.sync();
     std::uint64_t b = 0, t = 0;
 #pragma unroll
-    for (unsigned r = 0; r < kSliceCtas; ++r) {
+    for (unsigned r = 0; r < kCtas; ++r) {
       const std::uint64_t v = pushed[r];
       if (r < rank) b += v;
       t += v;
@@ -260,21 +261,21 @@ struct SliceScope : SharedGroups {
   // (dev/NOTES.md item 57).
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
-    __shared__ V pushed[2][kSliceCtas];
+    __shared__ V pushed[2][kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned set = reductions++ & 1u;
     v = block_reduce(v, op, identity);
-    if (threadIdx.x < kSliceCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
+    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
     cluster.sync();
     V all = pushed[set][0];
 #pragma unroll
-    for (int r = 1; r < kSliceCtas; ++r) all = op(all, pushed[set][r]);
+    for (int r = 1; r < kCtas; ++r) all = op(all, pushed[set][r]);
     return all;
   }
   // The radix scan, distributed: rank r sums bins [r * share, (r + 1) * share) over the
   // cluster's histograms (each bin read once per cluster, not once per CTA), scans them,
   // and the rank whose share holds the crossing publishes it.
-  __device__ static int share_size(int bins) { return bins / kSliceCtas; }
+  __device__ static int share_size(int bins) { return bins / kCtas; }
   __device__ int share_first(int bins) const {
     return static_cast<int>(cooperative_groups::this_cluster().block_rank()) * share_size(bins);
   }
@@ -286,10 +287,9 @@ struct SliceScope : SharedGroups {
     for (int b = threadIdx.x; b < share_size(bins); b += blockDim.x) {
       std::uint32_t c = 0;
       std::uint64_t m = 0;
-      // By 8 (the same code here): fully unrolled over the 16 peers of the lab's clusters,
-      // ptxas spilled 328-436 B.
+      // By 8: over the 16 peers of a wide cluster, fully unrolled, it spilled 328-436 B.
 #pragma unroll 8
-      for (unsigned r = 0; r < kSliceCtas; ++r) {
+      for (unsigned r = 0; r < kCtas; ++r) {
         Sh& peer = *cluster.map_shared_rank(&sh, r);
         c += peer.count[first + b];
         m += (static_cast<std::uint64_t>(peer.mass_hi[first + b]) << 12) + peer.mass_lo[first + b];
@@ -312,7 +312,7 @@ struct SliceScope : SharedGroups {
   __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned rank = cluster.block_rank();
-    if (threadIdx.x < kSliceCtas) {
+    if (threadIdx.x < kCtas) {
       Sh& peer = *cluster.map_shared_rank(&sh, threadIdx.x);
       peer.peer_count[rank] = count;
       peer.peer_mass[rank] = mass;
@@ -320,7 +320,7 @@ struct SliceScope : SharedGroups {
     cluster.sync();
     ShareTotals t{0, 0, 0, 0};
 #pragma unroll
-    for (unsigned r = 0; r < kSliceCtas; ++r) {
+    for (unsigned r = 0; r < kCtas; ++r) {
       const std::uint64_t c = sh.peer_count[r], m = sh.peer_mass[r];
       if (r > rank) {
         t.higher_count += c;
@@ -343,13 +343,13 @@ struct SliceScope : SharedGroups {
     }
     mine = block_reduce(mine, MaxOp{}, 0u);
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    if (threadIdx.x < kSliceCtas) cluster.map_shared_rank(&sh, threadIdx.x)->peer_top[cluster.block_rank()] = mine;
+    if (threadIdx.x < kCtas) cluster.map_shared_rank(&sh, threadIdx.x)->peer_top[cluster.block_rank()] = mine;
   }
   template <typename Sh>
   __device__ std::uint32_t top_bin(const Sh& sh, int, int, int) const {
     std::uint32_t top = 0;
 #pragma unroll
-    for (int r = 0; r < kSliceCtas; ++r) top = max(top, sh.peer_top[r]);
+    for (int r = 0; r < kCtas; ++r) top = max(top, sh.peer_top[r]);
     return top;
   }
   // The finder writes the crossing into every CTA (its own included); nobody else writes
@@ -358,7 +358,7 @@ struct SliceScope : SharedGroups {
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
 #pragma unroll 1
-    for (unsigned r = 0; r < kSliceCtas; ++r) c.write_to(*cluster.map_shared_rank(&sh, r));
+    for (unsigned r = 0; r < kCtas; ++r) c.write_to(*cluster.map_shared_rank(&sh, r));
   }
   template <typename Sh>
   __device__ bool publish_crossing(Sh& sh) const {

@@ -104,7 +104,66 @@ void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(e
 constexpr std::int64_t kSliceMinVocab = 8192;
 constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
 
-std::int64_t slice_groups(std::int64_t vocab) { return ((vocab + 3) / 4 + kSliceCtas - 1) / kSliceCtas; }
+std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((vocab + 3) / 4 + ctas - 1) / ctas; }
+
+// One row of kWideSliceMinVocab+ elements runs in clusters of kWideSliceCtas (half a slice per
+// CTA, twice the SMs) where the GPU can place them. Measured on an H200 against clusters of 8
+// (history/ab-sampling-slice-ctas-16-f75ac35.txt, graph us, A B A B): at 1 x 128256 every op
+// 0.80-0.96x (top-k, min-p and plain 0.80, joint 0.83-0.84, top-p 0.95, renorm 0.95-0.96,
+// mask 0.91-0.93); at 1 x 32000 top-p, renorm and mask 1.09-1.16x (the others 0.99-1.00); at
+// 16 rows 0.95-1.81x, most ops 1.3-1.8x. Between 32000 and 128256 the crossover is unmeasured
+// (98304: 6144 keys per CTA, between 32000's 2000 and 128256's 8016).
+// AOTINFER_SAMPLING_WIDE_CLUSTERS: auto (that rule), on (wherever the slice kernels run and
+// the clusters fit: tests), off (clusters of 8 only).
+constexpr std::int64_t kWideSliceMinVocab = 98304;
+
+bool want_wide_slices(std::int64_t rows, std::int64_t vocab) {
+  const char* pin = std::getenv("AOTINFER_SAMPLING_WIDE_CLUSTERS");
+  const std::string want = pin ? pin : "";
+  if (!want.empty() && want != "auto" && want != "on" && want != "off")
+    fail_argument("AOTINFER_SAMPLING_WIDE_CLUSTERS must be auto, on or off, got '" + want + "'");
+  if (want == "on" || want == "off") return want == "on";
+  return rows == 1 && vocab >= kWideSliceMinVocab;
+}
+
+// Whether `Kernel` runs in clusters of kWideSliceCtas with `smem` bytes of dynamic shared
+// memory on `device` (the current one): clusters beyond 8 are non-portable, allowed per kernel,
+// and a GPU whose GPCs cannot hold 16 such CTAs has none to give. Asked once per kernel and
+// device and remembered (the largest size that fit, the smallest that did not), since each
+// runtime call costs host time on every eager call; a failed query is cleared from the
+// runtime's last error and answers no.
+template <auto Kernel>
+bool wide_clusters_fit(int device, int smem) {
+  static std::atomic<int> fits[kMaxCachedDevices] = {};    // largest smem seen to fit (0: none)
+  static std::atomic<int> misses[kMaxCachedDevices] = {};  // smallest smem seen not to (0: none)
+  if (device < 0 || device >= kMaxCachedDevices) return false;
+  if (smem <= fits[device].load(std::memory_order_relaxed)) return true;
+  const int miss = misses[device].load(std::memory_order_relaxed);
+  if (miss != 0 && smem >= miss) return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(kWideSliceCtas);
+  config.blockDim = dim3(kSliceThreads);
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kWideSliceCtas;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err == cudaSuccess) err = ensure_dynamic_smem<Kernel>(smem, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config);
+  const bool ok = err == cudaSuccess && clusters >= 1;
+  if (err != cudaSuccess) cudaGetLastError();
+  std::atomic<int>& bound = ok ? fits[device] : misses[device];
+  int seen = bound.load(std::memory_order_relaxed);
+  while ((ok ? seen < smem : (seen == 0 || seen > smem)) &&
+         !bound.compare_exchange_weak(seen, smem, std::memory_order_relaxed)) {
+  }
+  return ok;
+}
 
 int shared_memory_limit(int device, const char* op) {
   int limit = 0;
@@ -255,19 +314,29 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
   finish(cudaGetLastError(), op, device);
 }
 
-// One cluster of kSliceCtas CTAs per row, each with its slice in dynamic shared memory.
-template <auto Kernel, typename Params>
+// One cluster per row, each CTA with its slice in dynamic shared memory: Wide's clusters of
+// kWideSliceCtas where want_wide_slices and wide_clusters_fit say so, else Kernel's of kSliceCtas.
+template <auto Kernel, auto Wide, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
-  const std::int64_t groups = slice_groups(vocab);
-  const int smem = static_cast<int>(groups * 16);
-  cudaError_t err = ensure_dynamic_smem<Kernel>(smem, device);
-  if (err != cudaSuccess) return err;
-#ifdef AOTINFER_LAB_SLICE_CTAS_16
-  err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (err != cudaSuccess) return err;
-#endif
-  return launch_in_clusters(Kernel, dim3(static_cast<unsigned>(rows * kSliceCtas)), dim3(kSliceThreads),
-                            static_cast<std::size_t>(smem), stream, false, dim3(kSliceCtas, 1, 1), p, groups);
+  int ctas = kSliceCtas;
+  auto kernel = Kernel;
+  std::int64_t groups = slice_groups(vocab, kWideSliceCtas);
+  if (want_wide_slices(rows, vocab) && wide_clusters_fit<Wide>(device, static_cast<int>(groups * 16))) {
+    ctas = kWideSliceCtas;
+    kernel = Wide;
+  } else {
+    groups = slice_groups(vocab);
+    const cudaError_t err = ensure_dynamic_smem<Kernel>(static_cast<int>(groups * 16), device);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_in_clusters(kernel, dim3(static_cast<unsigned>(rows * ctas)), dim3(kSliceThreads),
+                            static_cast<std::size_t>(groups * 16), stream, false, dim3(ctas, 1, 1), p, groups);
+}
+
+template <bool kTwoSearches, bool kLocalList>
+cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream) {
+  return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
+                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, device, stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -358,8 +427,10 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
-    finish(mask ? launch_slices<row_filter_slice_kernel<T, true>>(p, p.rows, p.vocab, input.device, stream)
-                : launch_slices<row_filter_slice_kernel<T, false>>(p, p.rows, p.vocab, input.device, stream),
+    finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kSliceCtas>, row_filter_slice_kernel<T, true, kWideSliceCtas>>(
+                      p, p.rows, p.vocab, input.device, stream)
+                : launch_slices<row_filter_slice_kernel<T, false, kSliceCtas>,
+                                row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, input.device, stream),
            op, input.device);
     return;
   }
@@ -445,15 +516,18 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // kernels' static shared memory. At one row joint ran 0.90x against the cluster-wide
     // searches once each CTA's list bound stopped early (history/ab-sampling-local-bound-one-
     // row-164b10a2b.txt; 1.01-1.04x before, when one row kept the cluster-wide searches).
+    // (The clusters of 8's check: a wide cluster's slice is half as large and its list 8 KB
+    // larger, so it fits wherever this does.)
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
-                            slice_groups(p.vocab) * 16 + kLocalListStaticSmem <= shared_memory_limit(input.device, op);
+                            slice_groups(p.vocab) * 16 + local_list_static_smem(kSliceCtas) <=
+                                shared_memory_limit(input.device, op);
     cudaError_t err;
     if (local_list) {
-      err = two_searches ? launch_slices<sample_slice_kernel<true, true>>(p, batch, p.vocab, input.device, cuda_stream)
-                         : launch_slices<sample_slice_kernel<false, true>>(p, batch, p.vocab, input.device, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, true>(p, batch, input.device, cuda_stream)
+                         : launch_slice_samplers<false, true>(p, batch, input.device, cuda_stream);
     } else {
-      err = two_searches ? launch_slices<sample_slice_kernel<true>>(p, batch, p.vocab, input.device, cuda_stream)
-                         : launch_slices<sample_slice_kernel<false>>(p, batch, p.vocab, input.device, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, false>(p, batch, input.device, cuda_stream)
+                         : launch_slice_samplers<false, false>(p, batch, input.device, cuda_stream);
     }
     finish(err, op, input.device);
     return;

@@ -1,5 +1,5 @@
-// The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas
-// CTAs (sm_90+; row_scope.cuh's SliceScope): every CTA copies its slice of the row into
+// The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas (or
+// kWideSliceCtas) CTAs (sm_90+; row_scope.cuh's SliceScopeOf): every CTA copies its slice of the row into
 // shared memory once, and the statistics, the radix levels and the draw then read shared
 // memory instead of global memory, one pass each. Same results as the one-CTA-per-row
 // kernels: the same keys and integer histograms, and the same token (the inverse CDF's
@@ -33,39 +33,39 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), then
 // makes it visible to the CTA.
-template <typename T>
-__device__ SliceScope load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
+template <int kCtas, typename T>
+__device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
   __syncthreads();
-  return SliceScope{{dst, r.count, r.first}};
+  return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
 }
 #endif
 
 }  // namespace detail
 
-// sample_kernel for probabilities, one cluster per output row. kLocalList (rows below
-// kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p and joint):
+// sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kLocalList (rows
+// below kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p and joint):
 // cluster_local_top_k.cuh's draw, an instance of its own.
-template <bool kTwoSearches, bool kLocalList = false>
+template <bool kTwoSearches, bool kLocalList, int kCtas>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
-  __shared__ SliceRadixShared sh;
+  __shared__ SliceRadixSharedOf<kCtas> sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
-  const std::int64_t b = blockIdx.x / kSliceCtas;
+  const std::int64_t b = blockIdx.x / kCtas;
   pdl_wait_for_prior_grid();
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
   std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
-    const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.row_stride, n,
-                                                detail::slice_range(n, slice_groups, rank));
+    const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
+                                                                detail::slice_range(n, slice_groups, rank));
     constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
     if constexpr (kLocalList) {
       token = detail::local_list_draw<kTwoSearches>(scope, p.input + row * p.row_stride, n, p.filter, row,
@@ -77,25 +77,26 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
   if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
-  // No barrier before exiting: every access to a peer's shared memory (SliceScope) comes
+  // No barrier before exiting: every access to a peer's shared memory (SliceScopeOf) comes
   // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
 #endif
 }
 
-// row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster per row.
-template <typename T, bool kMask>
+// row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster of
+// kCtas CTAs per row.
+template <typename T, bool kMask, int kCtas>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
-  __shared__ SliceRadixShared sh;
+  __shared__ SliceRadixSharedOf<kCtas> sh;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
-  const std::int64_t row = blockIdx.x / kSliceCtas;
+  const std::int64_t row = blockIdx.x / kCtas;
   pdl_wait_for_prior_grid();
   const std::int64_t n = p.vocab;
   const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
-  const SliceScope scope = detail::load_slice(slice_smem, p.input + row * p.in_row_stride, n, range);
+  const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.in_row_stride, n, range);
   T* y = p.out + row * p.out_row_stride;
   const bool out_aligned = group_aligned(y);
   if constexpr (kMask) {
