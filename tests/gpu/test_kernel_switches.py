@@ -58,6 +58,11 @@ def _one_request_decode(kv_len):
             "AOTINFER_SAMPLING_KERNEL",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(), 0.9, seed=1, offset=0),
         ),
+        # Read where the cluster kernels launch (sm_90+).
+        (
+            "AOTINFER_SAMPLING_WIDE_CLUSTERS",
+            lambda: aotinfer.top_k_sampling_from_probs(_probs(1, 128256), 5, seed=1, offset=0),
+        ),
         # Rows shorter than the cluster kernels take, so the row kernels' launcher runs.
         (
             "AOTINFER_SAMPLING_ROW_THREADS",
@@ -81,6 +86,8 @@ def _one_request_decode(kv_len):
 def test_unknown_switch_values_are_refused(name, call, monkeypatch):
     if name == "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the split softmax needs sm_90")
+    if name == "AOTINFER_SAMPLING_WIDE_CLUSTERS" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster sampling kernels need sm_90")
     if name == "AOTINFER_DECODE_CLUSTER_MERGE" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the cluster merge needs sm_90")
     monkeypatch.setenv(name, "bogus")

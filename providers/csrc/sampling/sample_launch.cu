@@ -106,24 +106,31 @@ constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) an
 
 std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((vocab + 3) / 4 + ctas - 1) / ctas; }
 
-// One row of kWideSliceMinVocab+ elements runs in clusters of kWideSliceCtas (half a slice per
-// CTA, twice the SMs) where the GPU can place them. Measured on an H200 against clusters of 8
-// (history/ab-sampling-slice-ctas-16-f75ac35.txt, graph us, A B A B): at 1 x 128256 every op
-// 0.80-0.96x (top-k, min-p and plain 0.80, joint 0.83-0.84, top-p 0.95, renorm 0.95-0.96,
-// mask 0.91-0.93); at 1 x 32000 top-p, renorm and mask 1.09-1.16x (the others 0.99-1.00); at
-// 16 rows 0.95-1.81x, most ops 1.3-1.8x. Between 32000 and 128256 the crossover is unmeasured
-// (98304: 6144 keys per CTA, between 32000's 2000 and 128256's 8016).
+// Clusters of kWideSliceCtas (half a slice per CTA, twice the SMs) for one or two rows of a
+// large vocabulary, where the GPU can place them. Measured on an H200 against clusters of 8
+// (graph us, A B A B; history/ab-sampling-wide-clusters-c410d14.txt at 1 and 2 rows, which
+// ran alike, and ab-sampling-slice-ctas-16-f75ac35.txt), by what dominates the kernel:
+// - kDraw, where per-element passes dominate (the top-k and two-search samplers drawing from the
+//   CTAs' lists, min-p, plain sampling): 1.00-1.02x at 32000, 0.90-0.96x at 65536,
+//   0.84-0.89x at 98304, 0.80-0.86x at 128256;
+// - kSearch, where cluster-wide radix searches dominate, their every level pays 16-way pushes and
+//   combines (the top-p sampler, renorm, top-k masking): 1.10-1.17x at 32000, 1.03-1.09x at
+//   65536, 0.98-1.02x at 98304, 0.93-0.97x at 128256;
+// - at 16 rows most ops 1.3-1.8x (16 clusters of 16 do not fit one wave); 3-15 rows unmeasured.
+// (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
+// under kDraw's bound: it is not a goal case.)
 // AOTINFER_SAMPLING_WIDE_CLUSTERS: auto (that rule), on (wherever the slice kernels run and
 // the clusters fit: tests), off (clusters of 8 only).
-constexpr std::int64_t kWideSliceMinVocab = 98304;
+enum class WideMinVocab : std::int64_t { kDraw = 65536, kSearch = 128000 };  // the least vocab, by kind
+constexpr std::int64_t kWideSliceMaxRows = 2;
 
-bool want_wide_slices(std::int64_t rows, std::int64_t vocab) {
+bool want_wide_slices(std::int64_t rows, std::int64_t vocab, WideMinVocab min_vocab) {
   const char* pin = std::getenv("AOTINFER_SAMPLING_WIDE_CLUSTERS");
   const std::string want = pin ? pin : "";
   if (!want.empty() && want != "auto" && want != "on" && want != "off")
     fail_argument("AOTINFER_SAMPLING_WIDE_CLUSTERS must be auto, on or off, got '" + want + "'");
   if (want == "on" || want == "off") return want == "on";
-  return rows == 1 && vocab >= kWideSliceMinVocab;
+  return rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(min_vocab);
 }
 
 // Whether `Kernel` runs in clusters of kWideSliceCtas with `smem` bytes of dynamic shared
@@ -315,13 +322,15 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
 }
 
 // One cluster per row, each CTA with its slice in dynamic shared memory: Wide's clusters of
-// kWideSliceCtas where want_wide_slices and wide_clusters_fit say so, else Kernel's of kSliceCtas.
+// kWideSliceCtas where want_wide_slices (from `wide_min_vocab` on) and wide_clusters_fit say so, else
+// Kernel's of kSliceCtas.
 template <auto Kernel, auto Wide, typename Params>
-cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, int device, cudaStream_t stream) {
+cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab, int device,
+                          cudaStream_t stream) {
   int ctas = kSliceCtas;
   auto kernel = Kernel;
   std::int64_t groups = slice_groups(vocab, kWideSliceCtas);
-  if (want_wide_slices(rows, vocab) && wide_clusters_fit<Wide>(device, static_cast<int>(groups * 16))) {
+  if (want_wide_slices(rows, vocab, wide_min_vocab) && wide_clusters_fit<Wide>(device, static_cast<int>(groups * 16))) {
     ctas = kWideSliceCtas;
     kernel = Wide;
   } else {
@@ -334,9 +343,11 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 }
 
 template <bool kTwoSearches, bool kLocalList>
-cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream) {
+cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, WideMinVocab wide_min_vocab, int device,
+                                  cudaStream_t stream) {
   return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
-                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, device, stream);
+                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, wide_min_vocab, device,
+                                                                                       stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -427,10 +438,12 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
+    constexpr WideMinVocab kWide = WideMinVocab::kSearch;  // every row filter searches cluster-wide
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kSliceCtas>, row_filter_slice_kernel<T, true, kWideSliceCtas>>(
-                      p, p.rows, p.vocab, input.device, stream)
+                      p, p.rows, p.vocab, kWide, input.device, stream)
                 : launch_slices<row_filter_slice_kernel<T, false, kSliceCtas>,
-                                row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, input.device, stream),
+                                row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, kWide, input.device,
+                                                                                   stream),
            op, input.device);
     return;
   }
@@ -521,13 +534,17 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
                             slice_groups(p.vocab) * 16 + local_list_static_smem(kSliceCtas) <=
                                 shared_memory_limit(input.device, op);
+    // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
+    const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
+    const WideMinVocab wide = searches ? WideMinVocab::kSearch : WideMinVocab::kDraw;
+    const int dev = input.device;
     cudaError_t err;
     if (local_list) {
-      err = two_searches ? launch_slice_samplers<true, true>(p, batch, input.device, cuda_stream)
-                         : launch_slice_samplers<false, true>(p, batch, input.device, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, true>(p, batch, wide, dev, cuda_stream)
+                         : launch_slice_samplers<false, true>(p, batch, wide, dev, cuda_stream);
     } else {
-      err = two_searches ? launch_slice_samplers<true, false>(p, batch, input.device, cuda_stream)
-                         : launch_slice_samplers<false, false>(p, batch, input.device, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, false>(p, batch, wide, dev, cuda_stream)
+                         : launch_slice_samplers<false, false>(p, batch, wide, dev, cuda_stream);
     }
     finish(err, op, input.device);
     return;
