@@ -106,23 +106,25 @@ constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) an
 
 std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((vocab + 3) / 4 + ctas - 1) / ctas; }
 
-// Clusters of kWideSliceCtas (half a slice per CTA, twice the SMs) for one or two rows of a
+// Clusters of kWideSliceCtas (half a slice per CTA, twice the SMs) for up to 4 rows of a
 // large vocabulary, where the GPU can place them. Measured on an H200 against clusters of 8
-// (graph us, A B A B; history/ab-sampling-wide-clusters-c410d14.txt at 1 and 2 rows, which
-// ran alike, and ab-sampling-slice-ctas-16-f75ac35.txt), by what dominates the kernel:
+// (graph us, A B A B; history/ab-sampling-wide-clusters-c410d14.txt at 1 and 2 rows,
+// ab-sampling-wide-clusters-rows-f1b7d4d.txt at 4 and 8, ab-sampling-slice-ctas-16-f75ac35.txt
+// at 16), by what dominates the kernel (1, 2 and 4 rows alike):
 // - kDraw, where per-element passes dominate (the top-k and two-search samplers drawing from the
 //   CTAs' lists, min-p, plain sampling): 1.00-1.02x at 32000, 0.90-0.96x at 65536,
 //   0.84-0.89x at 98304, 0.80-0.86x at 128256;
 // - kSearch, where cluster-wide radix searches dominate, their every level pays 16-way pushes and
 //   combines (the top-p sampler, renorm, top-k masking): 1.10-1.17x at 32000, 1.03-1.09x at
 //   65536, 0.98-1.02x at 98304, 0.93-0.97x at 128256;
-// - at 16 rows most ops 1.3-1.8x (16 clusters of 16 do not fit one wave); 3-15 rows unmeasured.
+// - at 8 rows 1.13-1.47x at 65536; at 128256 0.94-1.07x for the first kind, 1.09-1.21x for
+//   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
 // under kDraw's bound: it is not a goal case.)
 // AOTINFER_SAMPLING_WIDE_CLUSTERS: auto (that rule), on (wherever the slice kernels run and
 // the clusters fit: tests), off (clusters of 8 only).
 enum class WideMinVocab : std::int64_t { kDraw = 65536, kSearch = 128000 };  // the least vocab, by kind
-constexpr std::int64_t kWideSliceMaxRows = 2;
+constexpr std::int64_t kWideSliceMaxRows = 4;
 
 bool want_wide_slices(std::int64_t rows, std::int64_t vocab, WideMinVocab min_vocab) {
   const char* pin = std::getenv("AOTINFER_SAMPLING_WIDE_CLUSTERS");
