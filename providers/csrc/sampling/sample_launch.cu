@@ -108,22 +108,23 @@ std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((
 
 // Clusters of kWideSliceCtas (half a slice per CTA, twice the SMs) for up to 4 rows of a
 // large vocabulary, where the GPU can place them. Measured on an H200 against clusters of 8
-// (graph us, A B A B; history/ab-sampling-wide-clusters-c410d14.txt at 1 and 2 rows,
-// ab-sampling-wide-clusters-rows-f1b7d4d.txt at 4 and 8, ab-sampling-slice-ctas-16-f75ac35.txt
-// at 16), by what dominates the kernel (1, 2 and 4 rows alike):
-// - kDraw, where per-element passes dominate (the top-k and two-search samplers drawing from the
-//   CTAs' lists, min-p, plain sampling): 1.00-1.02x at 32000, 0.90-0.96x at 65536,
-//   0.84-0.89x at 98304, 0.80-0.86x at 128256;
-// - kSearch, where cluster-wide radix searches dominate, their every level pays 16-way pushes and
-//   combines (the top-p sampler, renorm, top-k masking): 1.10-1.17x at 32000, 1.03-1.09x at
-//   65536, 0.98-1.02x at 98304, 0.93-0.97x at 128256;
+// (graph us, A B A B, one row unless said; history/ab-sampling-wide-clusters-c410d14.txt,
+// -vocabs-95c5303.txt, -rows-f1b7d4d.txt, ab-sampling-slice-ctas-16-f75ac35.txt), by what
+// dominates the kernel (1, 2, 3 and 4 rows alike):
+// - kDraw, where per-element passes dominate (the top-k and two-search samplers drawing from
+//   the CTAs' lists, min-p, plain sampling): 0.99-1.02x at 32000, 0.95-1.00x at 40960,
+//   0.88-0.98x at 50304-65536, 0.82-0.91x at 98304-112000, 0.75-0.88x at 128256-256000;
+// - kSearch, where cluster-wide radix searches dominate, their every level paying 16-way
+//   pushes and combines (the top-p sampler, renorm, top-k masking): 1.03-1.17x up to 65536,
+//   0.98-1.02x at 98304, 0.95-1.00x at 112000, 0.93-0.97x at 128256-151936, 0.87-0.89x at
+//   256000;
 // - at 8 rows 1.13-1.47x at 65536; at 128256 0.94-1.07x for the first kind, 1.09-1.21x for
 //   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
 // under kDraw's bound: it is not a goal case.)
 // AOTINFER_SAMPLING_WIDE_CLUSTERS: auto (that rule), on (wherever the slice kernels run and
 // the clusters fit: tests), off (clusters of 8 only).
-enum class WideMinVocab : std::int64_t { kDraw = 65536, kSearch = 128000 };  // the least vocab, by kind
+enum class WideMinVocab : std::int64_t { kDraw = 40960, kSearch = 112000 };  // the least vocab, by kind
 constexpr std::int64_t kWideSliceMaxRows = 4;
 
 bool want_wide_slices(std::int64_t rows, std::int64_t vocab, WideMinVocab min_vocab) {
