@@ -3,7 +3,7 @@
 //
 // - RowScope: one CTA per row; every pass reads the row from global memory.
 // - SliceScopeOf<kCtas> (sm_90+): the row split over a cluster of kCtas CTAs (kSliceCtas, or
-//   kWideSliceCtas for one row of a large vocabulary), each holding its
+//   kWideSliceCtas for up to four rows of a large vocabulary), each holding its
 //   slice in shared memory, read from global memory once; reductions and histograms combine
 //   across the cluster through distributed shared memory. A pass then costs shared-memory
 //   bandwidth, and a batch of 128 rows keeps 1024 CTAs busy instead of 128.
@@ -153,8 +153,9 @@ struct RowScope {
 };
 
 constexpr int kSliceCtas = 8;       // portable cluster size
-// Non-portable clusters (sm_90 allows 16 where the GPU can place them): one row over 16 SMs,
-// half a slice per CTA, for one row of a large vocabulary (sample_launch.cu's wide_slices).
+// Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
+// half a slice per CTA, for up to four rows of a large vocabulary (sample_launch.cu's
+// want_wide_slices).
 constexpr int kWideSliceCtas = 16;
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
@@ -207,7 +208,6 @@ struct SharedGroups {
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
 template <int kCtas>
 struct SliceScopeOf : SharedGroups {
-  static constexpr int kClusterCtas = kCtas;
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
   // Level 0 peeled as RowScope's: before level 0 was branch-free this made these kernels (the
   // slice already in shared memory) 0.956-1.036x by case (history/ab-sampling-peel-level0-9d33cbc.txt);
