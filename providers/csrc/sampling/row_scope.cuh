@@ -152,7 +152,13 @@ struct RowScope {
   }
 };
 
+#ifdef AOTINFER_LAB_SLICE_CTAS_4
+// Lab: clusters of 4 where the default build takes 8 (fewer, cheaper cluster barriers for
+// twice the keys per CTA; dev/NOTES.md "Next steps"). Not measured yet.
+constexpr int kSliceCtas = 4;
+#else
 constexpr int kSliceCtas = 8;       // portable cluster size
+#endif
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary (sample_launch.cu's
 // want_wide_slices).
