@@ -1,4 +1,4 @@
-"""Every environment switch a provider reads (std::getenv, or env_switch_on of
+"""Every environment switch a provider reads (std::getenv, or env_switch_on / env_choice of
 common/env_switch.h, in providers/csrc) is documented in the README's switch table and has a
 refusal test in tests/gpu/test_kernel_switches.py (an unknown value is a ValueError naming the
 variable). A switch added to the sources without both fails here, on a machine without a
@@ -15,7 +15,7 @@ def provider_switches():
     for path in (ROOT / "providers" / "csrc").rglob("*"):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
             text = path.read_text()
-            names.update(re.findall(r'(?:getenv|env_switch_on)\("(AOTINFER_[A-Z0-9_]+)"\)', text))
+            names.update(re.findall(r'(?:getenv|env_switch_on|env_choice)\("(AOTINFER_[A-Z0-9_]+)"[,)]', text))
     return names
 
 

@@ -420,7 +420,8 @@ def crowd_rows(probs, spots, g):
 @pytest.fixture(params=["off", "on"])
 def wide_clusters(request, monkeypatch):
     """The cluster kernels in clusters of 8 ("off") and, wherever the GPU can place them, of
-    16 ("on"; the provider's own rule takes them for one row of 98304+ elements)."""
+    16 ("on"; the provider's own rule takes them for up to 4 rows of a large vocabulary:
+    sample_launch.cu's want_wide_slices)."""
     monkeypatch.setenv("AOTINFER_SAMPLING_WIDE_CLUSTERS", request.param)
     return request.param
 

@@ -69,12 +69,7 @@ int tensor_core_stages(std::int64_t d, int smem_limit, std::int64_t keys_per_cta
 // cuda_cores|tensor_cores pins one where both apply (tests and benchmarks cover both).
 bool use_tensor_core_kernel(int cc_major, int stages, bool kv_dtype_ok, PosEncoding pos) {
   if (cc_major < 8 || stages < 2 || !kv_dtype_ok || pos == PosEncoding::kRopeLlama) return false;
-  const char* pin = std::getenv("AOTINFER_DECODE_KERNEL");
-  if (!pin || !*pin) return true;
-  const std::string want(pin);
-  REQUIRE(want == "cuda_cores" || want == "tensor_cores" || want == "auto",
-          "AOTINFER_DECODE_KERNEL must be cuda_cores, tensor_cores or auto, got '" + want + "'");
-  return want != "cuda_cores";
+  return env_choice("AOTINFER_DECODE_KERNEL", {"cuda_cores", "tensor_cores", "auto"}) != "cuda_cores";
 }
 
 // Whether a split decode merges its splits inside thread-block clusters (cluster_merge.cuh):

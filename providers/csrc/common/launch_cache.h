@@ -26,6 +26,20 @@ inline cudaError_t cached_device_attribute(int* value, int device) {
   return cudaSuccess;
 }
 
+// Raises `bound` to `value` where it is below (a running maximum shared by threads).
+inline void raise_to(std::atomic<int>& bound, int value) {
+  int seen = bound.load(std::memory_order_relaxed);
+  while (seen < value && !bound.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Lowers `bound` to `value` where it is above or unset (0): a running minimum.
+inline void lower_to(std::atomic<int>& bound, int value) {
+  int seen = bound.load(std::memory_order_relaxed);
+  while ((seen == 0 || seen > value) && !bound.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
 // Raises kernel `Kernel`'s dynamic shared-memory limit on the current device to at least
 // `bytes`, calling the runtime only when a larger value than before is needed there.
 template <auto Kernel>
@@ -35,11 +49,7 @@ inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
     return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (granted[device].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
   const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) {
-    int seen = granted[device].load(std::memory_order_relaxed);
-    while (seen < bytes && !granted[device].compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
-    }
-  }
+  if (err == cudaSuccess) raise_to(granted[device], bytes);
   return err;
 }
 

@@ -128,10 +128,7 @@ enum class WideMinVocab : std::int64_t { kDraw = 40960, kSearch = 112000 };  // 
 constexpr std::int64_t kWideSliceMaxRows = 4;
 
 bool want_wide_slices(std::int64_t rows, std::int64_t vocab, WideMinVocab min_vocab) {
-  const char* pin = std::getenv("AOTINFER_SAMPLING_WIDE_CLUSTERS");
-  const std::string want = pin ? pin : "";
-  if (!want.empty() && want != "auto" && want != "on" && want != "off")
-    fail_argument("AOTINFER_SAMPLING_WIDE_CLUSTERS must be auto, on or off, got '" + want + "'");
+  const std::string want = env_choice("AOTINFER_SAMPLING_WIDE_CLUSTERS", {"auto", "on", "off"});
   if (want == "on" || want == "off") return want == "on";
   return rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(min_vocab);
 }
@@ -167,10 +164,10 @@ bool wide_clusters_fit(int device, int smem) {
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config);
   const bool ok = err == cudaSuccess && clusters >= 1;
   if (err != cudaSuccess) cudaGetLastError();
-  std::atomic<int>& bound = ok ? fits[device] : misses[device];
-  int seen = bound.load(std::memory_order_relaxed);
-  while ((ok ? seen < smem : (seen == 0 || seen > smem)) &&
-         !bound.compare_exchange_weak(seen, smem, std::memory_order_relaxed)) {
+  if (ok) {
+    raise_to(fits[device], smem);
+  } else {
+    lower_to(misses[device], smem);
   }
   return ok;
 }
@@ -182,10 +179,7 @@ int shared_memory_limit(int device, const char* op) {
 }
 
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
-  const char* pin = std::getenv("AOTINFER_SAMPLING_KERNEL");
-  const std::string want = pin ? pin : "";
-  if (!want.empty() && want != "rowwise" && want != "cluster" && want != "auto")
-    fail_argument("AOTINFER_SAMPLING_KERNEL must be rowwise, cluster or auto, got '" + want + "'");
+  const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
   if (want == "rowwise" || vocab == 0) return false;
   int major = 0, sms = 0;
   finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
@@ -203,12 +197,8 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
 // once a batch fills two waves of the big CTAs. AOTINFER_SAMPLING_ROW_THREADS=512|1024 pins
 // one (dev/time_sampling_graph.py compares them).
 int row_threads(int device, std::int64_t rows, const char* op) {
-  if (const char* pin = std::getenv("AOTINFER_SAMPLING_ROW_THREADS")) {
-    const std::string want(pin);
-    if (want == "512" || want == "1024") return std::atoi(pin);
-    if (!want.empty() && want != "auto")
-      fail_argument("AOTINFER_SAMPLING_ROW_THREADS must be 512, 1024 or auto, got '" + want + "'");
-  }
+  const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"512", "1024", "auto"});
+  if (want == "512" || want == "1024") return std::stoi(want);
   int sms = 0;
   finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
   return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
@@ -363,13 +353,7 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Wid
 // 0.919-0.921x; but 128 x 32000 (its row in L1) top-k 1.038-1.053x, joint 1.040-1.051x.
 // AOTINFER_SAMPLING_TOP_K_LIST=on lists in every such kernel (also rows in L1), for tests and
 // A/B runs; unset or auto: the rule above.
-bool top_k_list_pinned() {
-  const char* pin = std::getenv("AOTINFER_SAMPLING_TOP_K_LIST");
-  const std::string want = pin ? pin : "";
-  if (!want.empty() && want != "on" && want != "auto")
-    fail_argument("AOTINFER_SAMPLING_TOP_K_LIST must be on or auto, got '" + want + "'");
-  return want == "on";
-}
+bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"on", "auto"}) == "on"; }
 
 template <FilterFamily kFamily>
 void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {

@@ -1,9 +1,9 @@
 // The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas (or
-// kWideSliceCtas) CTAs (sm_90+; row_scope.cuh's SliceScopeOf): every CTA copies its slice of the row into
-// shared memory once, and the statistics, the radix levels and the draw then read shared
-// memory instead of global memory, one pass each. Same results as the one-CTA-per-row
-// kernels: the same keys and integer histograms, and the same token (the inverse CDF's
-// integer masses add up to the same prefix sums whichever CTA holds which slice).
+// kWideSliceCtas) CTAs (sm_90+; row_scope.cuh's SliceScopeOf): every CTA copies its slice of
+// the row into shared memory once, and the statistics, the radix levels and the draw then
+// read shared memory instead of global memory, one pass each. Same results as the
+// one-CTA-per-row kernels: the same keys and integer histograms, and the same token (the
+// inverse CDF's integer masses add up to the same prefix sums whichever CTA holds which slice).
 #pragma once
 
 #include <cooperative_groups.h>

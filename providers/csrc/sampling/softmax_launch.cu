@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../common/device_guard.h"
+#include "../common/env_switch.h"
 #include "../common/launch_cache.h"
 #include "../common/status.h"
 #include "../common/view_checks.h"
@@ -35,12 +36,8 @@ constexpr int kClusterMinCtasPerSm = 2;
 // AOTINFER_SOFTMAX_SPLIT_CHUNK_KB=4|8|16|32 pins the split pair's chunk size (benchmarks compare
 // them); unset: split_softmax_chunk_elems chooses.
 int pinned_split_chunk_kb() {
-  const char* pin = std::getenv("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB");
-  if (pin == nullptr || *pin == '\0') return 0;
-  const std::string v = pin;
-  if (v != "4" && v != "8" && v != "16" && v != "32")
-    fail_argument("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB must be 4, 8, 16 or 32, got '" + v + "'");
-  return std::stoi(v);
+  const std::string v = env_choice("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", {"4", "8", "16", "32"});
+  return v.empty() ? 0 : std::stoi(v);
 }
 
 template <typename T>
@@ -66,13 +63,9 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   const int elems = cluster_softmax_elems(p.vocab);
   // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split|split_cluster pins one kernel (benchmarks
   // compare them); all but rowwise need sm_90 (the one-CTA-per-row kernel serves otherwise).
-  const char* pin = std::getenv("AOTINFER_SOFTMAX_KERNEL");
-  const std::string pinned = pin ? pin : "";
-  const bool pinned_one =
-      pinned == "rowwise" || pinned == "cluster" || pinned == "split" || pinned == "split_cluster";
-  if (!pinned.empty() && !pinned_one && pinned != "auto")
-    fail_argument("AOTINFER_SOFTMAX_KERNEL must be rowwise, cluster, split, split_cluster or auto, got '" +
-                  pinned + "'");
+  const std::string pinned =
+      env_choice("AOTINFER_SOFTMAX_KERNEL", {"rowwise", "cluster", "split", "split_cluster", "auto"});
+  const bool pinned_one = !pinned.empty() && pinned != "auto";
   // Measured on an H200 (benchmarks/results/history/softmax-3404dd5-ftz-write.md, per call in a
   // graph): the split pair beats the rowwise and cluster kernels at every benchmarked shape of
   // vocab 32000 and 128256, batch 1 to 512 (batch 1 x 128256: 4.1 us against the cluster
