@@ -60,7 +60,7 @@ def _one_request_decode(kv_len):
         ),
         # Read where the cluster kernels launch (sm_90+).
         (
-            "AOTINFER_SAMPLING_WIDE_CLUSTERS",
+            "AOTINFER_SAMPLING_CLUSTER_CTAS",
             lambda: aotinfer.top_k_sampling_from_probs(_probs(1, 128256), 5, seed=1, offset=0),
         ),
         # Rows shorter than the cluster kernels take, so the row kernels' launcher runs.
@@ -86,7 +86,7 @@ def _one_request_decode(kv_len):
 def test_unknown_switch_values_are_refused(name, call, monkeypatch):
     if name == "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the split softmax needs sm_90")
-    if name == "AOTINFER_SAMPLING_WIDE_CLUSTERS" and torch.cuda.get_device_capability()[0] < 9:
+    if name == "AOTINFER_SAMPLING_CLUSTER_CTAS" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the cluster sampling kernels need sm_90")
     if name == "AOTINFER_DECODE_CLUSTER_MERGE" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the cluster merge needs sm_90")

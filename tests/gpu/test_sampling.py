@@ -417,17 +417,17 @@ def crowd_rows(probs, spots, g):
     probs[4, spots[35:40]] = float("inf")
 
 
-@pytest.fixture(params=["off", "on"])
-def wide_clusters(request, monkeypatch):
-    """The cluster kernels in clusters of 8 ("off") and, wherever the GPU can place them, of
-    16 ("on"; the provider's own rule takes them for up to 4 rows of a large vocabulary:
-    sample_launch.cu's want_wide_slices)."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_WIDE_CLUSTERS", request.param)
+@pytest.fixture(params=["8", "16", "4"])
+def cluster_ctas(request, monkeypatch):
+    """The cluster kernels in clusters of 8, and, wherever they fit, of 16 and of 4 (the
+    provider's own rule takes 16 for up to 4 rows of a large vocabulary and 4 for larger
+    batches: sample_launch.cu's wanted_slice_ctas)."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_CLUSTER_CTAS", request.param)
     return request.param
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, wide_clusters, monkeypatch):
+def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, cluster_ctas, monkeypatch):
     """The cluster top-k sampler (slice_kernels.cuh; each CTA lists its slice's top k into rank
     0, which draws from that list: cluster_local_top_k.cuh) on rows that test such a list: 0,
     random; 1, the 60 largest all in the first CTA's slice; 2, 40 ties at the top at random
@@ -449,7 +449,7 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, wide_clusters, mo
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, wide_clusters, monkeypatch):
+def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, cluster_ctas, monkeypatch):
     """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
     set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
     mass: cluster_local_top_k.cuh's two_search_list_filter). Rows: 0, random (joint keeps the

@@ -2,9 +2,8 @@
 // passes (radix_threshold.cuh, filter_sample.cuh) are written once for two layouts:
 //
 // - RowScope: one CTA per row; every pass reads the row from global memory.
-// - SliceScopeOf<kCtas> (sm_90+): the row split over a cluster of kCtas CTAs (kSliceCtas, or
-//   kWideSliceCtas for up to four rows of a large vocabulary), each holding its
-//   slice in shared memory, read from global memory once; reductions and histograms combine
+// - SliceScopeOf<kCtas> (sm_90+): the row split over a cluster of kCtas CTAs (kSliceCtas,
+//   kWideSliceCtas or kNarrowSliceCtas), each holding its slice in shared memory, read from global memory once; reductions and histograms combine
 //   across the cluster through distributed shared memory. A pass then costs shared-memory
 //   bandwidth, and a batch of 128 rows keeps 1024 CTAs busy instead of 128.
 //
@@ -152,17 +151,13 @@ struct RowScope {
   }
 };
 
-#ifdef AOTINFER_LAB_SLICE_CTAS_4
-// Lab: clusters of 4 where the default build takes 8 (fewer, cheaper cluster barriers for
-// twice the keys per CTA; dev/NOTES.md "Next steps"). Not measured yet.
-constexpr int kSliceCtas = 4;
-#else
-constexpr int kSliceCtas = 8;       // portable cluster size
-#endif
+constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
-// half a slice per CTA, for up to four rows of a large vocabulary (sample_launch.cu's
-// want_wide_slices).
+// half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
+// the slice per CTA, half the barrier fan-in) for batches that fill the GPU. Which size a
+// launch takes: sample_launch.cu's slice_ctas.
 constexpr int kWideSliceCtas = 16;
+constexpr int kNarrowSliceCtas = 4;
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
 
 // Groups of four floats in shared memory (groups `first` ... of the row, from `s`), read as

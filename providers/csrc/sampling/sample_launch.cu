@@ -122,15 +122,35 @@ std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((
 //   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
 // under kDraw's bound: it is not a goal case.)
-// AOTINFER_SAMPLING_WIDE_CLUSTERS: auto (that rule), on (wherever the slice kernels run and
-// the clusters fit: tests), off (clusters of 8 only).
+// Clusters of kNarrowSliceCtas (twice the slice per CTA, half the barrier fan-in) from
+// kNarrowSliceMinRows rows on. Measured on an H200 against clusters of 8 (graph us, A B A B,
+// lab AOTINFER_LAB_SLICE_CTAS_4, history/ab-sampling-slice-ctas-4-90af1a8.txt): at 16 rows
+// 0.74-0.85x for the searches, min-p and plain sampling at 32000 and 65536 (top-k 0.94-0.97x,
+// joint 0.85-1.03x); at 1 and 4 rows 0.96-0.99x for the searches but 1.14-1.19x for top-k and
+// joint and 1.02-1.05x for the rest.
+// AOTINFER_SAMPLING_CLUSTER_CTAS: auto (these rules), 4, 8 or 16 (that size wherever the slice
+// kernels run and the clusters fit, else 8: tests and A/B runs).
 enum class WideMinVocab : std::int64_t { kDraw = 40960, kSearch = 112000 };  // the least vocab, by kind
 constexpr std::int64_t kWideSliceMaxRows = 4;
+constexpr std::int64_t kNarrowSliceMinRows = 9;
+// A CTA of a cluster of 4 holds at most 2^15 floats: the slice length for which joint's slack
+// (cluster_local_top_k.cuh's two_search_list_filter) is shown to hold.
+constexpr std::int64_t kNarrowSliceMaxVocab = std::int64_t{kNarrowSliceCtas} << 15;
 
-bool want_wide_slices(std::int64_t rows, std::int64_t vocab, WideMinVocab min_vocab) {
-  const std::string want = env_choice("AOTINFER_SAMPLING_WIDE_CLUSTERS", {"auto", "on", "off"});
-  if (want == "on" || want == "off") return want == "on";
-  return rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(min_vocab);
+int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab) {
+  const std::string want = env_choice("AOTINFER_SAMPLING_CLUSTER_CTAS", {"auto", "4", "8", "16"});
+  if (want != "auto") return std::stoi(want);
+  if (rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(wide_min_vocab)) return kWideSliceCtas;
+  return rows >= kNarrowSliceMinRows ? kNarrowSliceCtas : kSliceCtas;
+}
+
+// Whether a row of `vocab` fits clusters of kNarrowSliceCtas on `device`: its slice beside the
+// largest static shared memory of the slice kernels (the list kernels').
+bool narrow_slices_fit(std::int64_t vocab, int device) {
+  int limit = 0;
+  return vocab <= kNarrowSliceMaxVocab &&
+         cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&limit, device) == cudaSuccess &&
+         slice_groups(vocab, kNarrowSliceCtas) * 16 + local_list_static_smem(kNarrowSliceCtas) <= limit;
 }
 
 // Whether `Kernel` runs in clusters of kWideSliceCtas with `smem` bytes of dynamic shared
@@ -314,23 +334,27 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
   finish(cudaGetLastError(), op, device);
 }
 
-// One cluster per row, each CTA with its slice in dynamic shared memory: Wide's clusters of
-// kWideSliceCtas where want_wide_slices (from `wide_min_vocab` on) and wide_clusters_fit say so, else
-// Kernel's of kSliceCtas.
-template <auto Kernel, auto Wide, typename Params>
+// One cluster per row, each CTA with its slice in dynamic shared memory, in clusters of the
+// size wanted_slice_ctas names where they fit (Narrow's of kNarrowSliceCtas, Wide's of
+// kWideSliceCtas), else Kernel's of kSliceCtas.
+template <auto Narrow, auto Kernel, auto Wide, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab, int device,
                           cudaStream_t stream) {
+  const int want = wanted_slice_ctas(rows, vocab, wide_min_vocab);
   int ctas = kSliceCtas;
   auto kernel = Kernel;
-  std::int64_t groups = slice_groups(vocab, kWideSliceCtas);
-  if (want_wide_slices(rows, vocab, wide_min_vocab) && wide_clusters_fit<Wide>(device, static_cast<int>(groups * 16))) {
+  if (want == kWideSliceCtas && wide_clusters_fit<Wide>(device, static_cast<int>(slice_groups(vocab, kWideSliceCtas) * 16))) {
     ctas = kWideSliceCtas;
     kernel = Wide;
-  } else {
-    groups = slice_groups(vocab);
-    const cudaError_t err = ensure_dynamic_smem<Kernel>(static_cast<int>(groups * 16), device);
-    if (err != cudaSuccess) return err;
+  } else if (want == kNarrowSliceCtas && narrow_slices_fit(vocab, device)) {
+    ctas = kNarrowSliceCtas;
+    kernel = Narrow;
   }
+  const std::int64_t groups = slice_groups(vocab, ctas);
+  cudaError_t err = cudaSuccess;  // wide_clusters_fit raised Wide's limit already
+  if (ctas == kSliceCtas) err = ensure_dynamic_smem<Kernel>(static_cast<int>(groups * 16), device);
+  if (ctas == kNarrowSliceCtas) err = ensure_dynamic_smem<Narrow>(static_cast<int>(groups * 16), device);
+  if (err != cudaSuccess) return err;
   return launch_in_clusters(kernel, dim3(static_cast<unsigned>(rows * ctas)), dim3(kSliceThreads),
                             static_cast<std::size_t>(groups * 16), stream, false, dim3(ctas, 1, 1), p, groups);
 }
@@ -338,9 +362,10 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 template <bool kTwoSearches, bool kLocalList>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, WideMinVocab wide_min_vocab, int device,
                                   cudaStream_t stream) {
-  return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
-                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, wide_min_vocab, device,
-                                                                                       stream);
+  return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kNarrowSliceCtas>,
+                       sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
+                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, wide_min_vocab,
+                                                                                       device, stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -426,9 +451,11 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
     constexpr WideMinVocab kWide = WideMinVocab::kSearch;  // every row filter searches cluster-wide
-    finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kSliceCtas>, row_filter_slice_kernel<T, true, kWideSliceCtas>>(
-                      p, p.rows, p.vocab, kWide, input.device, stream)
-                : launch_slices<row_filter_slice_kernel<T, false, kSliceCtas>,
+    finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kNarrowSliceCtas>, row_filter_slice_kernel<T, true, kSliceCtas>,
+                                row_filter_slice_kernel<T, true, kWideSliceCtas>>(p, p.rows, p.vocab, kWide, input.device,
+                                                                                  stream)
+                : launch_slices<row_filter_slice_kernel<T, false, kNarrowSliceCtas>,
+                                row_filter_slice_kernel<T, false, kSliceCtas>,
                                 row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, kWide, input.device,
                                                                                    stream),
            op, input.device);

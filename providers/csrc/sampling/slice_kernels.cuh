@@ -1,5 +1,5 @@
-// The row kernels of filter_sample.cuh with each row split over a cluster of kSliceCtas (or
-// kWideSliceCtas) CTAs (sm_90+; row_scope.cuh's SliceScopeOf): every CTA copies its slice of
+// The row kernels of filter_sample.cuh with each row split over a cluster of 4, 8 or 16 CTAs
+// (sm_90+; row_scope.cuh's SliceScopeOf): every CTA copies its slice of
 // the row into shared memory once, and the statistics, the radix levels and the draw then
 // read shared memory instead of global memory, one pass each. Same results as the
 // one-CTA-per-row kernels: the same keys and integer histograms, and the same token (the
