@@ -123,25 +123,32 @@ std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
 // under kDraw's bound: it is not a goal case.)
 // Clusters of kNarrowSliceCtas (twice the slice per CTA, half the barrier fan-in) from
-// kNarrowSliceMinRows rows on. Measured on an H200 against clusters of 8 (graph us, A B A B,
-// lab AOTINFER_LAB_SLICE_CTAS_4, history/ab-sampling-slice-ctas-4-90af1a8.txt): at 16 rows
-// 0.74-0.85x for the searches, min-p and plain sampling at 32000 and 65536 (top-k 0.94-0.97x,
-// joint 0.85-1.03x); at 1 and 4 rows 0.96-0.99x for the searches but 1.14-1.19x for top-k and
-// joint and 1.02-1.05x for the rest.
+// kNarrowSliceMinRows rows on, up to vocab kNarrowSliceAutoMaxVocab. Measured on an H200
+// against clusters of 8 (graph us, A B A B; history/ab-sampling-cluster-ctas-4-d128e6a.txt,
+// ab-sampling-slice-ctas-4-90af1a8.txt), flat and peaked rows:
+// - at 32000 and 65536, from 16 rows on: 16 rows 0.73-0.85x (top-k 0.94-0.99x, joint
+//   0.84-1.02x), 32 rows 0.65-0.81x (top-k 0.88-0.92x, joint 0.94-0.97x), 64 rows 0.60-0.85x;
+//   at 2 to 12 rows slower (top-k 1.13-1.25x, joint 1.10-1.22x, the rest 0.95-1.10x);
+// - at 128256 (one CTA of 128 KB a SM): 16 rows 0.89-0.99x but top-k and joint 1.00-1.08x,
+//   and 32 and 64 rows 0.97-1.30x; 2 to 12 rows 1.11-1.43x.
+// Between 65536 and 128256, and between 12 and 16 rows, unmeasured. Clusters of 4 do not move
+// the batch bound of use_slice_kernels: at 80 and 128 rows they ran 1.14-2.88x the row kernels
+// (history/ab-sampling-cluster-4-vs-rowwise-d128e6a.txt).
 // AOTINFER_SAMPLING_CLUSTER_CTAS: auto (these rules), 4, 8 or 16 (that size wherever the slice
 // kernels run and the clusters fit, else 8: tests and A/B runs).
 enum class WideMinVocab : std::int64_t { kDraw = 40960, kSearch = 112000 };  // the least vocab, by kind
 constexpr std::int64_t kWideSliceMaxRows = 4;
-constexpr std::int64_t kNarrowSliceMinRows = 9;
+constexpr std::int64_t kNarrowSliceMinRows = 16;
+constexpr std::int64_t kNarrowSliceAutoMaxVocab = 65536;
 // A CTA of a cluster of 4 holds at most 2^15 floats: the slice length for which joint's slack
 // (cluster_local_top_k.cuh's two_search_list_filter) is shown to hold.
 constexpr std::int64_t kNarrowSliceMaxVocab = std::int64_t{kNarrowSliceCtas} << 15;
 
 int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab) {
   const std::string want = env_choice("AOTINFER_SAMPLING_CLUSTER_CTAS", {"auto", "4", "8", "16"});
-  if (want != "auto") return std::stoi(want);
+  if (want == "4" || want == "8" || want == "16") return std::stoi(want);
   if (rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(wide_min_vocab)) return kWideSliceCtas;
-  return rows >= kNarrowSliceMinRows ? kNarrowSliceCtas : kSliceCtas;
+  return rows >= kNarrowSliceMinRows && vocab <= kNarrowSliceAutoMaxVocab ? kNarrowSliceCtas : kSliceCtas;
 }
 
 // Whether a row of `vocab` fits clusters of kNarrowSliceCtas on `device`: its slice beside the
