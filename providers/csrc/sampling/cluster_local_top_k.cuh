@@ -54,8 +54,8 @@ constexpr int kLocalListRegion = 128;
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
-// clusters of 8, 16 KB of 2048 in clusters of 16) and scratch (37.4-37.9 / 44.4-44.9 KB at
-// sm_90a, ptxas -v), rounded up.
+// clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
+// (37.4-37.9 / 44.4-44.9 / 35.4-35.8 KB at sm_90a, ptxas -v), rounded up.
 constexpr std::int64_t local_list_static_smem(int ctas) { return ctas > kSliceCtas ? 48 * 1024 : 40 * 1024; }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -214,9 +214,10 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
   if (f.mode == FilterMode::kJoint) {
     // The total is at most the exact sum r of the probabilities in the masses' unit, and
     // above r less one unit per level-0 bin (each floored once). Each slice summed at most
-    // 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16) and rank 0 added
-    // eight (sixteen) sums: within r * 2^-39 (2^-37; 2^-38) of r, which the slack of
-    // r * 2^-36 covers eightfold (twofold; fourfold).
+    // 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16; 2^15 in clusters
+    // of 4, which take rows of at most 2^17) and rank 0 added eight (sixteen; four) sums:
+    // within r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers
+    // eightfold (twofold; fourfold; twofold).
     const double r = ldexp(row_sum, 150 + t.mass_base);
     const double slack = r * 0x1p-36;
     base_hi = __double2ull_ru(r + slack);

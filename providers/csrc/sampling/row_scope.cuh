@@ -3,9 +3,10 @@
 //
 // - RowScope: one CTA per row; every pass reads the row from global memory.
 // - SliceScopeOf<kCtas> (sm_90+): the row split over a cluster of kCtas CTAs (kSliceCtas,
-//   kWideSliceCtas or kNarrowSliceCtas), each holding its slice in shared memory, read from global memory once; reductions and histograms combine
-//   across the cluster through distributed shared memory. A pass then costs shared-memory
-//   bandwidth, and a batch of 128 rows keeps 1024 CTAs busy instead of 128.
+//   kWideSliceCtas or kNarrowSliceCtas), each holding its slice in shared memory, read from
+//   global memory once; reductions and histograms combine across the cluster through
+//   distributed shared memory. A pass then costs shared-memory bandwidth, and a batch of 128
+//   rows keeps 1024 CTAs busy instead of 128.
 //
 // Both give every thread of every CTA the same results, in a fixed order (the same inputs
 // always give the same bits).
@@ -155,7 +156,7 @@ constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
 // the slice per CTA, half the barrier fan-in) for batches that fill the GPU. Which size a
-// launch takes: sample_launch.cu's slice_ctas.
+// launch takes: sample_launch.cu's wanted_slice_ctas.
 constexpr int kWideSliceCtas = 16;
 constexpr int kNarrowSliceCtas = 4;
 constexpr int kSliceThreads = 512;  // two CTAs per SM at vocab 128256 (64 KB slices)
