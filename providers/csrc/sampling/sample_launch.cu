@@ -106,6 +106,12 @@ constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) an
 
 std::int64_t slice_groups(std::int64_t vocab, int ctas = kSliceCtas) { return ((vocab + 3) / 4 + ctas - 1) / ctas; }
 
+// Whether a CTA's slice of a row of `vocab` in clusters of `ctas` fits in `smem_limit` bytes of
+// shared memory beside a kernel's `static_smem`.
+bool slice_fits(std::int64_t vocab, int ctas, std::int64_t static_smem, int smem_limit) {
+  return slice_groups(vocab, ctas) * 16 + static_smem <= smem_limit;
+}
+
 // Clusters of kWideSliceCtas (half a slice per CTA, twice the SMs) for up to 4 rows of a
 // large vocabulary, where the GPU can place them. Measured on an H200 against clusters of 8
 // (graph us, A B A B, one row unless said; history/ab-sampling-wide-clusters-c410d14.txt,
@@ -146,7 +152,7 @@ constexpr std::int64_t kNarrowSliceMaxVocab = std::int64_t{kNarrowSliceCtas} << 
 
 int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab) {
   const std::string want = env_choice("AOTINFER_SAMPLING_CLUSTER_CTAS", {"auto", "4", "8", "16"});
-  if (want == "4" || want == "8" || want == "16") return std::stoi(want);
+  if (!want.empty() && want != "auto") return std::stoi(want);  // "" when unset
   if (rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(wide_min_vocab)) return kWideSliceCtas;
   return rows >= kNarrowSliceMinRows && vocab <= kNarrowSliceAutoMaxVocab ? kNarrowSliceCtas : kSliceCtas;
 }
@@ -157,7 +163,7 @@ bool narrow_slices_fit(std::int64_t vocab, int device) {
   int limit = 0;
   return vocab <= kNarrowSliceMaxVocab &&
          cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&limit, device) == cudaSuccess &&
-         slice_groups(vocab, kNarrowSliceCtas) * 16 + local_list_static_smem(kNarrowSliceCtas) <= limit;
+         slice_fits(vocab, kNarrowSliceCtas, local_list_static_smem(kNarrowSliceCtas), limit);
 }
 
 // Whether `Kernel` runs in clusters of kWideSliceCtas with `smem` bytes of dynamic shared
@@ -212,7 +218,7 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
   const int smem_limit = shared_memory_limit(device, op);
   finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
-  if (major < 9 || slice_groups(vocab) * 16 + kSliceStaticSmem > smem_limit) return false;
+  if (major < 9 || !slice_fits(vocab, kSliceCtas, kSliceStaticSmem, smem_limit)) return false;
   // Measured on an H200 (dev/sweep_sampling.py, vocab 128256): at batch 1 the clusters take
   // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
@@ -551,10 +557,10 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // searches once each CTA's list bound stopped early (history/ab-sampling-local-bound-one-
     // row-164b10a2b.txt; 1.01-1.04x before, when one row kept the cluster-wide searches).
     // (The clusters of 8's check: a wide cluster's slice is half as large and its list 8 KB
-    // larger, so it fits wherever this does.)
+    // larger, so it fits wherever this does; clusters of 4 check theirs in narrow_slices_fit.)
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
-                            slice_groups(p.vocab) * 16 + local_list_static_smem(kSliceCtas) <=
-                                shared_memory_limit(input.device, op);
+                            slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas),
+                                       shared_memory_limit(input.device, op));
     // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const WideMinVocab wide = searches ? WideMinVocab::kSearch : WideMinVocab::kDraw;
