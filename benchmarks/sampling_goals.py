@@ -94,6 +94,19 @@ def goal_summary(rows: list) -> list:
     return lines
 
 
+def slower_cases(rows: list) -> list:
+    """Markdown lines naming every row (any op) whose FlashInfer graph time beats ours, samplers
+    first: the cases behind the "never slower" count, and the other ops' beside them."""
+    timed = [r for r in rows if _number(r.get("fi_graph_us")) is not None]
+    slower = [r for r in timed if r["graph_us"] > r["fi_graph_us"]]
+    slower.sort(key=lambda r: (r["op"] not in SAMPLERS, r["op"], r["vocab"], r["batch"], r["dist"]))
+    return [
+        f"- {r['op']} {r['batch']} x {r['vocab']} {r['dist']}: {r['graph_us']:.1f} us against "
+        f"FlashInfer's {r['fi_graph_us']:.1f} ({r['fi_graph_us'] / r['graph_us']:.3f}x)"
+        for r in slower
+    ]
+
+
 def main() -> None:
     default = Path(__file__).parent / "results" / "sampling.json"
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else default

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from sampling_goals import goal_summary  # noqa: E402
+from sampling_goals import goal_summary, slower_cases  # noqa: E402
 
 
 def row(op, batch=128, vocab=128256, dist="flat", graph=50.0, fi=60.0, eager=30.0, copy=60.0):
@@ -58,3 +58,17 @@ def test_batch_1_judged_on_each_cases_best_round_with_every_round_reported():
     line = [x for x in goal_summary([fast, slow]) if "batch 1" in x][0]
     assert "missed, 1 of 2 entries within it (slowest 41.0 us)" in line
     assert "best of 3 rounds; round by round 0 / 1 / 0 of 2" in line
+
+
+def test_slower_cases_name_every_op_samplers_first():
+    rows = [
+        row("top_k_renorm", batch=1, graph=12.0, fi=10.0),
+        row("top_p_sampling", batch=16, vocab=256000, graph=30.0, fi=20.0),
+        row("min_p_sampling", batch=16),  # faster than FlashInfer: not listed
+        row("top_k_sampling", fi="error: RuntimeError"),  # no baseline figure: not listed
+    ]
+    lines = slower_cases(rows)
+    assert lines == [
+        "- top_p_sampling 16 x 256000 flat: 30.0 us against FlashInfer's 20.0 (0.667x)",
+        "- top_k_renorm 1 x 128256 flat: 12.0 us against FlashInfer's 10.0 (0.833x)",
+    ], lines

@@ -15,7 +15,8 @@ def provider_switches():
     for path in (ROOT / "providers" / "csrc").rglob("*"):
         if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
             text = path.read_text()
-            names.update(re.findall(r'(?:getenv|env_switch_on|env_choice)\("(AOTINFER_[A-Z0-9_]+)"[,)]', text))
+            calls = r'(?:getenv|env_switch_on|env_choice)\("(AOTINFER_[A-Z0-9_]+)"[,)]'
+            names.update(re.findall(calls, text))
     return names
 
 

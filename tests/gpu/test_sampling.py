@@ -449,7 +449,9 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, cluster_ctas, mon
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(vocab, cluster_ctas, monkeypatch):
+def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
+    vocab, cluster_ctas, monkeypatch
+):
     """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
     set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
     mass: cluster_local_top_k.cuh's two_search_list_filter). Rows: 0, random (joint keeps the
@@ -616,7 +618,15 @@ def test_chain_speculative_first_token_follows_the_target():
 
 
 # (128256, 1): one row of a large vocabulary, which the cluster kernels run in clusters of 16.
-RENORM_SHAPES = [(111, 1), (111, 989), (32000, 99), (128256, 1), (128256, 7), (151936, 3), (256000, 2)]
+RENORM_SHAPES = [
+    (111, 1),
+    (111, 989),
+    (32000, 99),
+    (128256, 1),
+    (128256, 7),
+    (151936, 3),
+    (256000, 2),
+]
 # Two units in the last place of the output dtype; float16 outputs below 6e-5 are subnormal,
 # spaced 6e-8 apart, hence its absolute tolerance.
 RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
