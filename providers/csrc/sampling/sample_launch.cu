@@ -117,19 +117,20 @@ bool slice_fits(std::int64_t vocab, int ctas, std::int64_t static_smem, int smem
 // (graph us, A B A B, one row unless said; history/ab-sampling-wide-clusters-c410d14.txt,
 // -vocabs-95c5303.txt, -rows-f1b7d4d.txt, ab-sampling-slice-ctas-16-f75ac35.txt), by what
 // dominates the kernel (1, 2, 3 and 4 rows alike):
-// - kDraw, where per-element passes dominate (the top-k and two-search samplers drawing from
-//   the CTAs' lists, min-p, plain sampling): 0.99-1.02x at 32000, 0.95-1.00x at 40960,
-//   0.88-0.98x at 50304-65536, 0.82-0.91x at 98304-112000, 0.75-0.88x at 128256-256000;
-// - kSearch, where cluster-wide radix searches dominate, their every level paying 16-way
-//   pushes and combines (the top-p sampler, renorm, top-k masking): 1.03-1.17x up to 65536,
+// - per-element kernels (kDrawBounds, kListBounds), where per-element passes dominate (the
+//   top-k and two-search samplers drawing from the CTAs' lists, min-p, plain sampling):
+//   0.99-1.02x at 32000, 0.95-1.00x at 40960, 0.88-0.98x at 50304-65536, 0.82-0.91x at
+//   98304-112000, 0.75-0.88x at 128256-256000;
+// - search kernels (kSearchBounds), where cluster-wide radix searches dominate, their every
+//   level paying 16-way pushes and combines (the top-p sampler, renorm, top-k masking): 1.03-1.17x up to 65536,
 //   0.98-1.02x at 98304, 0.95-1.00x at 112000, 0.93-0.97x at 128256-151936, 0.87-0.89x at
 //   256000;
 // - at 8 rows 1.13-1.47x at 65536; at 128256 0.94-1.07x for the first kind, 1.09-1.21x for
 //   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
-// under kDraw's bound: it is not a goal case.)
+// under kListBounds: it is not a goal case.)
 // Clusters of kNarrowSliceCtas (twice the slice per CTA, half the barrier fan-in) from
-// kNarrowSliceMinRows rows on, up to vocab kNarrowSliceAutoMaxVocab. Measured on an H200
+// kNarrowSliceMinRows rows on, up to each kind's narrow_max_vocab. Measured on an H200
 // against clusters of 8 (graph us, A B A B; history/ab-sampling-cluster-ctas-4-d128e6a.txt,
 // ab-sampling-slice-ctas-4-90af1a8.txt), flat and peaked rows:
 // - at 32000 and 65536, from 16 rows on: 16 rows 0.73-0.85x (top-k 0.94-0.99x, joint
@@ -137,24 +138,35 @@ bool slice_fits(std::int64_t vocab, int ctas, std::int64_t static_smem, int smem
 //   at 2 to 12 rows slower (top-k 1.13-1.25x, joint 1.10-1.22x, the rest 0.95-1.10x);
 // - at 128256 (one CTA of 128 KB a SM): 16 rows 0.89-0.99x but top-k and joint 1.00-1.08x,
 //   and 32 and 64 rows 0.97-1.30x; 2 to 12 rows 1.11-1.43x.
-// Between 65536 and 128256, and between 12 and 16 rows, unmeasured. Clusters of 4 do not move
-// the batch bound of use_slice_kernels: at 80 and 128 rows they ran 1.14-2.88x the row kernels
-// (history/ab-sampling-cluster-4-vs-rowwise-d128e6a.txt).
+// - at 13 to 15 rows x 32000 and 65536 as at 12 (top-k 1.13-1.19x, joint 1.09-1.18x, top-k
+//   masking 0.95-0.97x, the rest 0.96-1.04x;
+//   history/ab-sampling-cluster-ctas-4-13-15-rows-2319fe6.txt);
+// - at 81920 (80 KB a CTA, two a SM) 16 to 64 rows 0.69-0.94x but top-k 1.01-1.21x and joint
+//   0.93-1.18x; at 98304 16 rows 0.84-0.94x (top-k / joint 0.96-1.08x), 32 and 64 rows
+//   0.94-1.06x (top-k / joint 1.13-1.27x) (history/ab-sampling-cluster-ctas-4-vocabs-2319fe6.txt).
+// So the lists (top-k, two searches) take clusters of 4 up to 65536 and the other kernels up to
+// 81920. Clusters of 4 do not move the batch bound of use_slice_kernels: at 80 and 128 rows
+// they ran 1.14-2.88x the row kernels (history/ab-sampling-cluster-4-vs-rowwise-d128e6a.txt).
 // AOTINFER_SAMPLING_CLUSTER_CTAS: auto (these rules), 4, 8 or 16 (that size wherever the slice
 // kernels run and the clusters fit, else 8: tests and A/B runs).
-enum class WideMinVocab : std::int64_t { kDraw = 40960, kSearch = 112000 };  // the least vocab, by kind
+struct SliceBounds {
+  std::int64_t wide_min_vocab;    // clusters of 16 for up to kWideSliceMaxRows rows from this vocab on
+  std::int64_t narrow_max_vocab;  // clusters of 4 from kNarrowSliceMinRows rows up to this vocab
+};
+constexpr SliceBounds kDrawBounds{40960, 81920};     // min-p and plain sampling
+constexpr SliceBounds kListBounds{40960, 65536};     // the top-k and two-search samplers' lists
+constexpr SliceBounds kSearchBounds{112000, 81920};  // cluster-wide searches: top-p, renorm, mask
 constexpr std::int64_t kWideSliceMaxRows = 4;
 constexpr std::int64_t kNarrowSliceMinRows = 16;
-constexpr std::int64_t kNarrowSliceAutoMaxVocab = 65536;
 // A CTA of a cluster of 4 holds at most 2^15 floats: the slice length for which joint's slack
 // (cluster_local_top_k.cuh's two_search_list_filter) is shown to hold.
 constexpr std::int64_t kNarrowSliceMaxVocab = std::int64_t{kNarrowSliceCtas} << 15;
 
-int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab) {
+int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, SliceBounds bounds) {
   const std::string want = env_choice("AOTINFER_SAMPLING_CLUSTER_CTAS", {"auto", "4", "8", "16"});
   if (!want.empty() && want != "auto") return std::stoi(want);  // "" when unset
-  if (rows <= kWideSliceMaxRows && vocab >= static_cast<std::int64_t>(wide_min_vocab)) return kWideSliceCtas;
-  return rows >= kNarrowSliceMinRows && vocab <= kNarrowSliceAutoMaxVocab ? kNarrowSliceCtas : kSliceCtas;
+  if (rows <= kWideSliceMaxRows && vocab >= bounds.wide_min_vocab) return kWideSliceCtas;
+  return rows >= kNarrowSliceMinRows && vocab <= bounds.narrow_max_vocab ? kNarrowSliceCtas : kSliceCtas;
 }
 
 // Whether a row of `vocab` fits clusters of kNarrowSliceCtas on `device`: its slice beside the
@@ -351,9 +363,9 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
 // size wanted_slice_ctas names where they fit (Narrow's of kNarrowSliceCtas, Wide's of
 // kWideSliceCtas), else Kernel's of kSliceCtas.
 template <auto Narrow, auto Kernel, auto Wide, typename Params>
-cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, WideMinVocab wide_min_vocab, int device,
+cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, SliceBounds bounds, int device,
                           cudaStream_t stream) {
-  const int want = wanted_slice_ctas(rows, vocab, wide_min_vocab);
+  const int want = wanted_slice_ctas(rows, vocab, bounds);
   int ctas = kSliceCtas;
   auto kernel = Kernel;
   if (want == kWideSliceCtas && wide_clusters_fit<Wide>(device, static_cast<int>(slice_groups(vocab, kWideSliceCtas) * 16))) {
@@ -373,12 +385,12 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 }
 
 template <bool kTwoSearches, bool kLocalList>
-cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, WideMinVocab wide_min_vocab, int device,
+cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
                                   cudaStream_t stream) {
   return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kNarrowSliceCtas>,
                        sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
-                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, wide_min_vocab,
-                                                                                       device, stream);
+                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
+                                                                                       stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -463,13 +475,13 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
-    constexpr WideMinVocab kWide = WideMinVocab::kSearch;  // every row filter searches cluster-wide
+    constexpr SliceBounds kBounds = kSearchBounds;  // every row filter searches cluster-wide
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kNarrowSliceCtas>, row_filter_slice_kernel<T, true, kSliceCtas>,
-                                row_filter_slice_kernel<T, true, kWideSliceCtas>>(p, p.rows, p.vocab, kWide, input.device,
+                                row_filter_slice_kernel<T, true, kWideSliceCtas>>(p, p.rows, p.vocab, kBounds, input.device,
                                                                                   stream)
                 : launch_slices<row_filter_slice_kernel<T, false, kNarrowSliceCtas>,
                                 row_filter_slice_kernel<T, false, kSliceCtas>,
-                                row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, kWide, input.device,
+                                row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, kBounds, input.device,
                                                                                    stream),
            op, input.device);
     return;
@@ -563,15 +575,15 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
                                        shared_memory_limit(input.device, op));
     // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
-    const WideMinVocab wide = searches ? WideMinVocab::kSearch : WideMinVocab::kDraw;
+    const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
     const int dev = input.device;
     cudaError_t err;
     if (local_list) {
-      err = two_searches ? launch_slice_samplers<true, true>(p, batch, wide, dev, cuda_stream)
-                         : launch_slice_samplers<false, true>(p, batch, wide, dev, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, true>(p, batch, bounds, dev, cuda_stream)
+                         : launch_slice_samplers<false, true>(p, batch, bounds, dev, cuda_stream);
     } else {
-      err = two_searches ? launch_slice_samplers<true, false>(p, batch, wide, dev, cuda_stream)
-                         : launch_slice_samplers<false, false>(p, batch, wide, dev, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, false>(p, batch, bounds, dev, cuda_stream)
+                         : launch_slice_samplers<false, false>(p, batch, bounds, dev, cuda_stream);
     }
     finish(err, op, input.device);
     return;
