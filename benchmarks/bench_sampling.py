@@ -29,6 +29,7 @@ from sampling_goals import goal_summary
 import aotinfer
 
 TOP_P, TOP_K, MIN_P = 0.9, 50, 0.1
+VOCABS = (32000, 128256)  # issue #3's
 
 
 def torch_top_p(probs):
@@ -129,6 +130,34 @@ def make_probs(batch, vocab, peaked, seed):
     return torch.softmax(logits, -1)
 
 
+def shapes(vocabs, batches):
+    """(row dict of the shape, bytes of one probability set, rotating input sets) for every
+    vocab x batch x flat / peaked, vocab outermost; a shape's sets are built when it is reached."""
+    for vocab in vocabs:
+        for batch in batches:
+            for peaked in (False, True):
+                nbytes = batch * vocab * 4
+                # rotations calls the lambda before the loop moves on, so it sees this shape
+                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), nbytes)  # noqa: B023
+                yield (
+                    {"batch": batch, "vocab": vocab, "dist": "peaked" if peaked else "flat"},
+                    nbytes,
+                    sets,
+                )
+
+
+def add_graph_times(row: dict, ours, fib, sets) -> None:
+    """Our per-call graph time into ``row`` (graph_us), and FlashInfer's (fi_graph_us, its
+    ratio vs_fi_graph) where it has the op, or the error that stopped it."""
+    row["graph_us"] = rotation_graph_us(ours, sets)
+    if fib is not None:
+        try:
+            row["fi_graph_us"] = rotation_graph_us(fib, sets)
+            row["vs_fi_graph"] = row["fi_graph_us"] / row["graph_us"]
+        except Exception as exc:  # a baseline failure must not stop the run
+            row["fi_graph_us"] = f"error: {type(exc).__name__}"
+
+
 EAGER_ROUNDS = 3
 
 
@@ -142,15 +171,12 @@ def retime_batch1_eager(rows: list, table: dict) -> None:
     host's state at that moment than about the call; sampling_goals.py reports every round
     and judges the goal on the best."""
     for _ in range(EAGER_ROUNDS - 1):
-        for vocab in (32000, 128256):
-            for peaked in (False, True):
-                sets = rotations(lambda i: (make_probs(1, vocab, peaked, i),), vocab * 4)
-                dist = "peaked" if peaked else "flat"
-                for row in rows:
-                    if (row["batch"], row["vocab"], row["dist"]) != (1, vocab, dist):
-                        continue
-                    us = 1e3 * time_ms(table[row["op"]][0], args_list=sets)
-                    row.setdefault("eager_rounds_us", [row["aotinfer_us"]]).append(us)
+        for shape, _, sets in shapes(VOCABS, [1]):
+            for row in rows:
+                if {k: row[k] for k in shape} != shape:
+                    continue
+                us = 1e3 * time_ms(table[row["op"]][0], args_list=sets)
+                row.setdefault("eager_rounds_us", [row["aotinfer_us"]]).append(us)
     for row in rows:
         if "eager_rounds_us" in row:
             row["eager_best_us"] = min(row["eager_rounds_us"])
@@ -167,46 +193,29 @@ def main() -> None:
     table = cases(fi)
     seeded = cases(fi, {"seed": 1234, "offset": 0})  # capturable: no generator to advance
     rows = []
-    for vocab in (32000, 128256):
-        for batch in batches:
-            for peaked in (False, True):
-                nbytes = batch * vocab * 4
-                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), nbytes)
-                for name, (ours, ref, fib, mult) in table.items():
-                    row = {
-                        "op": name,
-                        "batch": batch,
-                        "vocab": vocab,
-                        "dist": "peaked" if peaked else "flat",
-                    }
-                    row["aotinfer_us"] = 1e3 * time_ms(ours, args_list=sets)
-                    if ref is not None:
-                        row["torch_us"] = 1e3 * time_ms(ref, args_list=sets)
-                        row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
-                    if fib is not None:
-                        try:
-                            row["flashinfer_us"] = 1e3 * time_ms(fib, args_list=sets)
-                            row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
-                        except (
-                            Exception
-                        ) as exc:  # a FlashInfer JIT or API problem must not stop the run
-                            row["flashinfer_us"] = f"error: {type(exc).__name__}"
-                    # Kernel time without host overhead: per call in a CUDA graph of >= 10
-                    # calls over the rotating inputs (explicit seed and offset).
-                    ours_g, _, fib_g, _ = seeded[name]
-                    row["graph_us"] = rotation_graph_us(ours_g, sets)
-                    if fib_g is not None:
-                        try:
-                            row["fi_graph_us"] = rotation_graph_us(fib_g, sets)
-                            row["vs_fi_graph"] = row["fi_graph_us"] / row["graph_us"]
-                        except Exception as exc:  # a baseline failure must not stop the run
-                            row["fi_graph_us"] = f"error: {type(exc).__name__}"
-                    rate = mult * nbytes / (row["aotinfer_us"] * 1e-6)
-                    row["GB/s"] = rate / 1e9
-                    row["% copy"] = 100 * rate / copy_bw
-                    row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
-                    rows.append(row)
-                    print(row, flush=True)
+    for shape, nbytes, sets in shapes(VOCABS, batches):
+        for name, (ours, ref, fib, mult) in table.items():
+            row = {"op": name, **shape}
+            row["aotinfer_us"] = 1e3 * time_ms(ours, args_list=sets)
+            if ref is not None:
+                row["torch_us"] = 1e3 * time_ms(ref, args_list=sets)
+                row["vs_torch"] = row["torch_us"] / row["aotinfer_us"]
+            if fib is not None:
+                try:
+                    row["flashinfer_us"] = 1e3 * time_ms(fib, args_list=sets)
+                    row["vs_flashinfer"] = row["flashinfer_us"] / row["aotinfer_us"]
+                except Exception as exc:  # a FlashInfer JIT or API problem must not stop the run
+                    row["flashinfer_us"] = f"error: {type(exc).__name__}"
+            # Kernel time without host overhead: per call in a CUDA graph of >= 10
+            # calls over the rotating inputs (explicit seed and offset).
+            ours_g, _, fib_g, _ = seeded[name]
+            add_graph_times(row, ours_g, fib_g, sets)
+            rate = mult * nbytes / (row["aotinfer_us"] * 1e-6)
+            row["GB/s"] = rate / 1e9
+            row["% copy"] = 100 * rate / copy_bw
+            row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
+            rows.append(row)
+            print(row, flush=True)
     retime_batch1_eager(rows, table)
     env = environment(copy_bw)
     cols = [

@@ -16,12 +16,10 @@ import argparse
 from bench_common import (
     copy_bandwidth_bytes_per_s,
     environment,
-    rotation_graph_us,
-    rotations,
     try_import_flashinfer,
     write_results,
 )
-from bench_sampling import cases, make_probs
+from bench_sampling import add_graph_times, cases, shapes
 from sampling_goals import goal_summary, slower_cases
 
 
@@ -34,29 +32,13 @@ def main() -> None:
     fi = try_import_flashinfer()
     seeded = cases(fi, {"seed": 1234, "offset": 0})  # capturable: no generator to advance
     rows = []
-    for vocab in args.vocabs:
-        for batch in args.batches:
-            for peaked in (False, True):
-                nbytes = batch * vocab * 4
-                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), nbytes)
-                for name, (ours, _, fib, mult) in seeded.items():
-                    row = {
-                        "op": name,
-                        "batch": batch,
-                        "vocab": vocab,
-                        "dist": "peaked" if peaked else "flat",
-                    }
-                    row["graph_us"] = rotation_graph_us(ours, sets)
-                    row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
-                    if fib is not None:
-                        try:
-                            row["fi_graph_us"] = rotation_graph_us(fib, sets)
-                            row["vs_fi_graph"] = row["fi_graph_us"] / row["graph_us"]
-                        except Exception as exc:  # a baseline failure must not stop the run
-                            row["fi_graph_us"] = f"error: {type(exc).__name__}"
-                    rows.append(row)
-                    print(row, flush=True)
-                del sets
+    for shape, nbytes, sets in shapes(args.vocabs, args.batches):
+        for name, (ours, _, fib, mult) in seeded.items():
+            row = {"op": name, **shape}
+            add_graph_times(row, ours, fib, sets)
+            row["% copy (graph)"] = 100 * mult * nbytes / (row["graph_us"] * 1e-6) / copy_bw
+            rows.append(row)
+            print(row, flush=True)
     cols = [
         "op",
         "batch",
