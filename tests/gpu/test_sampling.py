@@ -421,7 +421,7 @@ def crowd_rows(probs, spots, g):
 def cluster_ctas(request, monkeypatch):
     """The cluster kernels in clusters of 8, and, wherever they fit, of 16 and of 4 (the
     provider's own rule takes 16 for up to 4 rows of a large vocabulary and 4 from 16 rows of
-    at most 65536: sample_launch.cu's wanted_slice_ctas)."""
+    at most 65536 or 81920 by kind: sample_launch.cu's wanted_slice_ctas)."""
     monkeypatch.setenv("AOTINFER_SAMPLING_CLUSTER_CTAS", request.param)
     return request.param
 

@@ -169,13 +169,12 @@ int wanted_slice_ctas(std::int64_t rows, std::int64_t vocab, SliceBounds bounds)
   return rows >= kNarrowSliceMinRows && vocab <= bounds.narrow_max_vocab ? kNarrowSliceCtas : kSliceCtas;
 }
 
-// Whether a row of `vocab` fits clusters of kNarrowSliceCtas on `device`: its slice beside the
-// largest static shared memory of the slice kernels (the list kernels').
-bool narrow_slices_fit(std::int64_t vocab, int device) {
-  int limit = 0;
+// Whether a row of `vocab` fits clusters of kNarrowSliceCtas under a device's `smem_limit`
+// (shared_memory_limit): its slice beside the largest static shared memory of the slice
+// kernels (the list kernels').
+bool narrow_slices_fit(std::int64_t vocab, int smem_limit) {
   return vocab <= kNarrowSliceMaxVocab &&
-         cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&limit, device) == cudaSuccess &&
-         slice_fits(vocab, kNarrowSliceCtas, local_list_static_smem(kNarrowSliceCtas), limit);
+         slice_fits(vocab, kNarrowSliceCtas, local_list_static_smem(kNarrowSliceCtas), smem_limit);
 }
 
 // Whether `Kernel` runs in clusters of kWideSliceCtas with `smem` bytes of dynamic shared
@@ -361,17 +360,17 @@ void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t st
 
 // One cluster per row, each CTA with its slice in dynamic shared memory, in clusters of the
 // size wanted_slice_ctas names where they fit (Narrow's of kNarrowSliceCtas, Wide's of
-// kWideSliceCtas), else Kernel's of kSliceCtas.
+// kWideSliceCtas), else Kernel's of kSliceCtas. `smem_limit`: shared_memory_limit(device).
 template <auto Narrow, auto Kernel, auto Wide, typename Params>
 cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab, SliceBounds bounds, int device,
-                          cudaStream_t stream) {
+                          int smem_limit, cudaStream_t stream) {
   const int want = wanted_slice_ctas(rows, vocab, bounds);
   int ctas = kSliceCtas;
   auto kernel = Kernel;
   if (want == kWideSliceCtas && wide_clusters_fit<Wide>(device, static_cast<int>(slice_groups(vocab, kWideSliceCtas) * 16))) {
     ctas = kWideSliceCtas;
     kernel = Wide;
-  } else if (want == kNarrowSliceCtas && narrow_slices_fit(vocab, device)) {
+  } else if (want == kNarrowSliceCtas && narrow_slices_fit(vocab, smem_limit)) {
     ctas = kNarrowSliceCtas;
     kernel = Narrow;
   }
@@ -386,11 +385,11 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 
 template <bool kTwoSearches, bool kLocalList>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
-                                  cudaStream_t stream) {
+                                  int smem_limit, cudaStream_t stream) {
   return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kNarrowSliceCtas>,
                        sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
                        sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
-                                                                                       stream);
+                                                                                       smem_limit, stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -476,13 +475,14 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   finish(guard.status(), op, input.device);
   if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
     constexpr SliceBounds kBounds = kSearchBounds;  // every row filter searches cluster-wide
+    const int smem = shared_memory_limit(input.device, op);
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kNarrowSliceCtas>, row_filter_slice_kernel<T, true, kSliceCtas>,
                                 row_filter_slice_kernel<T, true, kWideSliceCtas>>(p, p.rows, p.vocab, kBounds, input.device,
-                                                                                  stream)
+                                                                                  smem, stream)
                 : launch_slices<row_filter_slice_kernel<T, false, kNarrowSliceCtas>,
                                 row_filter_slice_kernel<T, false, kSliceCtas>,
                                 row_filter_slice_kernel<T, false, kWideSliceCtas>>(p, p.rows, p.vocab, kBounds, input.device,
-                                                                                   stream),
+                                                                                   smem, stream),
            op, input.device);
     return;
   }
@@ -570,20 +570,20 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // row-164b10a2b.txt; 1.01-1.04x before, when one row kept the cluster-wide searches).
     // (The clusters of 8's check: a wide cluster's slice is half as large and its list 8 KB
     // larger, so it fits wherever this does; clusters of 4 check theirs in narrow_slices_fit.)
+    const int smem = shared_memory_limit(input.device, op);
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
-                            slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas),
-                                       shared_memory_limit(input.device, op));
+                            slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas), smem);
     // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
     const int dev = input.device;
     cudaError_t err;
     if (local_list) {
-      err = two_searches ? launch_slice_samplers<true, true>(p, batch, bounds, dev, cuda_stream)
-                         : launch_slice_samplers<false, true>(p, batch, bounds, dev, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, true>(p, batch, bounds, dev, smem, cuda_stream)
+                         : launch_slice_samplers<false, true>(p, batch, bounds, dev, smem, cuda_stream);
     } else {
-      err = two_searches ? launch_slice_samplers<true, false>(p, batch, bounds, dev, cuda_stream)
-                         : launch_slice_samplers<false, false>(p, batch, bounds, dev, cuda_stream);
+      err = two_searches ? launch_slice_samplers<true, false>(p, batch, bounds, dev, smem, cuda_stream)
+                         : launch_slice_samplers<false, false>(p, batch, bounds, dev, smem, cuda_stream);
     }
     finish(err, op, input.device);
     return;
