@@ -219,6 +219,77 @@ def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tenso
     return torch.where(valid, token, torch.zeros_like(token)), valid
 
 
+def mass_goal(top_p: float, total: int) -> int:
+    """``max(1, ceil(top_p * total))`` exactly, ``top_p`` a float32 value below 1 (<= 0 or
+    NaN: 1), as the kernels' ``mass_goal`` (fixed_point.cuh) computes it."""
+    if not top_p > 0:
+        return 1
+    num, den = float(top_p).as_integer_ratio()
+    return max(1, -(-num * total // den))
+
+
+def top_p_rejection(
+    weights: torch.Tensor, top_p: torch.Tensor, word_pairs
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Top-p sampling by rejection over cleaned float32 ``weights`` ``(R, V)`` (no filter
+    applied) with a float32 ``top_p`` ``(R,)``; ``word_pairs(n)`` gives each row's first
+    ``2 n`` Philox words ``(R, 2 n)``. Returns (token int64, valid bool).
+
+    With ``q`` the draw's fixed-point masses of the whole row (``fixed_point_mass``), ``T``
+    their total and the goal ``G = max(1, ceil(top_p * T))`` (``top_p >= 1`` or NaN: ``G =
+    T``, which accepts the first draw), a token of key ``k`` (its float32 bits) is kept
+    when the mass of the keys above it is below ``G``: exactly the top-p set of the
+    threshold search, in these masses. Rounds ``r = 0, 1, ...`` with a floor key ``low``
+    (at first 0: every participant) and a value ``high`` (at first the row's largest):
+    round ``r`` draws by the inverse CDF over the keys above ``low`` with the 64-bit word
+    ``(w[2r] << 32) | w[2r + 1]`` (round 0 is the plain draw's word); with ``v0`` the drawn
+    value and ``v1 = (v0 + high) * 0.5`` (float32), it accepts when ``mass(key > v0) <
+    G``; else, when ``mass(key > v1) < G``, ``low, high = key(v0), v1``, otherwise ``low =
+    key(v1)``. Every key at or below ``low`` is outside the top-p set and every key above
+    ``high`` inside it, so the accepted token follows the renormalised top-p distribution
+    (FlashInfer's dual-pivot rejection, in integers); each round excludes the drawn key
+    and halves ``high - low``, so the rounds end. About one row in ten takes a second
+    round at top_p 0.9 (dev/top_p_rejection_rounds.py).
+    """
+    rows = weights.size(0)
+    device = weights.device
+    w = weights.to(torch.float32).contiguous()
+    q = fixed_point_mass(w)
+    keys = w.view(torch.int32).to(torch.int64)  # >= 0: cleaned weights have no sign bit
+    totals = q.sum(dim=1).tolist()
+    p = torch.where(top_p < 1, top_p, torch.ones_like(top_p)).tolist()  # NaN: no filter
+    goals = [mass_goal(pi, t) if pi < 1 else t for pi, t in zip(p, totals)]
+    goal = torch.tensor(goals, dtype=torch.int64, device=device)
+    valid = torch.tensor([t > 0 for t in totals], dtype=torch.bool, device=device)
+    token = torch.zeros(rows, dtype=torch.int64, device=device)
+    low = torch.zeros(rows, dtype=torch.int64, device=device)
+    high = w.max(dim=1).values if w.size(1) else torch.zeros(rows, device=device)
+    active = valid.clone()
+    rounds = 0
+    while bool(active.any()):
+        words = word_pairs(rounds + 1)[:, 2 * rounds : 2 * rounds + 2]
+        live = active.nonzero().squeeze(1)
+        qr = torch.where(keys[live] > low[live].unsqueeze(1), q[live], 0)
+        prefix = qr.cumsum(dim=1)
+        r = ((words[live, 0] << 32) | words[live, 1]).tolist()
+        target = [((ri & MASK64) * t) >> 64 for ri, t in zip(r, prefix[:, -1].tolist())]
+        t = torch.tensor(target, dtype=torch.int64, device=device).unsqueeze(1)
+        drawn = torch.searchsorted(prefix, t, right=True)
+        k0 = keys[live].gather(1, drawn)
+        v1 = ((w[live].gather(1, drawn).squeeze(1) + high[live]) * 0.5).to(torch.float32)
+        k1 = v1.view(torch.int32).to(torch.int64).unsqueeze(1)
+        above0 = torch.where(keys[live] > k0, q[live], 0).sum(dim=1)
+        above1 = torch.where(keys[live] > k1, q[live], 0).sum(dim=1)
+        accept = above0 < goal[live]
+        token[live] = torch.where(accept, drawn.squeeze(1), token[live])
+        narrow = ~accept & (above1 < goal[live])
+        low[live] = torch.where(narrow, k0.squeeze(1), torch.where(accept, low[live], k1.squeeze(1)))
+        high[live] = torch.where(narrow, v1, high[live])
+        active[live] = ~accept
+        rounds += 1
+    return token, valid
+
+
 def race(weights: torch.Tensor, u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Exponential race (chain speculative sampling's token draw): argmin of E_i / w_i over
     entries with w_i > 0 (weights already cleaned and filtered, float32). Returns (token
@@ -265,8 +336,8 @@ def _draw(
     offset,
     drawer,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Runs ``drawer(rows_of_table, seeds, offsets, output_rows)`` over output rows in
-    chunks (the drawer takes its Philox numbers from stream 0 of each output row)."""
+    """Runs ``drawer(rows_of_table, seeds, offsets, output_rows, source_rows)`` over output
+    rows in chunks (the drawer takes its Philox numbers from stream 0 of each output row)."""
     device = table.device
     src = _source_rows(indices, table.size(0), device)
     batch, vocab = src.numel(), table.size(1)
@@ -279,7 +350,8 @@ def _draw(
         hi = min(batch, lo + step)
         rows = torch.arange(lo, hi, dtype=torch.int64, device=device)
         src_chunk = src[lo:hi]
-        tok, ok = drawer(table[src_chunk.clamp(min=0)], seeds[lo:hi], offsets[lo:hi], rows)
+        source = src_chunk.clamp(min=0)
+        tok, ok = drawer(table[source], seeds[lo:hi], offsets[lo:hi], rows, source)
         in_range = src_chunk >= 0
         tokens[lo:hi] = torch.where(in_range, tok, 0)
         valid[lo:hi] = ok & in_range
@@ -296,18 +368,31 @@ def sample_from_probs(
     *,
     seed,
     offset,
+    top_p_draw: str = "threshold",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """One token per output row from ``probs`` ``(U, V)`` after the filter, by the
     fixed-point inverse CDF.
 
     ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
     ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
+    ``top_p_draw`` (top-p mode only): ``"threshold"``, the inverse CDF over the kept set;
+    ``"rejection"``, ``top_p_rejection`` (AOTINFER_SAMPLING_TOP_P=rejection in the kernels).
     Returns ``(tokens int64 (B,), valid bool (B,))``.
     """
     probs = probs.detach()
+    if FilterMode(int(filter_mode)) == FilterMode.TOP_P and top_p_draw == "rejection":
+        p32 = _per_row(top_p, probs.size(0), torch.float32, probs.device)
+
+        def rejection(table, seeds, offsets, rows, source):
+            def word_pairs(n):
+                return philox.random_words(seeds, offsets, rows, 0, 2 * n)
+
+            return top_p_rejection(table, p32[source], word_pairs)
+
+        return _draw(clean_probs(probs), indices, seed, offset, rejection)
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
 
-    def drawer(table, seeds, offsets, rows):
+    def drawer(table, seeds, offsets, rows, _source):
         return inverse_cdf(table, philox.random_words(seeds, offsets, rows, 0, 2))
 
     return _draw(weights, indices, seed, offset, drawer)
@@ -320,7 +405,7 @@ def sample_from_logits(
     Returns ``(tokens int64 (B,), valid bool (B,))``; valid is False for a row whose logits
     are all -inf or NaN."""
 
-    def drawer(table, seeds, offsets, rows):
+    def drawer(table, seeds, offsets, rows, _source):
         return gumbel_max(table, philox.uniform(seeds, offsets, rows, 0, table.size(1)))
 
     return _draw(logits.detach().to(torch.float32), indices, seed, offset, drawer)

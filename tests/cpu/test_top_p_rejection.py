@@ -1,0 +1,144 @@
+"""Top-p sampling by rejection (reference.sampling.top_p_rejection): its rounds against a
+scalar implementation written here from the docstring, its kept set against the threshold
+search's, its first round against the plain draw, and its frequencies against the
+renormalised top-p distribution."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import torch
+
+from aotinfer.reference import philox
+from aotinfer.reference import sampling as ref
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def scalar_rejection(row: torch.Tensor, top_p: float, words: list) -> tuple:
+    """One row, in Python integers and floats, straight from the docstring; returns (token,
+    rounds)."""
+    w = ref.clean_probs(row.reshape(1, -1))
+    q = ref.fixed_point_mass(w)[0].tolist()
+    vals = w[0].tolist()
+    keys = [_bits(v) for v in vals]
+    total = sum(q)
+    if total == 0:
+        return 0, 0
+    goal = ref.mass_goal(top_p, total) if top_p < 1 else total
+    low, high = 0, max(vals)
+    for r in range(64):
+        big = ((words[2 * r] << 32) | words[2 * r + 1]) & philox.MASK64
+        masses = [qi if k > low else 0 for qi, k in zip(q, keys)]
+        target = (big * sum(masses)) >> 64
+        run = 0
+        for i, m in enumerate(masses):
+            run += m
+            if run > target:
+                break
+        v1 = _f32(_f32(vals[i] + high) * 0.5)
+        above0 = sum(qi for qi, k in zip(q, keys) if k > keys[i])
+        above1 = sum(qi for qi, k in zip(q, keys) if k > _bits(v1))
+        if above0 < goal:
+            return i, r + 1
+        if above1 < goal:
+            low, high = keys[i], v1
+        else:
+            low = _bits(v1)
+    raise AssertionError("no acceptance in 64 rounds")
+
+
+def _words(seed: int, rows: int, count: int) -> torch.Tensor:
+    s = torch.full((rows,), seed, dtype=torch.int64)
+    return philox.random_words(s, torch.zeros(rows, dtype=torch.int64), torch.arange(rows), 0, count)
+
+
+def _rows(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """Rows of mixed shapes: flat, peaked (a few large entries), and with zeros and ties."""
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.rand(rows, vocab, generator=g) ** 4
+    probs[0::3, : vocab // 8] *= 40  # peaked rows
+    probs[1::3] = torch.rand(rows, vocab, generator=g)[1::3] + 0.5  # flat rows
+    probs[2::3, ::5] = 0
+    probs[2::3, 1::7] = probs[2::3, 3:4]  # ties
+    return probs / probs.sum(dim=1, keepdim=True)
+
+
+def test_rounds_match_a_scalar_implementation():
+    rows, vocab = 24, 97
+    probs = _rows(rows, vocab, seed=1)
+    p = torch.tensor([0.9, 0.5, 0.2, 0.05, 0.97, 0.7] * 4, dtype=torch.float32)
+    words = _words(31, rows, 128)
+    tokens, valid = ref.top_p_rejection(ref.clean_probs(probs), p, lambda n: words[:, : 2 * n])
+    assert valid.all()
+    rounds = []
+    for r in range(rows):
+        want, taken = scalar_rejection(probs[r], float(p[r]), words[r].tolist())
+        assert int(tokens[r]) == want, f"row {r}"
+        rounds.append(taken)
+    assert max(rounds) >= 2, "the rows should include a second round"
+
+
+def test_accepted_tokens_are_in_the_top_p_set():
+    rows, vocab = 60, 200
+    probs = _rows(rows, vocab, seed=2)
+    p = torch.rand(rows, generator=torch.Generator().manual_seed(3)).to(torch.float32)
+    kw = dict(seed=9, offset=4)
+    tokens, valid = ref.sample_from_probs(probs, None, 2, 0, p, **kw, top_p_draw="rejection")
+    assert valid.all()
+    kept = ref.kept_mask(probs, 2, 0, p)
+    assert kept.gather(1, tokens.unsqueeze(1)).all()
+
+
+def test_no_filter_rows_draw_the_plain_token():
+    """top_p >= 1 or NaN: the goal is the total, so round 0 (the plain draw's word) accepts."""
+    probs = _rows(9, 50, seed=4)
+    p = torch.tensor([1.0, float("nan"), 1.5] * 3)
+    kw = dict(seed=17, offset=0)
+    got = ref.sample_from_probs(probs, None, 2, 0, p, **kw, top_p_draw="rejection")
+    want = ref.sample_from_probs(probs, None, 0, **kw)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_degenerate_rows_and_indices():
+    probs = _rows(4, 30, seed=5)
+    probs[1] = 0
+    probs[2] = float("nan")
+    idx = torch.tensor([0, 1, 2, 3, 3, 7, -1])
+    tokens, valid = ref.sample_from_probs(probs, idx, 2, 0, 0.5, seed=1, offset=2, top_p_draw="rejection")
+    assert valid.tolist() == [True, False, False, True, True, False, False]
+    assert tokens[~valid].eq(0).all()
+
+
+def test_top_p_at_or_below_zero_keeps_the_largest():
+    probs = _rows(6, 40, seed=6)
+    tokens, _ = ref.sample_from_probs(probs, None, 2, 0, 0.0, seed=3, offset=0, top_p_draw="rejection")
+    largest = probs.max(dim=1).values  # (ties at the largest: any of them)
+    assert torch.equal(probs.gather(1, tokens.unsqueeze(1)).squeeze(1), largest)
+
+
+def test_frequencies_follow_the_renormalised_top_p_distribution():
+    vocab, n = 24, 12000
+    g = torch.Generator().manual_seed(8)
+    row = torch.rand(vocab, generator=g) + 0.2
+    row /= row.sum()
+    kept = ref.kept_mask(row.reshape(1, -1), 2, 0, 0.6)[0]
+    expected = torch.where(kept, row.double(), 0)
+    expected /= expected.sum()
+    tokens, _ = ref.sample_from_probs(
+        row.reshape(1, -1), torch.zeros(n, dtype=torch.int64), 2, 0, 0.6, seed=5, offset=0,
+        top_p_draw="rejection",
+    )  # fmt: skip
+    counts = torch.bincount(tokens, minlength=vocab).double()
+    assert counts[~kept].sum() == 0
+    e = expected[kept] * n
+    stat = float(((counts[kept] - e) ** 2 / e).sum())
+    df = int(kept.sum()) - 1
+    assert stat < df + 7 * math.sqrt(2 * df) + 10, stat
