@@ -7,6 +7,7 @@ table says where the same holds at other vocabularies, since the kernels' choice
 sizes, lists, gathers) change with the row length.
 
     python benchmarks/bench_sampling_vocabs.py [--vocabs 65536 151936 256000] [--batches 1 16 128 512]
+                                               [--ops top_p_sampling ...]
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--vocabs", type=int, nargs="+", default=[65536, 151936, 256000])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 128, 512])
+    parser.add_argument("--ops", nargs="+", help="only these ops (default: all)")
     args = parser.parse_args()
     copy_bw = copy_bandwidth_bytes_per_s()
     fi = try_import_flashinfer()
     seeded = cases(fi, {"seed": 1234, "offset": 0})  # capturable: no generator to advance
+    seeded = {k: v for k, v in seeded.items() if args.ops is None or k in args.ops}
     rows = []
     for shape, nbytes, sets in shapes(args.vocabs, args.batches):
         for name, (ours, _, fib, mult) in seeded.items():

@@ -3,7 +3,7 @@ and 128 and 512 (one CTA per row), vocab 32000 and 128256, bench_sampling's flat
 rows, explicit seed, rotating inputs, the launcher's kernel choice. Writes {case: us} as
 JSON to the path given, with the first tokens per sampler so that two builds can be checked
 for the same tokens, and prints the table. LAB_VOCABS="32000 65536 ..." times other
-vocabularies (e.g. for a crossover between the two).
+vocabularies (e.g. for a crossover between the two); LAB_OPS="top_p ..." only those ops.
 
     python dev/time_sampling_graph.py OUT.json [BATCH ...]   (GPU machine, provider installed)
 """
@@ -33,12 +33,13 @@ def main():
     times, tokens = {}, {}
     batches = [int(b) for b in sys.argv[2:]] or [1, 16, 128, 512]
     vocabs = [int(v) for v in os.environ.get("LAB_VOCABS", "32000 128256").split()]
+    ops = {k: v for k, v in OPS.items() if k in os.environ.get("LAB_OPS", " ".join(OPS)).split()}
     for vocab in vocabs:
         for batch in batches:
             for peaked in (False, True):
                 sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
                 dist = "peaked" if peaked else "flat"
-                for name, fn in OPS.items():
+                for name, fn in ops.items():
                     case = f"{name} {batch}x{vocab} {dist}"
                     times[case] = rotation_graph_us(fn, sets)
                     if not name.endswith(("renorm", "mask")):

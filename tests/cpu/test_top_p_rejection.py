@@ -5,6 +5,7 @@ renormalised top-p distribution."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 
@@ -38,11 +39,7 @@ def scalar_rejection(row: torch.Tensor, top_p: float, words: list) -> tuple:
         big = ((words[2 * r] << 32) | words[2 * r + 1]) & philox.MASK64
         masses = [qi if k > low else 0 for qi, k in zip(q, keys)]
         target = (big * sum(masses)) >> 64
-        run = 0
-        for i, m in enumerate(masses):
-            run += m
-            if run > target:
-                break
+        i = next(j for j, run in enumerate(itertools.accumulate(masses)) if run > target)
         v1 = _f32(_f32(vals[i] + high) * 0.5)
         above0 = sum(qi for qi, k in zip(q, keys) if k > keys[i])
         above1 = sum(qi for qi, k in zip(q, keys) if k > _bits(v1))
@@ -57,7 +54,9 @@ def scalar_rejection(row: torch.Tensor, top_p: float, words: list) -> tuple:
 
 def _words(seed: int, rows: int, count: int) -> torch.Tensor:
     s = torch.full((rows,), seed, dtype=torch.int64)
-    return philox.random_words(s, torch.zeros(rows, dtype=torch.int64), torch.arange(rows), 0, count)
+    return philox.random_words(
+        s, torch.zeros(rows, dtype=torch.int64), torch.arange(rows), 0, count
+    )
 
 
 def _rows(rows: int, vocab: int, seed: int) -> torch.Tensor:
@@ -112,14 +111,18 @@ def test_degenerate_rows_and_indices():
     probs[1] = 0
     probs[2] = float("nan")
     idx = torch.tensor([0, 1, 2, 3, 3, 7, -1])
-    tokens, valid = ref.sample_from_probs(probs, idx, 2, 0, 0.5, seed=1, offset=2, top_p_draw="rejection")
+    tokens, valid = ref.sample_from_probs(
+        probs, idx, 2, 0, 0.5, seed=1, offset=2, top_p_draw="rejection"
+    )
     assert valid.tolist() == [True, False, False, True, True, False, False]
     assert tokens[~valid].eq(0).all()
 
 
 def test_top_p_at_or_below_zero_keeps_the_largest():
     probs = _rows(6, 40, seed=6)
-    tokens, _ = ref.sample_from_probs(probs, None, 2, 0, 0.0, seed=3, offset=0, top_p_draw="rejection")
+    tokens, _ = ref.sample_from_probs(
+        probs, None, 2, 0, 0.0, seed=3, offset=0, top_p_draw="rejection"
+    )
     largest = probs.max(dim=1).values  # (ties at the largest: any of them)
     assert torch.equal(probs.gather(1, tokens.unsqueeze(1)).squeeze(1), largest)
 

@@ -73,6 +73,10 @@ def _one_request_decode(kv_len):
             lambda: aotinfer.top_k_sampling_from_probs(_probs(2, 1000), 5, seed=1, offset=0),
         ),
         (
+            "AOTINFER_SAMPLING_TOP_P",
+            lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
+        ),
+        (
             "AOTINFER_SAMPLING_GATHER",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),

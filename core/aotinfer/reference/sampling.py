@@ -283,7 +283,9 @@ def top_p_rejection(
         accept = above0 < goal[live]
         token[live] = torch.where(accept, drawn.squeeze(1), token[live])
         narrow = ~accept & (above1 < goal[live])
-        low[live] = torch.where(narrow, k0.squeeze(1), torch.where(accept, low[live], k1.squeeze(1)))
+        low[live] = torch.where(
+            narrow, k0.squeeze(1), torch.where(accept, low[live], k1.squeeze(1))
+        )
         high[live] = torch.where(narrow, v1, high[live])
         active[live] = ~accept
         rounds += 1

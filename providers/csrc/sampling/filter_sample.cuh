@@ -23,6 +23,7 @@
 #include "radix_threshold.cuh"
 #include "row_access.cuh"
 #include "sampling_launchers.h"
+#include "top_p_rejection.cuh"
 
 namespace aotinfer::sampling {
 
@@ -55,6 +56,7 @@ struct FilterParams {
   float top_p;
   const float* min_p_array;
   float min_p;
+  bool top_p_rejection;  // top-p samplers draw by rejection (top_p_rejection.cuh)
 };
 
 struct RandomParams {
@@ -126,17 +128,6 @@ struct KeptSet {
   // search within it, holds it: GatherMode::kHeadBound samplers).
   bool listed = false;
 };
-
-// The largest participating key of the scope's row (0: none).
-template <typename Scope>
-__device__ std::uint32_t largest_key(const Scope& scope) {
-  std::uint32_t mx = 0u;
-  scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) mx = max(mx, prob_key(v[j]));
-  });
-  return scope.reduce(mx, MaxOp{}, 0u);
-}
 
 // The kept set as far as the row's first search (t, which found a participant) tells it: the
 // masses' unit, and the largest key's stand-in for the draw's unit (FixedPointScale::of):
@@ -295,11 +286,19 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 // With GatherMode::kSearchAndDraw (filters of one search: the draw follows that search), the
 // search's gather pass may have summed the draw's segments already; the gathered bin's kept
 // keys are then added in shared memory and the draw needs no pass of its own.
-template <FilterFamily kFamily, typename Scope, typename Sh>
+// kRejectsTopP: whether top-p rows may draw by rejection (not in the listing kernels, which
+// top-p rows never reach).
+template <FilterFamily kFamily, bool kRejectsTopP = true, typename Scope, typename Sh>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                       const RowRandom& rng, Sh& sh) {
   static_assert(kFamily != FilterFamily::kTwoSearches || Scope::kGathers != GatherMode::kSearchAndDraw,
                 "the first of two searches is not the draw's");
+  if constexpr (kRejectsTopP && (kFamily == FilterFamily::kTopP || kFamily == FilterFamily::kOneSearch)) {
+    if (f.mode == FilterMode::kTopP && f.top_p_rejection) {
+      const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+      if (p < 1.f) return top_p_rejection_draw(scope, n, p, rng, sh);  // NaN and p >= 1: no filter
+    }
+  }
   KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
   if constexpr (Scope::kGathers == GatherMode::kHeadBound) {

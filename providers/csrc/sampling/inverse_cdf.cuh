@@ -23,6 +23,17 @@
 
 namespace aotinfer::sampling {
 
+// The largest participating key of the scope's row (0: none).
+template <typename Scope>
+__device__ std::uint32_t largest_key(const Scope& scope) {
+  std::uint32_t mx = 0u;
+  scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mx = max(mx, prob_key(v[j]));
+  });
+  return scope.reduce(mx, MaxOp{}, 0u);
+}
+
 // q of each element of a group, 0 for the elements that are not kept (key 0 or below
 // min_key; the NaN fill of a tail has key 0).
 __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::uint32_t min_key,
@@ -37,12 +48,20 @@ __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::
   return sum;
 }
 
+// The 64-bit uniform of draw `round` of a row: words 2 round and 2 round + 1 of its stream
+// (round 0: the first two, the one draw of every sampler but rejection top-p's later rounds).
+__device__ __forceinline__ std::uint64_t draw_word(const RowRandom& rng, int round) {
+  const Philox4 w = rng.words(static_cast<std::uint64_t>(round >> 1));
+  return (round & 1) ? (static_cast<std::uint64_t>(w.z) << 32) | w.w : (static_cast<std::uint64_t>(w.x) << 32) | w.y;
+}
+
 // Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
 // scope's total, the segment holding the target and, by one warp, the element inside it.
-// Returns what inverse_cdf_draw returns.
+// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total.
 template <typename Scope>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
-                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng) {
+                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
+                                           int round = 0, std::uint64_t* total = nullptr) {
   __shared__ std::int64_t found_segment;
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
@@ -59,10 +78,9 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
   std::uint64_t cta_total, before_cta, row_total;
   const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
   scope.exclusive_across(cta_total, &before_cta, &row_total);
+  if (total) *total = row_total;
   if (row_total == 0) return -1;
-  const Philox4 w = rng.words(0);
-  const std::uint64_t r = (static_cast<std::uint64_t>(w.x) << 32) | w.y;
-  const std::uint64_t target = __umul64hi(r, row_total);  // < row_total
+  const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
   if (target < before_cta || target - before_cta >= cta_total) return -2;
   const std::uint64_t local = target - before_cta;
   if (local >= before_me && local - before_me < own) {  // exactly one thread
@@ -116,10 +134,12 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
 // largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
 // the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
-// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
+// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten. `round` and
+// `total`: draw_from_segments'.
 template <typename Scope, typename Sh>
 __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
+                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh, int round = 0,
+                                         std::uint64_t* total = nullptr) {
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   scope.reuse_histograms();  // the threshold search (in any CTA of the scope) no longer reads sh
@@ -129,7 +149,7 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
     return group_masses(v, min_key, fx, q);
   });
   __syncthreads();
-  return draw_from_segments(scope, layout, sh.segment_mass, min_key, fx, rng);
+  return draw_from_segments(scope, layout, sh.segment_mass, min_key, fx, rng, round, total);
 }
 
 // The draw after a gather pass that summed the segment masses of every kept key above the

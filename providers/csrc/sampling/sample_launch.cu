@@ -47,6 +47,7 @@ FilterParams filter_params(const FilterArgs& f, std::int64_t rows, const TensorV
   p.top_p = f.top_p_scalar;
   p.min_p_array = f.min_p ? f.min_p->ptr<const float>() : nullptr;
   p.min_p = f.min_p_scalar;
+  p.top_p_rejection = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold"}) == "rejection";
   return p;
 }
 

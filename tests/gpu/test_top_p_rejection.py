@@ -1,0 +1,94 @@
+"""Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection) on CUDA against
+reference.sampling.top_p_rejection: the kernels sum the same fixed-point integers as the
+reference, so every token must be equal. Shapes cover the cluster kernels (clusters of 4, 8
+and 16), the one-CTA-per-row kernels of 1024 and 512 threads, and both kernels pinned at one
+shape; rows are flat and peaked, with per-row top_p including no filter (1, NaN), 0 and small
+values that take several rounds. tests/gpu/conftest.py poisons every torch.empty first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotinfer
+from aotinfer.reference import sampling as ref
+
+DEV = "cuda"
+
+SHAPES = [  # (vocab, batch)
+    (111, 99),
+    (32000, 1),
+    (32000, 16),
+    (32000, 128),
+    (32000, 512),
+    (65536, 16),
+    (128256, 1),
+    (128256, 4),
+    (128256, 16),
+    (128256, 128),
+    (151936, 2),
+    (256000, 1),
+]
+
+
+def _probs(rows, vocab, seed, flat):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    scale = 0.5 if flat else 4.0
+    return torch.softmax(torch.randn(rows, vocab, device=DEV, generator=g) * scale, dim=-1)
+
+
+def _top_p(rows, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    p = torch.rand(rows, device=DEV, generator=g) * 0.98 + 0.01
+    special = [1.0, float("nan"), 0.0, 0.02, 0.9]
+    for i, v in enumerate(special[: max(rows - 1, 0)]):
+        p[i + 1] = v
+    return p
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["flat", "peaked"])
+@pytest.mark.parametrize("vocab,batch", SHAPES)
+def test_tokens_equal_the_reference(vocab, batch, flat, monkeypatch):
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    seed = vocab + batch + flat
+    probs = _probs(batch, vocab, seed, flat)
+    for top_p in (0.9, _top_p(batch, seed + 1)):
+        kw = dict(seed=seed + 7, offset=3)
+        got, valid = aotinfer.top_p_sampling_from_probs(probs, top_p, return_valid=True, **kw)
+        want, want_valid = ref.sample_from_probs(
+            probs, None, 2, 0, top_p, **kw, top_p_draw="rejection"
+        )
+        assert torch.equal(valid, want_valid)
+        assert torch.equal(got.long(), want), f"{int((got.long() != want).sum())} of {batch} differ"
+
+
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster"])
+def test_both_kernels_at_one_shape(kernel, monkeypatch):
+    if kernel == "cluster" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster sampling kernels need sm_90")
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", kernel)
+    probs = _probs(8, 32000, 5, flat=True)
+    p = _top_p(8, 6)
+    idx = torch.tensor([7, 0, 0, 3, 9, -1, 2, 2, 5], device=DEV)
+    got, valid = aotinfer.top_p_sampling_from_probs(
+        probs, p, idx, return_valid=True, seed=11, offset=0
+    )
+    want, want_valid = ref.sample_from_probs(
+        probs, idx, 2, 0, p, seed=11, offset=0, top_p_draw="rejection"
+    )
+    assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
+
+
+def test_degenerate_rows(monkeypatch):
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    probs = _probs(4, 5000, 8, flat=False)
+    probs[1] = 0
+    probs[2] = float("nan")
+    probs[3, 100:] = 0  # a short support
+    got, valid = aotinfer.top_p_sampling_from_probs(probs, 0.5, return_valid=True, seed=2, offset=1)
+    want, want_valid = ref.sample_from_probs(
+        probs, None, 2, 0, 0.5, seed=2, offset=1, top_p_draw="rejection"
+    )
+    assert valid.tolist() == [True, False, False, True]
+    assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
