@@ -25,6 +25,7 @@ results/history/device-type-checks-cpu-session24.txt: the eager path's host time
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -148,6 +149,17 @@ def increment_for(is_logits: bool, filter_mode: int, batch: int, vocab: int) -> 
     return batch * 32
 
 
+def _top_p_draw() -> str:
+    """AOTINFER_SAMPLING_TOP_P for the CPU path, so that a pinned draw holds there too (the
+    provider reads the same variable); unset: "auto", the batch rule."""
+    value = os.environ.get("AOTINFER_SAMPLING_TOP_P") or "auto"
+    if value not in ("auto", "rejection", "threshold"):
+        raise ValueError(
+            f"AOTINFER_SAMPLING_TOP_P must be rejection, threshold or auto, got {value!r}"
+        )
+    return value
+
+
 def _sample_impl(
     input: torch.Tensor,
     is_logits: bool,
@@ -192,6 +204,7 @@ def _sample_impl(
                 min_p_arr if min_p_arr is not None else min_p,
                 seed=s,
                 offset=o,
+                top_p_draw=_top_p_draw(),
             )
         return tokens.to(out_dtype).contiguous(), valid.contiguous()
     samples = torch.empty(batch, dtype=out_dtype, device=device)

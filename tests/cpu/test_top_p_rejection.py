@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import struct
+from pathlib import Path
 
+import pytest
 import torch
 
+import aotinfer
 from aotinfer.reference import philox
 from aotinfer.reference import sampling as ref
 
@@ -145,3 +149,38 @@ def test_frequencies_follow_the_renormalised_top_p_distribution():
     stat = float(((counts[kept] - e) ** 2 / e).sum())
     df = int(kept.sum()) - 1
     assert stat < df + 7 * math.sqrt(2 * df) + 10, stat
+
+
+def test_the_batch_rule_is_the_kernels():
+    """TOP_P_REJECTION_MAX_BATCH is kTopPRejectionMaxBatch of the launcher (the contract)."""
+    source = (
+        Path(__file__).resolve().parents[2] / "providers/csrc/sampling/sample_launch.cu"
+    ).read_text()
+    bound = re.search(r"constexpr std::int64_t kTopPRejectionMaxBatch = (\d+);", source)
+    assert bound and int(bound.group(1)) == ref.TOP_P_REJECTION_MAX_BATCH
+
+
+def test_auto_draws_by_rejection_up_to_the_bound():
+    rows, n = 3, ref.TOP_P_REJECTION_MAX_BATCH
+    probs = _rows(rows, 64, seed=12)
+    kw = dict(seed=4, offset=0)
+    for batch, draw in ((n, "rejection"), (n + 1, "threshold")):
+        idx = torch.arange(batch) % rows
+        got = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw)
+        want = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw, top_p_draw=draw)
+        assert torch.equal(got[0], want[0])
+
+
+def test_the_public_function_follows_the_switch(monkeypatch):
+    probs = _rows(4, 64, seed=13)
+    kw = dict(seed=6, offset=2)
+    for draw in ("rejection", "threshold"):
+        monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", draw)
+        got = aotinfer.top_p_sampling_from_probs(probs, 0.5, **kw)
+        want = ref.sample_from_probs(probs, None, 2, 0, 0.5, **kw, top_p_draw=draw)[0]
+        assert torch.equal(got.long(), want)
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "bogus")
+    with pytest.raises(ValueError, match="AOTINFER_SAMPLING_TOP_P"):
+        aotinfer.top_p_sampling_from_probs(probs, 0.5, **kw)
+    with pytest.raises(ValueError, match="top_p_draw"):
+        ref.sample_from_probs(probs, None, 2, 0, 0.5, **kw, top_p_draw="bogus")

@@ -1,5 +1,5 @@
-"""Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection) on CUDA against
-reference.sampling.top_p_rejection: the kernels sum the same fixed-point integers as the
+"""Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection, and the auto rule) on CUDA
+against reference.sampling.top_p_rejection: the kernels sum the same fixed-point integers as the
 reference, so every token must be equal. Shapes cover the cluster kernels (clusters of 4, 8
 and 16), the one-CTA-per-row kernels of 1024 and 512 threads, and both kernels pinned at one
 shape; rows are flat and peaked, with per-row top_p including no filter (1, NaN), 0 and small
@@ -92,3 +92,15 @@ def test_degenerate_rows(monkeypatch):
     )
     assert valid.tolist() == [True, False, False, True]
     assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
+
+
+@pytest.mark.parametrize("batch", [16, 17])
+def test_auto_rule_at_its_bound(batch, monkeypatch):
+    """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, threshold above
+    (the reference's default follows the same rule)."""
+    monkeypatch.delenv("AOTINFER_SAMPLING_TOP_P", raising=False)
+    probs = _probs(batch, 32000, 21, flat=True)
+    got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=3, offset=0)
+    draw = "rejection" if batch <= ref.TOP_P_REJECTION_MAX_BATCH else "threshold"
+    want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw=draw)[0]
+    assert torch.equal(got.long(), want)

@@ -47,7 +47,7 @@ FilterParams filter_params(const FilterArgs& f, std::int64_t rows, const TensorV
   p.top_p = f.top_p_scalar;
   p.min_p_array = f.min_p ? f.min_p->ptr<const float>() : nullptr;
   p.min_p = f.min_p_scalar;
-  p.top_p_rejection = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold"}) == "rejection";
+  p.top_p_rejection = false;  // launch_sample's choice (top_p_draws_by_rejection)
   return p;
 }
 
@@ -512,6 +512,24 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
   }
 }
 
+// How the top-p sampler draws (top_p_rejection.cuh): by rejection for batches of at most
+// kTopPRejectionMaxBatch output rows, by the threshold search's inverse CDF above. The rule is
+// part of the contract, since the two draw different tokens for a seed: the reference's
+// TOP_P_REJECTION_MAX_BATCH is the same number (tests/cpu/test_top_p_rejection.py checks). It
+// depends on nothing but the batch, so every GPU and the CPU path draw the same tokens.
+// Measured (history/ab-sampling-top-p-rejection-d6b442d.txt, graph us, threshold -> rejection):
+// the cluster kernels at 1 and 16 rows 0.44-0.90x (1 x 128256 flat 26.6 -> 11.6); the row
+// kernels at 128 and 512 rows 1.04-1.91x (128 x 128256 peaked 61.2 -> 116.8), also in
+// clusters (history/ab-sampling-top-p-rejection-cluster-d6b442d.txt: 128 x 128256 96.8, 512
+// rows 1.10-1.30x the row kernels'). AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
+constexpr std::int64_t kTopPRejectionMaxBatch = 16;
+
+bool top_p_draws_by_rejection(std::int64_t batch) {
+  const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold", "auto"});
+  if (want == "rejection" || want == "threshold") return want == "rejection";
+  return batch <= kTopPRejectionMaxBatch;
+}
+
 }  // namespace
 
 void launch_sample(const TensorView& input, bool input_is_logits, const TensorView* indices,
@@ -557,6 +575,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   p.input_is_logits = input_is_logits;
   p.filter = filter_params(filter, rows, input, op);
   p.random = random_params(random, batch, input, op);
+  p.filter.top_p_rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch);
   p.gather = GatherSizes{0, 0};  // set per launch (launch_row_kernel)
   if (batch == 0) return;
   DeviceGuard guard(input.device);
