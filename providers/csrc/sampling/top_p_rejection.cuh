@@ -7,7 +7,8 @@
 // at every level. Here a round is two passes, the draw and the masses above two pivots, and
 // about nine rows in ten accept the first round at top_p 0.9 (dev/top_p_rejection_rounds.py),
 // which is how FlashInfer reaches its top-p times. Both give the renormalised top-p
-// distribution, but not the same token for a seed: the reference follows this one.
+// distribution, but not the same token for a seed, so which one a launch runs is part of the
+// contract (sample_launch.cu, top_p_draws_by_rejection: by batch).
 // Masses are the draw's fixed-point integers (inverse_cdf.cuh), in the unit of the row's
 // largest key, so each CTA's sums add up to the same totals in any order or scope.
 #pragma once
@@ -35,8 +36,8 @@ __device__ std::uint32_t drawn_key(const Scope& scope, std::int64_t token) {
   return scope.reduce(key, MaxOp{}, 0u);
 }
 
-// One token of the scope's row by rejection, for 0 <= p < 1 or p <= 0 (the caller routes p >= 1
-// and NaN to the unfiltered draw, which round 0 would repeat). Returns what inverse_cdf_draw
+// One token of the scope's row by rejection, for p < 1 (p <= 0: the goal is 1, which keeps the
+// largest key; the caller routes p >= 1 and NaN to the unfiltered draw, which round 0 repeats). Returns what inverse_cdf_draw
 // returns (the token in the CTA holding it, -2 in the other CTAs of a cluster, -1 everywhere
 // for a row with nothing to draw).
 template <typename Scope, typename Sh>
