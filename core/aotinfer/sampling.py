@@ -357,7 +357,7 @@ def top_p_sampling_from_probs(
     """Top-p (nucleus) sampling: draws from the smallest set of most probable tokens whose
     mass reaches ``top_p`` of the row's mass (ties at the threshold are all kept).
 
-    Batches of at most 16 output rows draw by rejection (FlashInfer's scheme, in fixed
+    Batches of at most 64 output rows draw by rejection (FlashInfer's scheme, in fixed
     point), larger ones by the inverse CDF over the kept set: the same distribution, but
     not the same token for a seed (``reference.sampling.top_p_rejection``; README, "Top-p
     by rejection at small batches").

@@ -94,11 +94,12 @@ def test_degenerate_rows(monkeypatch):
     assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
 
 
-@pytest.mark.parametrize("batch", [16, 17])
-def test_auto_rule_at_its_bound(batch, monkeypatch):
+@pytest.mark.parametrize("above", [0, 1])
+def test_auto_rule_at_its_bound(above, monkeypatch):
     """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, threshold above
     (the reference's default follows the same rule)."""
     monkeypatch.delenv("AOTINFER_SAMPLING_TOP_P", raising=False)
+    batch = ref.TOP_P_REJECTION_MAX_BATCH + above
     probs = _probs(batch, 32000, 21, flat=True)
     got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=3, offset=0)
     draw = "rejection" if batch <= ref.TOP_P_REJECTION_MAX_BATCH else "threshold"

@@ -67,8 +67,8 @@ ParamLike = Union[torch.Tensor, Scalar]
 # Top-p sampling draws by rejection (top_p_rejection) for batches of at most this many output
 # rows, by the inverse CDF over the threshold's kept set above: the kernels' rule
 # (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu), where the rejection kernels
-# measured 0.44-0.90x the threshold's time at 1-16 rows and 1.04-1.91x at 128-512.
-TOP_P_REJECTION_MAX_BATCH = 16
+# measured 0.44-0.90x the threshold's time at 1-64 rows and 1.04-1.91x at 128-512.
+TOP_P_REJECTION_MAX_BATCH = 64
 
 # Elements per chunk of output rows, so that drawing many samples from few rows (indices)
 # never materialises a huge (batch, vocab) tensor.

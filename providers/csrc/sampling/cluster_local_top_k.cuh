@@ -247,7 +247,7 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
 template <FilterFamily kFamily, typename Scope, typename Sh>
 __device__ __noinline__ std::int64_t cluster_wide_draw(const Scope& scope, std::int64_t n, const FilterParams& f,
                                                        std::int64_t row, const RowRandom& rng, Sh& sh) {
-  return filtered_draw<kFamily, false>(scope, n, f, row, rng, sh);  // (top-p rows never list)
+  return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
 }
 
 // The top-k draw of a cluster kernel (every CTA calls it, after its slice is loaded), or with

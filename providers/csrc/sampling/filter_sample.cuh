@@ -30,8 +30,9 @@ namespace aotinfer::sampling {
 // Which filter modes a kernel instance serves (its searches are compiled for those only:
 // fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
 // top-p (the cluster kernels); kNoSearch: none and min-p; kTopK / kTopP: that filter (or
-// none, where it keeps everything); kTwoSearches: top-k then top-p, and joint.
-enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches };
+// none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
+// kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all.
+enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches, kTopPRejection };
 
 // What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
 // top-k and top-p samplers their bin and the draw's segments, the two-search sampler its top-k
@@ -56,7 +57,6 @@ struct FilterParams {
   float top_p;
   const float* min_p_array;
   float min_p;
-  bool top_p_rejection;  // top-p samplers draw by rejection (top_p_rejection.cuh)
 };
 
 struct RandomParams {
@@ -286,19 +286,11 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
 // With GatherMode::kSearchAndDraw (filters of one search: the draw follows that search), the
 // search's gather pass may have summed the draw's segments already; the gathered bin's kept
 // keys are then added in shared memory and the draw needs no pass of its own.
-// kRejectsTopP: whether top-p rows may draw by rejection (not in the listing kernels, which
-// top-p rows never reach).
-template <FilterFamily kFamily, bool kRejectsTopP = true, typename Scope, typename Sh>
+template <FilterFamily kFamily, typename Scope, typename Sh>
 __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                       const RowRandom& rng, Sh& sh) {
   static_assert(kFamily != FilterFamily::kTwoSearches || Scope::kGathers != GatherMode::kSearchAndDraw,
                 "the first of two searches is not the draw's");
-  if constexpr (kRejectsTopP && (kFamily == FilterFamily::kTopP || kFamily == FilterFamily::kOneSearch)) {
-    if (f.mode == FilterMode::kTopP && f.top_p_rejection) {
-      const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-      if (p < 1.f) return top_p_rejection_draw(scope, n, p, rng, sh);  // NaN and p >= 1: no filter
-    }
-  }
   KeptSet kept = prob_filter<kFamily>(scope, n, f, row, false, sh);
   if (!kept.any) return -1;  // the same in every CTA of the scope
   if constexpr (Scope::kGathers == GatherMode::kHeadBound) {
@@ -316,6 +308,27 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
     }
   }
   return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
+}
+
+// The draw of a FilterFamily::kTopPRejection kernel (top-p mode only): top_p_rejection_draw
+// with the row's top_p, where NaN and top_p >= 1 (no filter) become 1, whose goal is the
+// row's total: round 0, the unfiltered draw, is then always accepted.
+template <typename Scope, typename Sh>
+__device__ std::int64_t top_p_rejection_row(const Scope& scope, std::int64_t n, const FilterParams& f,
+                                            std::int64_t row, const RowRandom& rng, Sh& sh) {
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  return top_p_rejection_draw(scope, n, p < 1.f ? p : 1.f, rng, sh);
+}
+
+// The sampler of filter family kFamily over the scope's row (every CTA of the scope calls it).
+template <FilterFamily kFamily, typename Scope, typename Sh>
+__device__ std::int64_t family_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
+                                    const RowRandom& rng, Sh& sh) {
+  if constexpr (kFamily == FilterFamily::kTopPRejection) {
+    return top_p_rejection_row(scope, n, f, row, rng, sh);
+  } else {
+    return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
+  }
 }
 
 // The top-k search over the row's logits: Threshold::key, the smallest ordered key of the top k
@@ -481,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
     // kernels gained up to 15% where they do not; why was not found (dev/NOTES.md item 48).
     constexpr bool kAlternates = kFamily != FilterFamily::kTwoSearches;
     const RowScope<float, sampler_gather(kFamily, kLists), kAlternates> scope(x, n);
-    token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, rng, sh);
+    token = detail::family_draw<kFamily>(scope, n, p.filter, row, rng, sh);
   }
   pdl_launch_dependents();
   if (threadIdx.x == 0) detail::write_sample(p, b, token);

@@ -47,7 +47,6 @@ FilterParams filter_params(const FilterArgs& f, std::int64_t rows, const TensorV
   p.top_p = f.top_p_scalar;
   p.min_p_array = f.min_p ? f.min_p->ptr<const float>() : nullptr;
   p.min_p = f.min_p_scalar;
-  p.top_p_rejection = false;  // launch_sample's choice (top_p_draws_by_rejection)
   return p;
 }
 
@@ -384,13 +383,13 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
                             static_cast<std::size_t>(groups * 16), stream, false, dim3(ctas, 1, 1), p, groups);
 }
 
-template <bool kTwoSearches, bool kLocalList>
+template <FilterFamily kFamily, bool kLocalList = false>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
                                   int smem_limit, cudaStream_t stream) {
-  return launch_slices<sample_slice_kernel<kTwoSearches, kLocalList, kNarrowSliceCtas>,
-                       sample_slice_kernel<kTwoSearches, kLocalList, kSliceCtas>,
-                       sample_slice_kernel<kTwoSearches, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
-                                                                                       smem_limit, stream);
+  return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas>,
+                       sample_slice_kernel<kFamily, kLocalList, kSliceCtas>,
+                       sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
+                                                                                  smem_limit, stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
@@ -517,12 +516,15 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
 // part of the contract, since the two draw different tokens for a seed: the reference's
 // TOP_P_REJECTION_MAX_BATCH is the same number (tests/cpu/test_top_p_rejection.py checks). It
 // depends on nothing but the batch, so every GPU and the CPU path draw the same tokens.
-// Measured (history/ab-sampling-top-p-rejection-d6b442d.txt, graph us, threshold -> rejection):
-// the cluster kernels at 1 and 16 rows 0.44-0.90x (1 x 128256 flat 26.6 -> 11.6); the row
-// kernels at 128 and 512 rows 1.04-1.91x (128 x 128256 peaked 61.2 -> 116.8), also in
-// clusters (history/ab-sampling-top-p-rejection-cluster-d6b442d.txt: 128 x 128256 96.8, 512
-// rows 1.10-1.30x the row kernels'). AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
-constexpr std::int64_t kTopPRejectionMaxBatch = 16;
+// Measured (graph us, threshold -> rejection, A B A B in one build): the cluster kernels at 1
+// and 16 rows 0.44-0.90x (1 x 128256 flat 26.6 -> 11.6; history/ab-sampling-top-p-rejection-
+// d6b442d.txt), at 32 and 64 rows 0.52-0.83x (64 x 128256 flat 107.0 -> 55.1; ab-sampling-
+// top-p-rejection-32-64-rows-0d3ea36.txt); the row kernels at 128 and 512 rows 1.04-1.91x
+// (128 x 128256 peaked 61.2 -> 116.8), also in clusters (ab-sampling-top-p-rejection-cluster-
+// d6b442d.txt: 128 x 128256 96.8, 512 rows 1.10-1.30x the row kernels'). 64: the cluster
+// kernels' reach on an H200 (two waves of clusters of 8: 66 rows) in a round number.
+// AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
+constexpr std::int64_t kTopPRejectionMaxBatch = 64;
 
 bool top_p_draws_by_rejection(std::int64_t batch) {
   const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold", "auto"});
@@ -575,12 +577,13 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   p.input_is_logits = input_is_logits;
   p.filter = filter_params(filter, rows, input, op);
   p.random = random_params(random, batch, input, op);
-  p.filter.top_p_rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch);
   p.gather = GatherSizes{0, 0};  // set per launch (launch_row_kernel)
   if (batch == 0) return;
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
+  // Its own kernel instances, so that the searching kernels carry none of its code.
+  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch);
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
@@ -594,16 +597,20 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
                             slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas), smem);
     // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
+    // (Top-p by rejection keeps the searches' bounds, with which it was measured.)
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
     const int dev = input.device;
     cudaError_t err;
+    constexpr FilterFamily kTwo = FilterFamily::kTwoSearches, kOne = FilterFamily::kOneSearch;
     if (local_list) {
-      err = two_searches ? launch_slice_samplers<true, true>(p, batch, bounds, dev, smem, cuda_stream)
-                         : launch_slice_samplers<false, true>(p, batch, bounds, dev, smem, cuda_stream);
+      err = two_searches ? launch_slice_samplers<kTwo, true>(p, batch, bounds, dev, smem, cuda_stream)
+                         : launch_slice_samplers<kOne, true>(p, batch, bounds, dev, smem, cuda_stream);
+    } else if (rejection) {
+      err = launch_slice_samplers<FilterFamily::kTopPRejection>(p, batch, bounds, dev, smem, cuda_stream);
     } else {
-      err = two_searches ? launch_slice_samplers<true, false>(p, batch, bounds, dev, smem, cuda_stream)
-                         : launch_slice_samplers<false, false>(p, batch, bounds, dev, smem, cuda_stream);
+      err = two_searches ? launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream)
+                         : launch_slice_samplers<kOne>(p, batch, bounds, dev, smem, cuda_stream);
     }
     finish(err, op, input.device);
     return;
@@ -614,7 +621,13 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   // top-k set and mostly stops after level 1) and were measured 1.04-1.16x slower with it.
   switch (input_is_logits ? FilterMode::kNone : filter.mode) {
     case FilterMode::kTopK: launch_sample_rows<FilterFamily::kTopK>(p, batch, input.device, cuda_stream, op); break;
-    case FilterMode::kTopP: launch_sample_rows<FilterFamily::kTopP>(p, batch, input.device, cuda_stream, op); break;
+    case FilterMode::kTopP:
+      if (rejection) {
+        launch_sample_rows<FilterFamily::kTopPRejection>(p, batch, input.device, cuda_stream, op);
+      } else {
+        launch_sample_rows<FilterFamily::kTopP>(p, batch, input.device, cuda_stream, op);
+      }
+      break;
     case FilterMode::kTopKThenTopP:
     case FilterMode::kJoint:
       launch_sample_rows<FilterFamily::kTwoSearches>(p, batch, input.device, cuda_stream, op);

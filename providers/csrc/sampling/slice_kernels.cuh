@@ -47,10 +47,11 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 
 }  // namespace detail
 
-// sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kLocalList (rows
-// below kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p and joint):
-// cluster_local_top_k.cuh's draw, an instance of its own.
-template <bool kTwoSearches, bool kLocalList, int kCtas>
+// sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
+// kOneSearch, kTwoSearches or kTopPRejection. kLocalList (rows below kLocalTopKMaxVocab; top-k
+// mode, or with kTwoSearches top-k then top-p and joint): cluster_local_top_k.cuh's draw, an
+// instance of its own.
+template <FilterFamily kFamily, bool kLocalList, int kCtas>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -66,12 +67,11 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const std::int64_t n = p.vocab;
     const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
                                                                 detail::slice_range(n, slice_groups, rank));
-    constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
     if constexpr (kLocalList) {
-      token = detail::local_list_draw<kTwoSearches>(scope, p.input + row * p.row_stride, n, p.filter, row,
-                                                    p.random.for_row(b, 0), sh);
+      token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches>(
+          scope, p.input + row * p.row_stride, n, p.filter, row, p.random.for_row(b, 0), sh);
     } else {
-      token = detail::filtered_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
+      token = detail::family_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
     }
   }
   pdl_launch_dependents();
