@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import aotinfer
+from aotinfer.reference import sampling as ref
 
 DEV = "cuda"
 
@@ -76,9 +77,13 @@ def _one_request_decode(kv_len):
             "AOTINFER_SAMPLING_TOP_P",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
+        # A batch above the top-p sampler's rejection bound, so that it runs the threshold
+        # search, which gathers (by rejection it gathers nothing and never reads the switch).
         (
             "AOTINFER_SAMPLING_GATHER",
-            lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
+            lambda: aotinfer.top_p_sampling_from_probs(
+                _probs(ref.TOP_P_REJECTION_MAX_BATCH + 1, 1000), 0.9, seed=1, offset=0
+            ),
         ),
         # One request in 8 splits (kv 1024, pages of 16): the cluster merge's launcher branch.
         ("AOTINFER_DECODE_CLUSTER_MERGE", lambda: _one_request_decode(1024)),
