@@ -184,3 +184,21 @@ def test_the_public_function_follows_the_switch(monkeypatch):
         aotinfer.top_p_sampling_from_probs(probs, 0.5, **kw)
     with pytest.raises(ValueError, match="top_p_draw"):
         ref.sample_from_probs(probs, None, 2, 0, 0.5, **kw, top_p_draw="bogus")
+
+
+def test_the_goal_is_exact():
+    """mass_goal against Fraction arithmetic, p = 1 included (the kernels map NaN and p > 1 to
+    1, whose goal is the total)."""
+    from fractions import Fraction
+
+    g = torch.Generator().manual_seed(14)
+    totals = [1, 2**62 + 12345, 7 * 2**40 + 3] + torch.randint(
+        1, 2**62, (20,), generator=g
+    ).tolist()
+    ps = [1.0, 0.9, 2**-30, 0.5, 0.0, -1.0] + torch.rand(20, generator=g).tolist()
+    for t in totals:
+        for p in ps:
+            p32 = _f32(p)
+            want = max(1, math.ceil(Fraction(p32) * t)) if p32 > 0 else 1
+            assert ref.mass_goal(p32, t) == want
+    assert ref.mass_goal(1.0, 2**62 + 5) == 2**62 + 5

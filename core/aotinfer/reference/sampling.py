@@ -230,8 +230,8 @@ def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tenso
 
 
 def mass_goal(top_p: float, total: int) -> int:
-    """``max(1, ceil(top_p * total))`` exactly, ``top_p`` a float32 value below 1 (<= 0 or
-    NaN: 1), as the kernels' ``mass_goal`` (fixed_point.cuh) computes it."""
+    """``max(1, ceil(top_p * total))`` exactly, ``top_p`` a float32 value of at most 1 (<= 0
+    or NaN: 1), as the kernels' ``mass_goal`` (fixed_point.cuh) computes it."""
     if not top_p > 0:
         return 1
     num, den = float(top_p).as_integer_ratio()

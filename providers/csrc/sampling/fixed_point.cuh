@@ -93,8 +93,8 @@ __device__ __forceinline__ std::uint64_t shifted_mass(std::uint64_t sum, int shi
   return shift >= 0 ? sum << shift : (shift > -64 ? sum >> -shift : 0);
 }
 
-// The top-p search's goal max(1, ceil(p * base)), exact for 0 <= p < 1 (p's 24-bit mantissa
-// times a base below 2^63 needs at most 87 bits).
+// The top-p goal max(1, ceil(p * base)), exact for 0 <= p <= 1 (p's 24-bit mantissa times a
+// base below 2^63 needs at most 87 bits; p = 1 gives base itself).
 __device__ __forceinline__ std::uint64_t mass_goal(float p, std::uint64_t base) {
   if (!(p > 0.f)) return 1;
   const std::uint32_t bits = __float_as_uint(p);

@@ -36,8 +36,9 @@ __device__ std::uint32_t drawn_key(const Scope& scope, std::int64_t token) {
   return scope.reduce(key, MaxOp{}, 0u);
 }
 
-// One token of the scope's row by rejection, for p < 1 (p <= 0: the goal is 1, which keeps the
-// largest key; the caller routes p >= 1 and NaN to the unfiltered draw, which round 0 repeats). Returns what inverse_cdf_draw
+// One token of the scope's row by rejection, for p <= 1 (p <= 0: the goal is 1, which keeps the
+// largest key; p = 1, to which the caller maps NaN and p > 1: the goal is the row's total, so
+// round 0, the unfiltered draw, is accepted). Returns what inverse_cdf_draw
 // returns (the token in the CTA holding it, -2 in the other CTAs of a cluster, -1 everywhere
 // for a row with nothing to draw).
 template <typename Scope, typename Sh>
