@@ -153,7 +153,7 @@ def _top_p_draw() -> str:
     """AOTINFER_SAMPLING_TOP_P for the CPU path, so that a pinned draw holds there too (the
     provider reads the same variable); unset: "auto", the batch rule."""
     value = os.environ.get("AOTINFER_SAMPLING_TOP_P") or "auto"
-    if value not in ("auto", "rejection", "threshold"):
+    if value not in _ref.TOP_P_DRAWS:
         raise ValueError(
             f"AOTINFER_SAMPLING_TOP_P must be rejection, threshold or auto, got {value!r}"
         )

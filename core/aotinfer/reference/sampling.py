@@ -69,6 +69,8 @@ ParamLike = Union[torch.Tensor, Scalar]
 # (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu), where the rejection kernels
 # measured 0.44-0.90x the threshold's time at 1-64 rows and 1.04-1.91x at 128-512.
 TOP_P_REJECTION_MAX_BATCH = 64
+# The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P).
+TOP_P_DRAWS = ("auto", "rejection", "threshold")
 
 # Elements per chunk of output rows, so that drawing many samples from few rows (indices)
 # never materialises a huge (batch, vocab) tensor.
@@ -267,8 +269,9 @@ def top_p_rejection(
     q = fixed_point_mass(w)
     keys = w.view(torch.int32).to(torch.int64)  # >= 0: cleaned weights have no sign bit
     totals = q.sum(dim=1).tolist()
-    p = torch.where(top_p < 1, top_p, torch.ones_like(top_p)).tolist()  # NaN: no filter
-    goals = [mass_goal(pi, t) if pi < 1 else t for pi, t in zip(p, totals)]
+    # NaN and top_p > 1 (no filter) become 1, whose goal is the total (as in the kernels).
+    p = torch.where(top_p < 1, top_p, torch.ones_like(top_p)).tolist()
+    goals = [mass_goal(pi, t) for pi, t in zip(p, totals)]
     goal = torch.tensor(goals, dtype=torch.int64, device=device)
     valid = torch.tensor([t > 0 for t in totals], dtype=torch.bool, device=device)
     token = torch.zeros(rows, dtype=torch.int64, device=device)
@@ -395,21 +398,21 @@ def sample_from_probs(
     """
     probs = probs.detach()
     batch = probs.size(0) if indices is None else indices.numel()
-    if top_p_draw not in ("auto", "rejection", "threshold"):
+    if top_p_draw not in TOP_P_DRAWS:
         raise ValueError(f"top_p_draw must be auto, rejection or threshold, got {top_p_draw!r}")
-    rejection = top_p_draw == "rejection" or (
+    by_rejection = top_p_draw == "rejection" or (
         top_p_draw == "auto" and batch <= TOP_P_REJECTION_MAX_BATCH
     )
-    if FilterMode(int(filter_mode)) == FilterMode.TOP_P and rejection:
+    if FilterMode(int(filter_mode)) == FilterMode.TOP_P and by_rejection:
         p32 = _per_row(top_p, probs.size(0), torch.float32, probs.device)
 
-        def rejection(table, seeds, offsets, rows, source):
+        def rejection_drawer(table, seeds, offsets, rows, source):
             def word_pairs(n):
                 return philox.random_words(seeds, offsets, rows, 0, 2 * n)
 
             return top_p_rejection(table, p32[source], word_pairs)
 
-        return _draw(clean_probs(probs), indices, seed, offset, rejection)
+        return _draw(clean_probs(probs), indices, seed, offset, rejection_drawer)
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
 
     def drawer(table, seeds, offsets, rows, _source):
