@@ -9,6 +9,7 @@ import itertools
 import math
 import re
 import struct
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,26 @@ def _f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
+def scalar_masses(vals: list, filtered: bool) -> list:
+    """rejection_mass's docstring in exact fractions: the fixed unit floor(w * 2^(S - 1)) for
+    a filtered row whose largest lies in [2^-(S - 25), 2), else the unit of the row's own
+    largest m, floor(w * 2^(S - e)) with 2^(e - 1) <= m < 2^e (m normal)."""
+    s = 63 - max(len(vals), 1).bit_length()
+    m = max(vals)
+    if filtered and Fraction(2) ** -(s - 25) <= Fraction(m) < 2:
+        scale = Fraction(2) ** (s - 1)
+    else:
+        e = math.frexp(m)[1]  # m = f * 2^e, 0.5 <= f < 1
+        scale = Fraction(2) ** (s - e)
+    return [math.floor(Fraction(v) * scale) for v in vals]
+
+
 def scalar_rejection(row: torch.Tensor, top_p: float, words: list) -> tuple:
-    """One row, in Python integers and floats, straight from the docstring; returns (token,
+    """One row, in Python integers and floats, straight from the docstrings; returns (token,
     rounds)."""
     w = ref.clean_probs(row.reshape(1, -1))
-    q = ref.fixed_point_mass(w)[0].tolist()
     vals = w[0].tolist()
+    q = scalar_masses(vals, top_p < 1)
     keys = [_bits(v) for v in vals]
     total = sum(q)
     if total == 0:
@@ -87,6 +102,32 @@ def test_rounds_match_a_scalar_implementation():
         assert int(tokens[r]) == want, f"row {r}"
         rounds.append(taken)
     assert max(rounds) >= 2, "the rows should include a second round"
+
+
+def test_rows_outside_the_fixed_unit_take_their_own():
+    """Unnormalised rows (largest >= 2), nearly empty ones (largest below 2^-(S - 25)) and
+    the range's two ends, against the scalar implementation; the masses against Fractions."""
+    vocab = 97
+    s = 63 - vocab.bit_length()
+    probs = _rows(8, vocab, seed=15)
+    largest = probs.max(dim=1, keepdim=True).values
+    ends = [3.0, 2.0, 2**-(s - 25), 2**-(s - 25) * (1 - 2**-24), 2**-60, _f32(2 - 2**-23)]
+    for r, top in enumerate(ends):
+        probs[r] = probs[r] / largest[r] * top
+    p = torch.tensor([0.6, 0.3, 0.8, 0.5, 0.7, 0.9, 0.4, 1.0], dtype=torch.float32)
+    words = _words(41, 8, 128)
+    w = ref.clean_probs(probs)
+    tokens, valid = ref.top_p_rejection(w, p, lambda n: words[:, : 2 * n])
+    masses = ref.rejection_mass(w, p < 1)
+    assert valid.all()
+    for r in range(8):
+        assert masses[r].tolist() == scalar_masses(w[r].tolist(), bool(p[r] < 1)), f"row {r}"
+        assert int(tokens[r]) == scalar_rejection(probs[r], float(p[r]), words[r].tolist())[0]
+    # The range's ends: rows 2 and 5 take the fixed unit, rows 0, 1, 3 and 4 their own.
+    fixed = [int(masses[r].max()) == math.floor(Fraction(ends[r]) * 2 ** (s - 1)) for r in range(6)]
+    own_top = [int(masses[r].max()).bit_length() == s for r in range(6)]
+    assert fixed == [False, False, True, False, False, True]
+    assert own_top[:2] == [True, True] and own_top[3:5] == [True, True]
 
 
 def test_accepted_tokens_are_in_the_top_p_set():
@@ -189,8 +230,6 @@ def test_the_public_function_follows_the_switch(monkeypatch):
 def test_the_goal_is_exact():
     """mass_goal against Fraction arithmetic, p = 1 included (the kernels map NaN and p > 1 to
     1, whose goal is the total)."""
-    from fractions import Fraction
-
     g = torch.Generator().manual_seed(14)
     totals = [1, 2**62 + 12345, 7 * 2**40 + 3] + torch.randint(
         1, 2**62, (20,), generator=g

@@ -94,6 +94,30 @@ def test_degenerate_rows(monkeypatch):
     assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
 
 
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster"])
+def test_rows_outside_the_fixed_unit(kernel, monkeypatch):
+    """Filtered rows sum round 0's masses in a fixed unit when their largest lies in
+    [2^-(S - 25), 2) (reference.sampling.rejection_mass); rows outside it (unnormalised,
+    nearly empty) and the range's ends take their own largest's unit."""
+    if kernel == "cluster" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster sampling kernels need sm_90")
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", kernel)
+    vocab = 32000
+    s = 63 - vocab.bit_length()
+    probs = _probs(8, vocab, 31, flat=False)
+    ends = [3.0, 2.0, 2.0 ** -(s - 25), 2.0 ** -(s - 25) * (1 - 2**-24), 2.0**-60, 2 - 2**-23]
+    for r, top in enumerate(ends):
+        probs[r] = probs[r] / probs[r].max() * top
+    p = torch.tensor([0.6, 0.3, 0.8, 0.5, 0.7, 0.9, 0.4, 0.95], device=DEV)
+    got, valid = aotinfer.top_p_sampling_from_probs(probs, p, return_valid=True, seed=5, offset=1)
+    want, want_valid = ref.sample_from_probs(
+        probs, None, 2, 0, p, seed=5, offset=1, top_p_draw="rejection"
+    )
+    assert valid.all() and torch.equal(valid, want_valid)
+    assert torch.equal(got.long(), want)
+
+
 @pytest.mark.parametrize("above", [0, 1])
 def test_auto_rule_at_its_bound(above, monkeypatch):
     """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, threshold above

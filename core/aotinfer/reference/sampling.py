@@ -198,16 +198,24 @@ def kept_mask(
 # Drawing
 
 
-def fixed_point_mass(weights: torch.Tensor) -> torch.Tensor:
+def _weight_keys(w: torch.Tensor) -> torch.Tensor:
+    """The float32 bits of cleaned weights as int64 (non-negative: no sign bit)."""
+    return w.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def fixed_point_mass(weights: torch.Tensor, unit_key: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``q`` (int64, same shape) of cleaned and filtered float32 weights ``(R, V)``; see
-    "Drawing" above. Entries that are 0 give 0; a row of zeros is all 0."""
+    "Drawing" above. Entries that are 0 give 0; a row of zeros is all 0. ``unit_key``
+    ``(R, 1)`` (int64 float32 bits): the key whose unit each row takes in place of its own
+    largest (``rejection_mass``)."""
     w = weights.to(torch.float32).contiguous()
     vocab = w.size(1)
     s = 63 - max(vocab, 1).bit_length()
-    bits = w.view(torch.int32).to(torch.int64) & 0xFFFFFFFF  # non-negative: sign bit 0
+    bits = _weight_keys(w)
     biased = bits >> 23
     mant = torch.where(biased > 0, (bits & 0x7FFFFF) | 0x800000, bits & 0x7FFFFF)
-    top = bits.max(dim=1, keepdim=True).values  # float order = bit order for w >= 0
+    # float order = bit order for w >= 0
+    top = bits.max(dim=1, keepdim=True).values if unit_key is None else unit_key
     top_biased = top >> 23
     top_mant = torch.where(top_biased > 0, (top & 0x7FFFFF) | 0x800000, top & 0x7FFFFF)
     powers = 2 ** torch.arange(24, dtype=torch.int64, device=w.device)
@@ -231,6 +239,24 @@ def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tenso
     return torch.where(valid, token, torch.zeros_like(token)), valid
 
 
+REJECTION_UNIT_KEY = 0x3FFFFFFF  # the largest float32 below 2
+
+
+def rejection_mass(weights: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:
+    """The masses of ``top_p_rejection`` for cleaned float32 weights ``(R, V)``: a row with a
+    filter (``filtered`` ``(R,)`` bool) whose largest weight lies in ``[2^-(S - 25), 2)``
+    takes the unit of a largest weight just below 2, ``q = floor(w * 2^(S - 1))``, fixed,
+    so that the kernels sum round 0's masses in the pass that finds the row's largest
+    (every mass stays below ``2^S``; the largest's, at least ``2^24``, keeps its mantissa).
+    Other rows (no filter, unnormalised above 2, nearly empty) take ``fixed_point_mass``'s
+    unit of their own largest, so that a row without a filter draws the plain token."""
+    w = weights.to(torch.float32).contiguous()
+    s = 63 - max(w.size(1), 1).bit_length()
+    own = _weight_keys(w).max(dim=1, keepdim=True).values
+    fixed = filtered.unsqueeze(1) & (own >= (152 - s) << 23) & (own <= REJECTION_UNIT_KEY)
+    return fixed_point_mass(w, torch.where(fixed, REJECTION_UNIT_KEY, own))
+
+
 def mass_goal(top_p: float, total: int) -> int:
     """``max(1, ceil(top_p * total))`` exactly, ``top_p`` a float32 value of at most 1 (<= 0
     or NaN: 1), as the kernels' ``mass_goal`` (fixed_point.cuh) computes it."""
@@ -247,7 +273,7 @@ def top_p_rejection(
     applied) with a float32 ``top_p`` ``(R,)``; ``word_pairs(n)`` gives each row's first
     ``2 n`` Philox words ``(R, 2 n)``. Returns (token int64, valid bool).
 
-    With ``q`` the draw's fixed-point masses of the whole row (``fixed_point_mass``), ``T``
+    With ``q`` the fixed-point masses of the whole row (``rejection_mass``), ``T``
     their total and the goal ``G = max(1, ceil(top_p * T))`` (``top_p >= 1`` or NaN: ``G =
     T``, which accepts the first draw), a token of key ``k`` (its float32 bits) is kept
     when the mass of the keys above it is below ``G``: exactly the top-p set of the
@@ -266,11 +292,12 @@ def top_p_rejection(
     rows = weights.size(0)
     device = weights.device
     w = weights.to(torch.float32).contiguous()
-    q = fixed_point_mass(w)
-    keys = w.view(torch.int32).to(torch.int64)  # >= 0: cleaned weights have no sign bit
-    totals = q.sum(dim=1).tolist()
     # NaN and top_p > 1 (no filter) become 1, whose goal is the total (as in the kernels).
-    p = torch.where(top_p < 1, top_p, torch.ones_like(top_p)).tolist()
+    p_row = torch.where(top_p < 1, top_p, torch.ones_like(top_p))
+    q = rejection_mass(w, p_row < 1)
+    keys = _weight_keys(w)
+    totals = q.sum(dim=1).tolist()
+    p = p_row.tolist()
     goals = [mass_goal(pi, t) for pi, t in zip(p, totals)]
     goal = torch.tensor(goals, dtype=torch.int64, device=device)
     valid = torch.tensor([t > 0 for t in totals], dtype=torch.bool, device=device)

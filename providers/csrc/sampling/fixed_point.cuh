@@ -47,6 +47,21 @@ struct FixedPointScale {
     return from_base(mass_bits(n) - len - biased_exponent(max_key));
   }
 
+  // Top-p by rejection's unit for a filtered row (top_p_rejection.cuh): that of a largest key
+  // just below 2 (q = floor(p * 2^(S - 1))), fixed, so that round 0 sums its masses in the
+  // pass that finds the row's largest key instead of after it. It holds for rows whose largest
+  // key lies in [2^-(S - 25), 2): every mass stays below 2^S, and the largest's, at least
+  // 2^24, keeps every bit of its mantissa. Other rows (unnormalised ones, or nearly empty)
+  // take the unit of their own largest key (of()).
+  static constexpr std::uint32_t kRejectionUnitKey = 0x3FFFFFFFu;  // the largest float below 2
+  __device__ __forceinline__ static FixedPointScale rejection_unit(std::int64_t n) {
+    return of(kRejectionUnitKey, n);
+  }
+  __device__ __forceinline__ static bool rejection_unit_holds(std::uint32_t max_key, std::int64_t n) {
+    const std::uint32_t lowest = static_cast<std::uint32_t>(152 - mass_bits(n)) << 23;  // 2^-(S - 25)
+    return max_key >= lowest && max_key <= kRejectionUnitKey;
+  }
+
   // q of a participating key (a kept key never exceeds max_key, so the shift is <= S - len):
   // floor(p * 2^(base + 150)), which is m << shift or the floor of m / 2^-shift. The product
   // is exact whenever it is at least 2^-126: scaling by a power of two loses no bits while

@@ -235,8 +235,10 @@ struct SliceScopeOf : SharedGroups {
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
-  // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier; the
-  // draw calls it once per kernel, so its slots are never written twice).
+  // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier). The
+  // slots are written again only by the next draw, and between two draws every caller has a
+  // reduce()'s cluster barrier (rejection top-p's drawn_key after each of its draws; the
+  // next row's passes), which a CTA passes only after reading them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     __shared__ std::uint64_t pushed[kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();

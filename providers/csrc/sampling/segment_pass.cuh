@@ -45,14 +45,16 @@ __device__ __forceinline__ std::uint64_t warp_sum4_transposed(const std::uint64_
   return keep;
 }
 
-// seg[s] = the sum over segment s of mass_of(g, v) for its groups g (v: elements 4g .. 4g+3,
-// NaN past the end), four segments per warp in flight, the row ascending or descending as
-// the scope says (the sums do not depend on it); seg may be nullptr when only mass_of's
-// side effects are wanted. Every lane of a warp calls mass_of in the same rounds (out-of-range
-// groups with all-NaN v), so mass_of may use warp collectives. Groups below the scope's whole
-// groups load without tail checks.
-template <int kInFlight = 4, typename Scope, typename MassFn>
-__device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, std::uint64_t* seg, MassFn&& mass_of) {
+// seg[a][s] = the sum over segment s of mass_of(g, v, m)'s m[a], a < kSums, for its groups g
+// (v: elements 4g .. 4g+3, NaN past the end), four segments per warp in flight, the row
+// ascending or descending as the scope says (the sums do not depend on it); seg may be
+// nullptr when only mass_of's side effects are wanted. Every lane of a warp calls mass_of in
+// the same rounds (out-of-range groups with all-NaN v), so mass_of may use warp collectives.
+// Groups below the scope's whole groups load without tail checks. kSums = 2: top-p by
+// rejection sums the masses above both pivots per segment in one pass.
+template <int kSums, int kInFlight = 4, typename Scope, typename MassFn>
+__device__ void segment_pass_sums(const Scope& scope, const SegmentLayout& layout, std::uint64_t* const* seg,
+                                  MassFn&& mass_of) {
   // 32-bit indices (the launchers take rows of at most 2^31 - 1 elements): they took the
   // top-k / top-p / two-search sampling kernels from 60 / 76 / 16 B of spills to none (the
   // gather pass runs with a threshold search's state live).
@@ -66,7 +68,7 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
   for (int r = 0; r < rounds; ++r) {
     const int s0 = (descending ? rounds - 1 - r : r) * round + warp;
     if (s0 >= segments) continue;
-    std::uint64_t sum[kInFlight] = {};
+    std::uint64_t sum[kSums][kInFlight] = {};
     for (int c = 0; c < per; ++c) {
       float v[kInFlight][4];
 #pragma unroll
@@ -83,23 +85,37 @@ __device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, st
       }
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
-        sum[u] += mass_of(((s0 + u * warps) * per + c) * kSegmentUnitGroups + lane, v[u]);
+        std::uint64_t m[kSums];
+        mass_of(((s0 + u * warps) * per + c) * kSegmentUnitGroups + lane, v[u], m);
+#pragma unroll
+        for (int a = 0; a < kSums; ++a) sum[a][u] += m[a];
       }
     }
     if (seg != nullptr) {
-      if constexpr (kInFlight == 4) {
-        const std::uint64_t total = warp_sum4_transposed(sum, lane);
-        const int u = lane >> 3;  // lanes 0, 8, 16 and 24 hold the four totals
-        if ((lane & 7) == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
-      } else {
 #pragma unroll
-        for (int u = 0; u < kInFlight; ++u) {
-          const std::uint64_t total = warp_reduce(sum[u], SumOp{});
-          if (lane == 0 && s0 + u * warps < segments) seg[s0 + u * warps] = total;
+      for (int a = 0; a < kSums; ++a) {
+        if constexpr (kInFlight == 4) {
+          const std::uint64_t total = warp_sum4_transposed(sum[a], lane);
+          const int u = lane >> 3;  // lanes 0, 8, 16 and 24 hold the four totals
+          if ((lane & 7) == 0 && s0 + u * warps < segments) seg[a][s0 + u * warps] = total;
+        } else {
+#pragma unroll
+          for (int u = 0; u < kInFlight; ++u) {
+            const std::uint64_t total = warp_reduce(sum[a][u], SumOp{});
+            if (lane == 0 && s0 + u * warps < segments) seg[a][s0 + u * warps] = total;
+          }
         }
       }
     }
   }
+}
+
+// segment_pass_sums with one sum, mass_of(g, v) returning it: seg[s] (seg may be nullptr).
+template <int kInFlight = 4, typename Scope, typename MassFn>
+__device__ void segment_pass(const Scope& scope, const SegmentLayout& layout, std::uint64_t* seg, MassFn&& mass_of) {
+  std::uint64_t* const arrays[1] = {seg};
+  segment_pass_sums<1, kInFlight>(scope, layout, seg != nullptr ? arrays : nullptr,
+                                  [&](std::int64_t g, const float (&v)[4], std::uint64_t (&m)[1]) { m[0] = mass_of(g, v); });
 }
 
 }  // namespace aotinfer::sampling
