@@ -57,14 +57,17 @@ __device__ __forceinline__ std::uint64_t draw_word(const RowRandom& rng, int rou
 
 // Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
 // scope's total, the segment holding the target and, by one warp, the element inside it.
-// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total.
+// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
+// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others).
 template <typename Scope>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
                                            std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
-                                           int round = 0, std::uint64_t* total = nullptr) {
+                                           int round = 0, std::uint64_t* total = nullptr,
+                                           std::uint32_t* drawn = nullptr) {
   __shared__ std::int64_t found_segment;
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
+  __shared__ std::uint32_t found_key;
   const std::int64_t segments = layout.segments, per_segment = layout.per_segment, groups = layout.groups;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -117,6 +120,7 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
           for (int j = 0; j < 4; ++j) {
             if (within < q[j]) {
               found_token = 4 * (scope.first_group() + g) + j;
+              if (drawn) found_key = prob_key(v[j]);  // (no code in the draws that do not ask)
               break;
             }
             within -= q[j];
@@ -128,6 +132,7 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
     }
   }
   __syncthreads();
+  if (drawn) *drawn = found_key;
   return found_token;
 }
 

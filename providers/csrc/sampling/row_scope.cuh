@@ -237,7 +237,7 @@ struct SliceScopeOf : SharedGroups {
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
   // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier). The
   // slots are written again only by the next draw, and between two draws every caller has a
-  // reduce()'s cluster barrier (rejection top-p's drawn_key after each of its draws; the
+  // reduce()'s cluster barrier (rejection top-p's reduce of the drawn key after each draw; the
   // next row's passes), which a CTA passes only after reading them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     __shared__ std::uint64_t pushed[kCtas];

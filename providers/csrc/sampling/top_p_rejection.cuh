@@ -23,19 +23,6 @@
 
 namespace aotinfer::sampling {
 
-// The key of the token a draw returned, in every thread of the scope: the CTA holding it
-// (token >= 0) reads it from its slice or row, the others (-2) add nothing.
-template <typename Scope>
-__device__ std::uint32_t drawn_key(const Scope& scope, std::int64_t token) {
-  std::uint32_t key = 0u;
-  if (token >= 0 && threadIdx.x == 0) {
-    float v[4];
-    scope.load(token / 4 - scope.first_group(), v);
-    key = prob_key(v[token % 4]);
-  }
-  return scope.reduce(key, MaxOp{}, 0u);
-}
-
 // One token of the scope's row by rejection, for p <= 1 (p <= 0: the goal is 1, which keeps the
 // largest key; p = 1, to which the caller maps NaN and p > 1: no filter, the plain draw).
 // Returns what inverse_cdf_draw returns (the token in the CTA holding it, -2 in the other
@@ -91,12 +78,15 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   std::uint64_t goal = 0;
   for (int round = 0;; ++round) {
     std::uint64_t total = 0;
-    const std::int64_t token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total);
+    std::uint32_t drawn = 0u;
+    const std::int64_t token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
     if (round == 0) goal = mass_goal(p, total);  // total > 0: the row has a participant
-    const std::uint32_t k0 = drawn_key(scope, token);  // (its reduction's barrier ends the draw's reads of seg)
+    // The drawn key, in every CTA of a cluster (the others' drawn is 0). The draw's last
+    // barrier follows its reads of seg, which the test pass overwrites.
+    const std::uint32_t k0 = Scope::kSplitOverCluster ? scope.reduce(drawn, MaxOp{}, 0u) : drawn;
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
     std::uint64_t above0 = 0, above1 = 0;
