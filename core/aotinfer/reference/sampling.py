@@ -41,9 +41,11 @@ depend on their order, so the reference, the one-CTA-per-row kernel and the clus
 below ``m * 2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to ``q = 0`` and is never
 drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of its own size.
 The top-p sampler at batches of at most ``TOP_P_REJECTION_MAX_BATCH`` output rows draws by
-rejection instead (``top_p_rejection``: rounds of this draw among the keys above a floor, the
-same masses), which keeps the top-p set in these masses but picks a different token for the
-same words.
+rejection instead (``top_p_rejection``: rounds of this draw among the keys above a floor, in
+``rejection_mass``'s masses: for a filtered row whose largest lies in ``[2^-(S - 25), 2)``
+the fixed unit ``q_i = floor(w_i * 2^(S - 1))``, else these), which keeps the top-p set in
+those masses but picks a different token for the same words; a row without a filter draws
+this plain token.
 Sampling from logits is Gumbel-max: with ``E_i = -log1p(-u_i)`` (``philox.exponential``,
 ``u_i`` element ``i`` of stream 0 of the output row), the token maximises
 ``x_i - log(E_i)`` (float32) over logits > -inf; ties go to the lowest index. A row with
