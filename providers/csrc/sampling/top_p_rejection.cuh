@@ -31,12 +31,18 @@ namespace aotinfer::sampling {
 // Passes over the row: round 0's segment masses, with the row's largest key found in the same
 // pass (FixedPointScale::rejection_unit; a row outside its range, or without a filter, takes
 // a pass for its largest key and one for the masses in that key's unit, so that p = 1 draws
-// the plain sampler's token), then one test pass a round. The test pass sums the masses above
-// each pivot per segment, not only per row, and those are the segment masses of the next
-// round's draw whichever floor the test picks (every key above k0, or above k1), so a rejected
-// round draws again from shared memory alone. The draw's segments are half as many as
-// inverse_cdf_draw's (the two arrays share its space), which changes no token: they only
-// narrow the search for the element (longer segments above 196608 elements a CTA).
+// the plain sampler's token), then a test pass a round. With one CTA a row the test pass sums
+// the masses above each pivot per segment, not only per row, and those are the segment masses
+// of the next round's draw whichever floor the test picks (every key above k0, or above k1),
+// so a rejected round draws again from shared memory alone: 128 and 512 rows took 0.73-0.81x
+// the time of two passes a round after a pass for the largest key (history/
+// ab-sampling-top-p-rejection-old-new-97bc595.txt). A cluster's slices lie in shared memory,
+// where the per-segment sums cost more than the pass they save: without them (a plain test
+// pass, a rejected round's draw summing its segments again) clusters took 0.885-0.99x the time
+// at 1-64 rows (history/ab-sampling-top-p-rejection-slice-plain-rounds-7fdab70.txt). The
+// draw's segments are half as many as inverse_cdf_draw's (the two arrays share its space),
+// which changes no token: they only narrow the search for the element (longer segments above
+// 196608 elements a CTA).
 template <typename Scope, typename Sh>
 __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n, float p, const RowRandom& rng,
                                              Sh& sh) {
@@ -90,19 +96,31 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
     std::uint64_t above0 = 0, above1 = 0;
-    segment_pass_sums<2>(scope, layout, above, [&](std::int64_t, const float (&v)[4], std::uint64_t (&m)[2]) {
-      m[0] = m[1] = 0;
+    if constexpr (Scope::kSplitOverCluster) {
+      scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const std::uint32_t k = prob_key(v[j]);
-        const std::uint64_t q = fx.mass(k);
-        m[0] += k > k0 ? q : 0;
-        m[1] += k > k1 ? q : 0;
-      }
-      above0 += m[0];
-      above1 += m[1];
-    });
-    __syncthreads();  // the segment masses are written
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t k = prob_key(v[j]);
+          const std::uint64_t q = fx.mass(k);
+          above0 += k > k0 ? q : 0;
+          above1 += k > k1 ? q : 0;
+        }
+      });
+    } else {  // and per segment: the next round's segment masses
+      segment_pass_sums<2>(scope, layout, above, [&](std::int64_t, const float (&v)[4], std::uint64_t (&m)[2]) {
+        m[0] = m[1] = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t k = prob_key(v[j]);
+          const std::uint64_t q = fx.mass(k);
+          m[0] += k > k0 ? q : 0;
+          m[1] += k > k1 ? q : 0;
+        }
+        above0 += m[0];
+        above1 += m[1];
+      });
+      __syncthreads();  // the segment masses are written
+    }
     if (scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal) return token;
     // Rejected: every key at or below k0 is outside the top-p set. The second pivot's mass
     // is exchanged only now (about one round in ten).
@@ -113,6 +131,15 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     } else {
       min_key = k1 + 1u;
       seg = above[1];
+    }
+    if constexpr (Scope::kSplitOverCluster) {  // the test pass summed no segments
+      seg = above[0];
+      scope.reuse_histograms();
+      segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
+        std::uint64_t q[4];
+        return group_masses(v, min_key, fx, q);
+      });
+      __syncthreads();
     }
   }
 }
