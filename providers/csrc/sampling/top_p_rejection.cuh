@@ -23,6 +23,32 @@
 
 namespace aotinfer::sampling {
 
+// Adds the masses of the group's keys above k0 and above k1 (the test's two pivots).
+__device__ __forceinline__ void add_pivot_masses(const float (&v)[4], std::uint32_t k0, std::uint32_t k1,
+                                                 const FixedPointScale& fx, std::uint64_t& above0,
+                                                 std::uint64_t& above1) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t k = prob_key(v[j]);
+    const std::uint64_t q = fx.mass(k);
+    above0 += k > k0 ? q : 0;
+    above1 += k > k1 ? q : 0;
+  }
+}
+
+// seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
+// syncs before reading them).
+template <typename Scope>
+__device__ __forceinline__ void sum_segment_masses(const Scope& scope, const SegmentLayout& layout,
+                                                   std::uint64_t* seg, std::uint32_t min_key,
+                                                   const FixedPointScale& fx) {
+  scope.reuse_histograms();
+  segment_pass(scope, layout, seg, [&](std::int64_t, const float (&v)[4]) {
+    std::uint64_t q[4];
+    return group_masses(v, min_key, fx, q);
+  });
+}
+
 // One token of the scope's row by rejection, for p <= 1 (p <= 0: the goal is 1, which keeps the
 // largest key; p = 1, to which the caller maps NaN and p > 1: no filter, the plain draw).
 // Returns what inverse_cdf_draw returns (the token in the CTA holding it, -2 in the other
@@ -71,11 +97,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   if (max_key == 0u) return -1;
   if (!filtered || !FixedPointScale::rejection_unit_holds(max_key, n)) {
     fx = FixedPointScale::of(max_key, n);
-    scope.reuse_histograms();
-    segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
-      std::uint64_t q[4];
-      return group_masses(v, 1u, fx, q);
-    });
+    sum_segment_masses(scope, layout, above[0], 1u, fx);
   }
   __syncthreads();
   std::uint32_t min_key = 1u;  // keys above the floor: every participant at first
@@ -98,24 +120,12 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     std::uint64_t above0 = 0, above1 = 0;
     if constexpr (Scope::kSplitOverCluster) {
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const std::uint32_t k = prob_key(v[j]);
-          const std::uint64_t q = fx.mass(k);
-          above0 += k > k0 ? q : 0;
-          above1 += k > k1 ? q : 0;
-        }
+        add_pivot_masses(v, k0, k1, fx, above0, above1);
       });
     } else {  // and per segment: the next round's segment masses
       segment_pass_sums<2>(scope, layout, above, [&](std::int64_t, const float (&v)[4], std::uint64_t (&m)[2]) {
         m[0] = m[1] = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const std::uint32_t k = prob_key(v[j]);
-          const std::uint64_t q = fx.mass(k);
-          m[0] += k > k0 ? q : 0;
-          m[1] += k > k1 ? q : 0;
-        }
+        add_pivot_masses(v, k0, k1, fx, m[0], m[1]);
         above0 += m[0];
         above1 += m[1];
       });
@@ -134,11 +144,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     }
     if constexpr (Scope::kSplitOverCluster) {  // the test pass summed no segments
       seg = above[0];
-      scope.reuse_histograms();
-      segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
-        std::uint64_t q[4];
-        return group_masses(v, min_key, fx, q);
-      });
+      sum_segment_masses(scope, layout, above[0], min_key, fx);
       __syncthreads();
     }
   }
