@@ -99,6 +99,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     fx = FixedPointScale::of(max_key, n);
     sum_segment_masses(scope, layout, above[0], 1u, fx);
   }
+  // (After the fused pass the reduction's barriers already order the masses; without this one
+  // ptxas gave the row kernels a 128 B stack frame instead of 16.)
   __syncthreads();
   std::uint32_t min_key = 1u;  // keys above the floor: every participant at first
   const std::uint64_t* seg = above[0];  // the segment masses of the keys at or above min_key
