@@ -204,7 +204,8 @@ def _sample_impl(
                 min_p_arr if min_p_arr is not None else min_p,
                 seed=s,
                 offset=o,
-                top_p_draw=_top_p_draw(),
+                # read in top-p mode only, as the provider reads it
+                top_p_draw=_top_p_draw() if filter_mode == FilterMode.TOP_P else "auto",
             )
         return tokens.to(out_dtype).contiguous(), valid.contiguous()
     samples = torch.empty(batch, dtype=out_dtype, device=device)

@@ -223,6 +223,9 @@ def test_the_public_function_follows_the_switch(monkeypatch):
     monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "bogus")
     with pytest.raises(ValueError, match="AOTINFER_SAMPLING_TOP_P"):
         aotinfer.top_p_sampling_from_probs(probs, 0.5, **kw)
+    # Other samplers never read it (nor does the provider).
+    aotinfer.min_p_sampling_from_probs(probs, 0.1, **kw)
+    aotinfer.top_k_sampling_from_probs(probs, 5, **kw)
     with pytest.raises(ValueError, match="top_p_draw"):
         ref.sample_from_probs(probs, None, 2, 0, 0.5, **kw, top_p_draw="bogus")
 
