@@ -99,7 +99,7 @@ def read_kernels(lines: Iterable[str]) -> List[Kernel]:
             runs[-1].opcodes.append(opcode(r[col["Source"]]))
             samples = int(r[col[SAMPLES]] or 0)
             runs[-1].samples += samples
-            by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
+            by_reason = {h[len("stall_") :]: int(r[col[h]] or 0) for h in reasons}
             text = r[col["Source"]].strip()
             lines.append(Line(r[col["Address"]], text, executed, samples, by_reason))
         kernel = Kernel(name, runs, lines)
@@ -117,7 +117,10 @@ def read_kernels(lines: Iterable[str]) -> List[Kernel]:
 
 
 def summary(kernel: Kernel, top: int = 12) -> str:
-    out = [f"{kernel.name}: {kernel.executed / 1e6:.2f} M instructions executed, {kernel.samples} stall samples"]
+    out = [
+        f"{kernel.name}: {kernel.executed / 1e6:.2f} M instructions executed, "
+        f"{kernel.samples} stall samples"
+    ]
     by_count: Dict[int, List[Run]] = collections.defaultdict(list)
     for r in kernel.runs:
         by_count[r.executed].append(r)
@@ -128,9 +131,12 @@ def summary(kernel: Kernel, top: int = 12) -> str:
         total = sum(r.total for r in runs)
         samples = sum(r.samples for r in runs)
         mix = collections.Counter(op for r in runs for op in r.opcodes).most_common(6)
+        instructions = sum(len(r.opcodes) for r in runs)
+        share = 100 * total / max(kernel.executed, 1)
+        sampled = 100 * samples / max(kernel.samples, 1)
         out.append(
-            f"  {c:>9d} x {sum(len(r.opcodes) for r in runs):4d} instructions = {total / 1e6:6.2f} M"
-            f" ({100 * total / max(kernel.executed, 1):4.1f}%), samples {100 * samples / max(kernel.samples, 1):4.1f}%"
+            f"  {c:>9d} x {instructions:4d} instructions = {total / 1e6:6.2f} M"
+            f" ({share:4.1f}%), samples {sampled:4.1f}%"
             f"  {', '.join(f'{op} {n}' for op, n in mix)}"
         )
     return "\n".join(out)

@@ -93,7 +93,9 @@ def single_case(kv, us, sums):
     q = torch.randn(HQ, D, dtype=DT, device="cuda")
     k = torch.randn(kv, HKV, D, dtype=DT, device="cuda")
     sets = [(k, torch.randn_like(k))]
-    sets += [(torch.randn_like(k), torch.randn_like(k)) for _ in range(set_count(4 * k.numel()) - 1)]
+    sets += [
+        (torch.randn_like(k), torch.randn_like(k)) for _ in range(set_count(4 * k.numel()) - 1)
+    ]
     us[name] = rotation_graph_us(lambda a, b: aotinfer.single_decode_with_kv_cache(q, a, b), sets)
     sums[name] = checksum(aotinfer.single_decode_with_kv_cache(q, *sets[0]))
 

@@ -153,7 +153,9 @@ def main() -> None:
             merge_kernel = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
                 ws, "NHD", use_tensor_cores=True
             )
-            merge_kernel.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+            merge_kernel.plan(
+                indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT
+            )
             merge_kernel._plan.eager_split_args = None
         parts = {
             "run(q, cache)": lambda: w.run(q, cache),
@@ -175,8 +177,8 @@ def main() -> None:
             "stream_handle": lambda: _views.stream_handle(dev),
         }
         if merge_kernel is not None:
-            parts["run(q, cache), eager merge kernel instead of in-grid"] = lambda: merge_kernel.run(
-                q, cache
+            parts["run(q, cache), eager merge kernel instead of in-grid"] = lambda: (
+                merge_kernel.run(q, cache)
             )
         print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
               f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
@@ -196,8 +198,8 @@ def main() -> None:
     for kv in (1024, 32768):
         qs = torch.randn(HQ, D, dtype=DT, device=dev)
         ks, vs = (torch.randn(kv, HKV, D, dtype=DT, device=dev) for _ in range(2))
-        single[f"single_decode_with_kv_cache, kv {kv}"] = (
-            lambda qs=qs, ks=ks, vs=vs: aotinfer.single_decode_with_kv_cache(qs, ks, vs)
+        single[f"single_decode_with_kv_cache, kv {kv}"] = lambda qs=qs, ks=ks, vs=vs: (
+            aotinfer.single_decode_with_kv_cache(qs, ks, vs)
         )
     print_host_times(single, rounds)
     tiny = torch.zeros(4, device=dev)

@@ -32,7 +32,6 @@ from time_decode_host import (  # noqa: E402
 from time_sampling_host import bench_calls  # noqa: E402
 
 
-
 def decode_parts(dev, ws) -> dict:
     parts, keep = {}, []
     for batch, kv in SHAPES:

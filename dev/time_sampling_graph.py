@@ -37,7 +37,9 @@ def main():
     for vocab in vocabs:
         for batch in batches:
             for peaked in (False, True):
-                sets = rotations(lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4)
+                sets = rotations(
+                    lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4
+                )
                 dist = "peaked" if peaked else "flat"
                 for name, fn in ops.items():
                     case = f"{name} {batch}x{vocab} {dist}"

@@ -111,7 +111,7 @@ def test_rows_outside_the_fixed_unit_take_their_own():
     s = 63 - vocab.bit_length()
     probs = _rows(8, vocab, seed=15)
     largest = probs.max(dim=1, keepdim=True).values
-    ends = [3.0, 2.0, 2**-(s - 25), 2**-(s - 25) * (1 - 2**-24), 2**-60, _f32(2 - 2**-23)]
+    ends = [3.0, 2.0, 2 ** -(s - 25), 2 ** -(s - 25) * (1 - 2**-24), 2**-60, _f32(2 - 2**-23)]
     for r, top in enumerate(ends):
         probs[r] = probs[r] / largest[r] * top
     p = torch.tensor([0.6, 0.3, 0.8, 0.5, 0.7, 0.9, 0.4, 1.0], dtype=torch.float32)

@@ -205,7 +205,9 @@ def _weight_keys(w: torch.Tensor) -> torch.Tensor:
     return w.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
 
 
-def fixed_point_mass(weights: torch.Tensor, unit_key: Optional[torch.Tensor] = None) -> torch.Tensor:
+def fixed_point_mass(
+    weights: torch.Tensor, unit_key: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """``q`` (int64, same shape) of cleaned and filtered float32 weights ``(R, V)``; see
     "Drawing" above. Entries that are 0 give 0; a row of zeros is all 0. ``unit_key``
     ``(R, 1)`` (int64 float32 bits): the key whose unit each row takes in place of its own
