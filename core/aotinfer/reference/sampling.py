@@ -68,8 +68,8 @@ ParamLike = Union[torch.Tensor, Scalar]
 
 # Top-p sampling draws by rejection (top_p_rejection) for batches of at most this many output
 # rows, by the inverse CDF over the threshold's kept set above: the kernels' rule
-# (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu), where the rejection kernels
-# measured 0.44-0.90x the threshold's time at 1-64 rows and 1.04-1.91x at 128-512.
+# (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu, which gives the measured
+# reasons: the rejection kernels far faster at 1-64 rows, mixed at 128 and 512).
 TOP_P_REJECTION_MAX_BATCH = 64
 # The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P).
 TOP_P_DRAWS = ("auto", "rejection", "threshold")
@@ -200,6 +200,11 @@ def kept_mask(
 # Drawing
 
 
+def _mass_bits(vocab: int) -> int:
+    """S = 63 - bitlength(V): the bit length of a row's largest mass (the kernels' mass_bits)."""
+    return 63 - max(vocab, 1).bit_length()
+
+
 def _weight_keys(w: torch.Tensor) -> torch.Tensor:
     """The float32 bits of cleaned weights as int64 (non-negative: no sign bit)."""
     return w.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
@@ -213,8 +218,7 @@ def fixed_point_mass(
     ``(R, 1)`` (int64 float32 bits): the key whose unit each row takes in place of its own
     largest (``rejection_mass``)."""
     w = weights.to(torch.float32).contiguous()
-    vocab = w.size(1)
-    s = 63 - max(vocab, 1).bit_length()
+    s = _mass_bits(w.size(1))
     bits = _weight_keys(w)
     biased = bits >> 23
     mant = torch.where(biased > 0, (bits & 0x7FFFFF) | 0x800000, bits & 0x7FFFFF)
@@ -255,7 +259,7 @@ def rejection_mass(weights: torch.Tensor, filtered: torch.Tensor) -> torch.Tenso
     Other rows (no filter, unnormalised above 2, nearly empty) take ``fixed_point_mass``'s
     unit of their own largest, so that a row without a filter draws the plain token."""
     w = weights.to(torch.float32).contiguous()
-    s = 63 - max(w.size(1), 1).bit_length()
+    s = _mass_bits(w.size(1))
     own = _weight_keys(w).max(dim=1, keepdim=True).values
     fixed = filtered.unsqueeze(1) & (own >= (152 - s) << 23) & (own <= REJECTION_UNIT_KEY)
     return fixed_point_mass(w, torch.where(fixed, REJECTION_UNIT_KEY, own))

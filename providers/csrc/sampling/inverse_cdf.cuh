@@ -139,12 +139,10 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
 // largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
 // the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
-// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten. `round` and
-// `total`: draw_from_segments'.
+// cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
 template <typename Scope, typename Sh>
 __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh, int round = 0,
-                                         std::uint64_t* total = nullptr) {
+                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   scope.reuse_histograms();  // the threshold search (in any CTA of the scope) no longer reads sh
@@ -154,7 +152,7 @@ __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std
     return group_masses(v, min_key, fx, q);
   });
   __syncthreads();
-  return draw_from_segments(scope, layout, sh.segment_mass, min_key, fx, rng, round, total);
+  return draw_from_segments(scope, layout, sh.segment_mass, min_key, fx, rng);
 }
 
 // The draw after a gather pass that summed the segment masses of every kept key above the

@@ -521,8 +521,11 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
 // d6b442d.txt), at 32 and 64 rows 0.52-0.83x (64 x 128256 flat 107.0 -> 55.1; ab-sampling-
 // top-p-rejection-32-64-rows-0d3ea36.txt); the row kernels at 128 and 512 rows 1.04-1.91x
 // (128 x 128256 peaked 61.2 -> 116.8), also in clusters (ab-sampling-top-p-rejection-cluster-
-// d6b442d.txt: 128 x 128256 96.8, 512 rows 1.10-1.30x the row kernels'). 64: the cluster
-// kernels' reach on an H200 (two waves of clusters of 8: 66 rows) in a round number.
+// d6b442d.txt: 128 x 128256 96.8, 512 rows 1.10-1.30x the row kernels'). With session 39's
+// fewer passes (ab-sampling-top-p-rejection-rows-9a7aa7e.txt) the row kernels take 0.94-1.36x
+// at 128 rows (the search wins 3 of 4 shapes) and 0.72-1.12x at 512, where both lose to
+// FlashInfer and rejection would lose on one shape more. 64: the cluster kernels' reach on an
+// H200 (two waves of clusters of 8: 66 rows) in a round number.
 // AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
 constexpr std::int64_t kTopPRejectionMaxBatch = 64;
 
