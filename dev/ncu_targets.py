@@ -5,7 +5,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
         python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
-        [cluster] [top-p] [joint] [local]
+        [cluster] [top-p] [rejection] [joint] [local]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
@@ -15,7 +15,8 @@ sampling 128 x 128256 (bench_sampling's flat and peaked rows), ("renorm") top-k 
 and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
 samplers at 1 x 32000 with FlashInfer's, and ("top-p") top-p sampling at 512 rows of 32000
 and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it), and
-("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours only: the
+("rejection") top-p by rejection pinned in the row kernels at 128 and 512 x 32000 with
+FlashInfer's, ("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours only: the
 kernel whose speed moved against its instruction count in dev/NOTES.md item 60), and
 ("local") top-k and joint sampling at 16 x 32000 flat from the local top-k lists.
 """
@@ -180,6 +181,26 @@ def top_p_cases(fi):
     return cases
 
 
+def rejection_cases(fi):
+    """Top-p sampling by rejection in the one-CTA-per-row kernels, pinned
+    (AOTINFER_SAMPLING_TOP_P=rejection), at 128 x 32000 flat and peaked (one CTA of 1024
+    threads a SM; 28-30 us against FlashInfer's 25 in session 39) and 512 x 32000 flat (two
+    CTAs of 512 a SM), with FlashInfer's on the same rows."""
+    from bench_sampling import make_probs
+
+    kw = dict(seed=1, offset=0)
+    top_p = aotinfer.sampling.top_p_sampling_from_probs
+    cases = []
+    for batch, dist in ((128, "flat"), (128, "peaked"), (512, "flat")):
+        probs = make_probs(batch, 32000, dist == "peaked", 0)
+        call = _pinned(lambda p=probs: top_p(p, 0.9, **kw), AOTINFER_SAMPLING_TOP_P="rejection")
+        cases.append((f"aotinfer rejection top-p 0.9 {batch}x32000 {dist}", call))
+        if fi is not None:
+            fn = fi.sampling.top_p_sampling_from_probs
+            cases.append((f"flashinfer top-p 0.9 {batch}x32000 {dist}", lambda p=probs: fn(p, 0.9, **kw)))
+    return cases
+
+
 def joint_cases():
     """Joint top-k / top-p sampling at 512 x 128256 with bench_sampling's rows and
     parameters (the two-search row kernel at two CTAs per SM)."""
@@ -253,6 +274,8 @@ def main():
         cases += cluster_cases(try_import_flashinfer())
     if "top-p" in want:
         cases += top_p_cases(try_import_flashinfer())
+    if "rejection" in want:
+        cases += rejection_cases(try_import_flashinfer())
     if "joint" in want:
         cases += joint_cases()
     if "local" in want:

@@ -1,7 +1,7 @@
 """Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection, and the auto rule) on CUDA
 against reference.sampling.top_p_rejection: the kernels sum the same fixed-point integers as the
 reference, so every token must be equal. Shapes cover the cluster kernels (clusters of 4, 8
-and 16), the one-CTA-per-row kernels of 1024 and 512 threads, and both kernels pinned at one
+and 16), the one-CTA-per-row kernels of 1024, 512 and 256 threads, and both kernels pinned at one
 shape; rows are flat and peaked, with per-row top_p including no filter (1, NaN), 0 and small
 values that take several rounds. tests/gpu/conftest.py poisons every torch.empty first."""
 
@@ -76,6 +76,27 @@ def test_both_kernels_at_one_shape(kernel, monkeypatch):
     )
     want, want_valid = ref.sample_from_probs(
         probs, idx, 2, 0, p, seed=11, offset=0, top_p_draw="rejection"
+    )
+    assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
+
+
+@pytest.mark.parametrize("threads", ["256", "512", "1024"])
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_every_row_kernel_size(threads, vocab, monkeypatch):
+    """The row kernels of 256 (four CTAs per SM), 512 and 1024 threads, pinned
+    (AOTINFER_SAMPLING_ROW_THREADS), on flat and peaked rows with per-row top_p."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    rows = 24
+    probs = torch.cat([_probs(rows // 2, vocab, 71, flat=True), _probs(rows // 2, vocab, 72, flat=False)])
+    p = _top_p(rows, 73)
+    idx = torch.arange(rows, device=DEV).repeat_interleave(3)
+    got, valid = aotinfer.top_p_sampling_from_probs(
+        probs, p, idx, return_valid=True, seed=13, offset=2
+    )
+    want, want_valid = ref.sample_from_probs(
+        probs, idx, 2, 0, p, seed=13, offset=2, top_p_draw="rejection"
     )
     assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
 

@@ -241,8 +241,9 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
 // once a batch fills two waves of the big CTAs. AOTINFER_SAMPLING_ROW_THREADS=512|1024 pins
 // one (dev/time_sampling_graph.py compares them).
 int row_threads(int device, std::int64_t rows, const char* op) {
-  const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"512", "1024", "auto"});
-  if (want == "512" || want == "1024") return std::stoi(want);
+  const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
+  if (want == "256" || want == "512") return kRowThreads / 2;  // (256: rejection_row_threads)
+  if (want == "1024") return kRowThreads;
   int sms = 0;
   finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
   return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
@@ -403,6 +404,32 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
 // AOTINFER_SAMPLING_TOP_K_LIST=on lists in every such kernel (also rows in L1), for tests and
 // A/B runs; unset or auto: the rule above.
 bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"on", "auto"}) == "on"; }
+
+// Threads of the top-p rejection row kernels: those of row_threads, or a quarter of
+// kRowThreads (four CTAs per SM; the kernel needs no search's shared memory beyond the
+// others') where AOTINFER_SAMPLING_ROW_THREADS=256 pins it.
+int rejection_row_threads(int device, std::int64_t rows, const char* op) {
+  if (env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"}) == "256") return kRowThreads / 4;
+  return row_threads(device, rows, op);
+}
+
+void launch_rejection_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
+                           const char* op) {
+  constexpr FilterFamily kRejection = FilterFamily::kTopPRejection;
+  switch (rejection_row_threads(device, batch, op)) {
+    case kRowThreads / 4:
+      launch_row_kernel<sample_kernel<kRejection, kRowThreads / 4>>(p, batch, kRowThreads / 4, device, stream,
+                                                                    GatherMode::kOff, op);
+      break;
+    case kRowThreads / 2:
+      launch_row_kernel<sample_kernel<kRejection, kRowThreads / 2>>(p, batch, kRowThreads / 2, device, stream,
+                                                                    GatherMode::kOff, op);
+      break;
+    default:
+      launch_row_kernel<sample_kernel<kRejection>>(p, batch, kRowThreads, device, stream, GatherMode::kOff, op);
+  }
+  finish(cudaGetLastError(), op, device);
+}
 
 template <FilterFamily kFamily>
 void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream, const char* op) {
@@ -626,7 +653,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     case FilterMode::kTopK: launch_sample_rows<FilterFamily::kTopK>(p, batch, input.device, cuda_stream, op); break;
     case FilterMode::kTopP:
       if (rejection) {
-        launch_sample_rows<FilterFamily::kTopPRejection>(p, batch, input.device, cuda_stream, op);
+        launch_rejection_rows(p, batch, input.device, cuda_stream, op);
       } else {
         launch_sample_rows<FilterFamily::kTopP>(p, batch, input.device, cuda_stream, op);
       }
