@@ -199,13 +199,19 @@ def test_the_batch_rule_is_the_kernels():
     ).read_text()
     bound = re.search(r"constexpr std::int64_t kTopPRejectionMaxBatch = (\d+);", source)
     assert bound and int(bound.group(1)) == ref.TOP_P_REJECTION_MAX_BATCH
+    vocab = re.search(r"constexpr std::int64_t kTopPRejectionShortRowVocab = (\d+);", source)
+    assert vocab and int(vocab.group(1)) == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB
 
 
-def test_auto_draws_by_rejection_up_to_the_bound():
-    rows, n = 3, ref.TOP_P_REJECTION_MAX_BATCH
-    probs = _rows(rows, 64, seed=12)
+def test_auto_draws_by_rejection_up_to_the_bounds():
+    """Rejection up to TOP_P_REJECTION_MAX_BATCH output rows, and at any batch for rows shorter
+    than TOP_P_REJECTION_SHORT_ROW_VOCAB."""
+    rows, n, short = 3, ref.TOP_P_REJECTION_MAX_BATCH, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB
     kw = dict(seed=4, offset=0)
-    for batch, draw in ((n, "rejection"), (n + 1, "threshold")):
+    cases = ((64, n, "rejection"), (64, n + 1, "rejection"), (short, n, "rejection"), (short, n + 1, "threshold"))
+    for vocab, batch, draw in cases:
+        assert ref.top_p_draws_by_rejection(batch, vocab) == (draw == "rejection")
+        probs = _rows(rows, vocab, seed=12)
         idx = torch.arange(batch) % rows
         got = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw)
         want = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw, top_p_draw=draw)

@@ -77,12 +77,16 @@ def _one_request_decode(kv_len):
             "AOTINFER_SAMPLING_TOP_P",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
-        # A batch above the top-p sampler's rejection bound, so that it runs the threshold
-        # search, which gathers (by rejection it gathers nothing and never reads the switch).
+        # A batch above the top-p sampler's rejection bound, of rows not short enough for
+        # rejection at any batch, so that it runs the threshold search, which gathers (by
+        # rejection it gathers nothing and never reads the switch).
         (
             "AOTINFER_SAMPLING_GATHER",
             lambda: aotinfer.top_p_sampling_from_probs(
-                _probs(ref.TOP_P_REJECTION_MAX_BATCH + 1, 1000), 0.9, seed=1, offset=0
+                _probs(ref.TOP_P_REJECTION_MAX_BATCH + 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB),
+                0.9,
+                seed=1,
+                offset=0,
             ),
         ),
         # One request in 8 splits (kv 1024, pages of 16): the cluster merge's launcher branch.

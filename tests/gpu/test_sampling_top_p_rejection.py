@@ -139,14 +139,17 @@ def test_rows_outside_the_fixed_unit(kernel, monkeypatch):
     assert torch.equal(got.long(), want)
 
 
+@pytest.mark.parametrize("vocab", [ref.TOP_P_REJECTION_SHORT_ROW_VOCAB - 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB])
 @pytest.mark.parametrize("above", [0, 1])
-def test_auto_rule_at_its_bound(above, monkeypatch):
-    """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, threshold above
-    (the reference's default follows the same rule)."""
+def test_auto_rule_at_its_bounds(above, vocab, monkeypatch):
+    """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, and at any
+    batch for rows shorter than ref.TOP_P_REJECTION_SHORT_ROW_VOCAB; threshold otherwise (the
+    reference's default follows the same rule)."""
     monkeypatch.delenv("AOTINFER_SAMPLING_TOP_P", raising=False)
     batch = ref.TOP_P_REJECTION_MAX_BATCH + above
-    probs = _probs(batch, 32000, 21, flat=True)
+    probs = _probs(batch, vocab, 21, flat=True)
     got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=3, offset=0)
-    draw = "rejection" if batch <= ref.TOP_P_REJECTION_MAX_BATCH else "threshold"
+    draw = "rejection" if ref.top_p_draws_by_rejection(batch, vocab) else "threshold"
+    assert draw == ("threshold" if above and vocab == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB else "rejection")
     want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw=draw)[0]
     assert torch.equal(got.long(), want)

@@ -71,6 +71,7 @@ ParamLike = Union[torch.Tensor, Scalar]
 # (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu, which gives the measured
 # reasons: the rejection kernels far faster at 1-64 rows, mixed at 128 and 512).
 TOP_P_REJECTION_MAX_BATCH = 64
+TOP_P_REJECTION_SHORT_ROW_VOCAB = 65536
 # The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P).
 TOP_P_DRAWS = ("auto", "rejection", "threshold")
 
@@ -408,6 +409,14 @@ def _draw(
     return tokens, valid
 
 
+def top_p_draws_by_rejection(batch: int, vocab: int) -> bool:
+    """The kernels' rule (AOTINFER_SAMPLING_TOP_P unset): top-p sampling of ``batch`` output
+    rows of ``vocab`` probabilities draws by rejection when ``batch <=
+    TOP_P_REJECTION_MAX_BATCH`` or ``vocab < TOP_P_REJECTION_SHORT_ROW_VOCAB``, else by the
+    inverse CDF over the threshold's kept set."""
+    return batch <= TOP_P_REJECTION_MAX_BATCH or vocab < TOP_P_REJECTION_SHORT_ROW_VOCAB
+
+
 def sample_from_probs(
     probs: torch.Tensor,
     indices: Optional[torch.Tensor] = None,
@@ -436,7 +445,7 @@ def sample_from_probs(
     if top_p_draw not in TOP_P_DRAWS:
         raise ValueError(f"top_p_draw must be auto, rejection or threshold, got {top_p_draw!r}")
     by_rejection = top_p_draw == "rejection" or (
-        top_p_draw == "auto" and batch <= TOP_P_REJECTION_MAX_BATCH
+        top_p_draw == "auto" and top_p_draws_by_rejection(batch, probs.size(1))
     )
     if FilterMode(int(filter_mode)) == FilterMode.TOP_P and by_rejection:
         p32 = _per_row(top_p, probs.size(0), torch.float32, probs.device)

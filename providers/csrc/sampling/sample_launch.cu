@@ -405,18 +405,20 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
 // A/B runs; unset or auto: the rule above.
 bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"on", "auto"}) == "on"; }
 
-// Threads of the top-p rejection row kernels: those of row_threads, or a quarter of
-// kRowThreads (four CTAs per SM; the kernel needs no search's shared memory beyond the
-// others') where AOTINFER_SAMPLING_ROW_THREADS=256 pins it.
-int rejection_row_threads(int device, std::int64_t rows, const char* op) {
-  if (env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"}) == "256") return kRowThreads / 4;
-  return row_threads(device, rows, op);
+// Threads of the top-p rejection row kernels. Rows below kRowBeyondL1Vocab take half of
+// kRowThreads (two CTAs per SM) at any batch: TODO measured. Longer rows take row_threads'
+// choice. AOTINFER_SAMPLING_ROW_THREADS pins one, 256 too (four CTAs per SM, an instance only
+// this family has).
+int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
+  const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
+  if (want == "256" || want == "512" || want == "1024") return std::stoi(want);
+  return vocab < kRowBeyondL1Vocab ? kRowThreads / 2 : row_threads(device, rows, op);
 }
 
 void launch_rejection_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
                            const char* op) {
   constexpr FilterFamily kRejection = FilterFamily::kTopPRejection;
-  switch (rejection_row_threads(device, batch, op)) {
+  switch (rejection_row_threads(device, batch, p.vocab, op)) {
     case kRowThreads / 4:
       launch_row_kernel<sample_kernel<kRejection, kRowThreads / 4>>(p, batch, kRowThreads / 4, device, stream,
                                                                     GatherMode::kOff, op);
@@ -555,11 +557,12 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
 // H200 (two waves of clusters of 8: 66 rows) in a round number.
 // AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
 constexpr std::int64_t kTopPRejectionMaxBatch = 64;
+constexpr std::int64_t kTopPRejectionShortRowVocab = 65536;
 
-bool top_p_draws_by_rejection(std::int64_t batch) {
+bool top_p_draws_by_rejection(std::int64_t batch, std::int64_t vocab) {
   const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold", "auto"});
   if (want == "rejection" || want == "threshold") return want == "rejection";
-  return batch <= kTopPRejectionMaxBatch;
+  return batch <= kTopPRejectionMaxBatch || vocab < kTopPRejectionShortRowVocab;
 }
 
 }  // namespace
@@ -613,7 +616,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   finish(guard.status(), op, input.device);
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   // Its own kernel instances, so that the searching kernels carry none of its code.
-  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch);
+  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch, p.vocab);
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
