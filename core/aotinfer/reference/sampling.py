@@ -40,8 +40,9 @@ depend on their order, so the reference, the one-CTA-per-row kernel and the clus
 (each CTA summing its own slice) all pick the same token for the same uniform. A weight
 below ``m * 2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to ``q = 0`` and is never
 drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of its own size.
-The top-p sampler at batches of at most ``TOP_P_REJECTION_MAX_BATCH`` output rows draws by
-rejection instead (``top_p_rejection``: rounds of this draw among the keys above a floor, in
+The top-p sampler at batches of at most ``TOP_P_REJECTION_MAX_BATCH`` output rows, and at
+any batch on rows shorter than ``TOP_P_REJECTION_SHORT_ROW_VOCAB``
+(``top_p_draws_by_rejection``), draws by rejection instead (``top_p_rejection``: rounds of this draw among the keys above a floor, in
 ``rejection_mass``'s masses: for a filtered row whose largest lies in ``[2^-(S - 25), 2)``
 the fixed unit ``q_i = floor(w_i * 2^(S - 1))``, else these), which keeps the top-p set in
 those masses but picks a different token for the same words; a row without a filter draws
@@ -66,10 +67,13 @@ from .philox import MASK64
 Scalar = Union[int, float]
 ParamLike = Union[torch.Tensor, Scalar]
 
-# Top-p sampling draws by rejection (top_p_rejection) for batches of at most this many output
-# rows, by the inverse CDF over the threshold's kept set above: the kernels' rule
-# (kTopPRejectionMaxBatch, providers/csrc/sampling/sample_launch.cu, which gives the measured
-# reasons: the rejection kernels far faster at 1-64 rows, mixed at 128 and 512).
+# Top-p sampling draws by rejection (top_p_rejection) for batches of at most
+# TOP_P_REJECTION_MAX_BATCH output rows and, at any batch, for rows shorter than
+# TOP_P_REJECTION_SHORT_ROW_VOCAB; by the inverse CDF over the threshold's kept set otherwise:
+# the kernels' rule (kTopPRejectionMaxBatch and kTopPRejectionShortRowVocab,
+# providers/csrc/sampling/sample_launch.cu, which gives the measured reasons: the rejection
+# kernels far faster at 1-64 rows and at 256-512 rows of 32000, mixed at 128 rows and on
+# longer rows).
 TOP_P_REJECTION_MAX_BATCH = 64
 TOP_P_REJECTION_SHORT_ROW_VOCAB = 65536
 # The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P).
@@ -435,9 +439,8 @@ def sample_from_probs(
     ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
     ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
     ``top_p_draw`` (top-p mode only): ``"threshold"``, the inverse CDF over the kept set;
-    ``"rejection"``, ``top_p_rejection``; ``"auto"``, rejection for at most
-    ``TOP_P_REJECTION_MAX_BATCH`` output rows, else threshold (the kernels' rule;
-    AOTINFER_SAMPLING_TOP_P pins one there).
+    ``"rejection"``, ``top_p_rejection``; ``"auto"``, ``top_p_draws_by_rejection``'s
+    choice (the kernels' rule; AOTINFER_SAMPLING_TOP_P pins one there).
     Returns ``(tokens int64 (B,), valid bool (B,))``.
     """
     probs = probs.detach()

@@ -406,9 +406,14 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
 bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"on", "auto"}) == "on"; }
 
 // Threads of the top-p rejection row kernels. Rows below kRowBeyondL1Vocab take half of
-// kRowThreads (two CTAs per SM) at any batch: TODO measured. Longer rows take row_threads'
-// choice. AOTINFER_SAMPLING_ROW_THREADS pins one, 256 too (four CTAs per SM, an instance only
-// this family has).
+// kRowThreads (two CTAs per SM) at any batch: with the row in L1 after round 0's pass, a
+// CTA's barriers and dependent steps, not its loads, set the time, and 16 warps wait less at
+// each than 32 (rejection pinned, graph us, A B A B: 512 against 1024 threads at 128 x 32000
+// 25.8 / 27.3 against 27.3 / 28.7 flat / peaked, 512 x 32000 0.83x; at 128 x 128256 1.11x,
+// so longer rows keep row_threads' choice; history/ab-sampling-rejection-row-threads-
+// f1f0427.txt). Four CTAs of 256 a SM (AOTINFER_SAMPLING_ROW_THREADS=256, an instance only
+// this family has, for A/B runs) were slower than two of 512 at 128-512 x 32000 and 65536
+// (1.00-1.29x; history/ab-sampling-rejection-rule-78eefca.txt).
 int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
   if (want == "256" || want == "512" || want == "1024") return std::stoi(want);
@@ -541,10 +546,12 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
 }
 
 // How the top-p sampler draws (top_p_rejection.cuh): by rejection for batches of at most
-// kTopPRejectionMaxBatch output rows, by the threshold search's inverse CDF above. The rule is
+// kTopPRejectionMaxBatch output rows and, at any batch, for rows shorter than
+// kTopPRejectionShortRowVocab; by the threshold search's inverse CDF otherwise. The rule is
 // part of the contract, since the two draw different tokens for a seed: the reference's
-// TOP_P_REJECTION_MAX_BATCH is the same number (tests/cpu/test_top_p_rejection.py checks). It
-// depends on nothing but the batch, so every GPU and the CPU path draw the same tokens.
+// TOP_P_REJECTION_MAX_BATCH and TOP_P_REJECTION_SHORT_ROW_VOCAB are the same numbers
+// (tests/cpu/test_top_p_rejection.py checks). It depends on nothing but the shape, so every
+// GPU and the CPU path draw the same tokens.
 // Measured (graph us, threshold -> rejection, A B A B in one build): the cluster kernels at 1
 // and 16 rows 0.44-0.90x (1 x 128256 flat 26.6 -> 11.6; history/ab-sampling-top-p-rejection-
 // d6b442d.txt), at 32 and 64 rows 0.52-0.83x (64 x 128256 flat 107.0 -> 55.1; ab-sampling-
@@ -554,7 +561,12 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
 // fewer passes (ab-sampling-top-p-rejection-rows-9a7aa7e.txt) the row kernels take 0.94-1.36x
 // at 128 rows (the search wins 3 of 4 shapes) and 0.72-1.12x at 512, where both lose to
 // FlashInfer and rejection would lose on one shape more. 64: the cluster kernels' reach on an
-// H200 (two waves of clusters of 8: 66 rows) in a round number.
+// H200 (two waves of clusters of 8: 66 rows) in a round number. Session 40: with 512-thread
+// row kernels for such rows (rejection_row_threads), rejection took 0.66-0.91x the search's
+// time at 256 and 512 x 32000, 0.88x / 1.05x at 128 x 32000 flat / peaked, but at 65536
+// 1.01x / 1.27x at 128 rows and 0.74-1.01x at 256-512 (history/ab-sampling-rejection-rule-
+// 78eefca.txt; at 128256 see above): so rows below 65536 (kRowBeyondL1Vocab, where a row
+// stays in L1 between the rounds' passes) draw by rejection at any batch.
 // AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
 constexpr std::int64_t kTopPRejectionMaxBatch = 64;
 constexpr std::int64_t kTopPRejectionShortRowVocab = 65536;
