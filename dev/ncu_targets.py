@@ -197,7 +197,9 @@ def rejection_cases(fi):
         cases.append((f"aotinfer rejection top-p 0.9 {batch}x32000 {dist}", call))
         if fi is not None:
             fn = fi.sampling.top_p_sampling_from_probs
-            cases.append((f"flashinfer top-p 0.9 {batch}x32000 {dist}", lambda p=probs: fn(p, 0.9, **kw)))
+            cases.append(
+                (f"flashinfer top-p 0.9 {batch}x32000 {dist}", lambda p=probs: fn(p, 0.9, **kw))
+            )
     return cases
 
 

@@ -208,7 +208,12 @@ def test_auto_draws_by_rejection_up_to_the_bounds():
     than TOP_P_REJECTION_SHORT_ROW_VOCAB."""
     rows, n, short = 3, ref.TOP_P_REJECTION_MAX_BATCH, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB
     kw = dict(seed=4, offset=0)
-    cases = ((64, n, "rejection"), (64, n + 1, "rejection"), (short, n, "rejection"), (short, n + 1, "threshold"))
+    cases = (
+        (64, n, "rejection"),
+        (64, n + 1, "rejection"),
+        (short, n, "rejection"),
+        (short, n + 1, "threshold"),
+    )
     for vocab, batch, draw in cases:
         assert ref.top_p_draws_by_rejection(batch, vocab) == (draw == "rejection")
         probs = _rows(rows, vocab, seed=12)

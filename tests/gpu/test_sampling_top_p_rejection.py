@@ -89,7 +89,9 @@ def test_every_row_kernel_size(threads, vocab, monkeypatch):
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
     rows = 24
-    probs = torch.cat([_probs(rows // 2, vocab, 71, flat=True), _probs(rows // 2, vocab, 72, flat=False)])
+    probs = torch.cat(
+        [_probs(rows // 2, vocab, 71, flat=True), _probs(rows // 2, vocab, 72, flat=False)]
+    )
     p = _top_p(rows, 73)
     idx = torch.arange(rows, device=DEV).repeat_interleave(3)
     got, valid = aotinfer.top_p_sampling_from_probs(
@@ -139,7 +141,9 @@ def test_rows_outside_the_fixed_unit(kernel, monkeypatch):
     assert torch.equal(got.long(), want)
 
 
-@pytest.mark.parametrize("vocab", [ref.TOP_P_REJECTION_SHORT_ROW_VOCAB - 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB])
+@pytest.mark.parametrize(
+    "vocab", [ref.TOP_P_REJECTION_SHORT_ROW_VOCAB - 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB]
+)
 @pytest.mark.parametrize("above", [0, 1])
 def test_auto_rule_at_its_bounds(above, vocab, monkeypatch):
     """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, and at any
@@ -150,6 +154,8 @@ def test_auto_rule_at_its_bounds(above, vocab, monkeypatch):
     probs = _probs(batch, vocab, 21, flat=True)
     got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=3, offset=0)
     draw = "rejection" if ref.top_p_draws_by_rejection(batch, vocab) else "threshold"
-    assert draw == ("threshold" if above and vocab == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB else "rejection")
+    assert draw == (
+        "threshold" if above and vocab == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB else "rejection"
+    )
     want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw=draw)[0]
     assert torch.equal(got.long(), want)
