@@ -16,8 +16,8 @@ and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
 samplers at 1 x 32000 with FlashInfer's, and ("top-p") top-p sampling at 512 rows of 32000
 and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it), and
 ("rejection") top-p by rejection pinned in the row kernels at 128 and 512 x 32000 with
-FlashInfer's, ("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours only: the
-kernel whose speed moved against its instruction count in dev/NOTES.md item 60), and
+FlashInfer's, ("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours
+only: the kernel whose speed moved against its instruction count in dev/NOTES.md item 60), and
 ("local") top-k and joint sampling at 16 x 32000 flat from the local top-k lists.
 """
 
@@ -197,9 +197,8 @@ def rejection_cases(fi):
         cases.append((f"aotinfer rejection top-p 0.9 {batch}x32000 {dist}", call))
         if fi is not None:
             fn = fi.sampling.top_p_sampling_from_probs
-            cases.append(
-                (f"flashinfer top-p 0.9 {batch}x32000 {dist}", lambda p=probs: fn(p, 0.9, **kw))
-            )
+            call = lambda p=probs, f=fn: f(p, 0.9, **kw)  # noqa: E731
+            cases.append((f"flashinfer top-p 0.9 {batch}x32000 {dist}", call))
     return cases
 
 

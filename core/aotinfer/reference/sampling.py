@@ -43,10 +43,10 @@ drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of it
 The top-p sampler at batches of at most ``TOP_P_REJECTION_MAX_BATCH`` output rows, and at
 any batch on rows shorter than ``TOP_P_REJECTION_SHORT_ROW_VOCAB``
 (``top_p_draws_by_rejection``), draws by rejection instead (``top_p_rejection``: rounds of
-this draw among the keys above a floor, in ``rejection_mass``'s masses: for a filtered row whose largest lies in ``[2^-(S - 25), 2)``
-the fixed unit ``q_i = floor(w_i * 2^(S - 1))``, else these), which keeps the top-p set in
-those masses but picks a different token for the same words; a row without a filter draws
-this plain token.
+this draw among the keys above a floor, in ``rejection_mass``'s masses: for a filtered row
+whose largest lies in ``[2^-(S - 25), 2)`` the fixed unit ``q_i = floor(w_i * 2^(S - 1))``,
+else these), which keeps the top-p set in those masses but picks a different token for the
+same words; a row without a filter draws this plain token.
 Sampling from logits is Gumbel-max: with ``E_i = -log1p(-u_i)`` (``philox.exponential``,
 ``u_i`` element ``i`` of stream 0 of the output row), the token maximises
 ``x_i - log(E_i)`` (float32) over logits > -inf; ties go to the lowest index. A row with
