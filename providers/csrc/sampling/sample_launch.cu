@@ -239,7 +239,8 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
 
 // Threads of the one-CTA-per-row kernels: kRowThreads, or half as many at two CTAs per SM
 // once a batch fills two waves of the big CTAs. AOTINFER_SAMPLING_ROW_THREADS=512|1024 pins
-// one (dev/time_sampling_graph.py compares them).
+// one (dev/time_sampling_graph.py compares them); 256, which only the rejection kernels have
+// (rejection_row_threads), gives the others 512.
 int row_threads(int device, std::int64_t rows, const char* op) {
   const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
   if (want == "256" || want == "512") return kRowThreads / 2;  // (256: rejection_row_threads)
