@@ -237,17 +237,27 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
 }
 
-// Threads of the one-CTA-per-row kernels: kRowThreads, or half as many at two CTAs per SM
-// once a batch fills two waves of the big CTAs. AOTINFER_SAMPLING_ROW_THREADS=512|1024 pins
-// one (dev/time_sampling_graph.py compares them); 256, which only the rejection kernels have
-// (rejection_row_threads), gives the others 512.
-int row_threads(int device, std::int64_t rows, const char* op) {
+// AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
+// 1024), 0 when unset or auto. 256 only the rejection kernels have (rejection_row_threads);
+// row_threads gives the others 512 for it.
+int pinned_row_threads() {
   const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
-  if (want == "256" || want == "512") return kRowThreads / 2;  // (256: rejection_row_threads)
-  if (want == "1024") return kRowThreads;
+  return want.empty() || want == "auto" ? 0 : std::stoi(want);
+}
+
+// kRowThreads, or half as many at two CTAs per SM once a batch fills two waves of the big
+// CTAs (dev/time_sampling_graph.py compares them).
+int row_threads_by_waves(int device, std::int64_t rows, const char* op) {
   int sms = 0;
   finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
   return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
+}
+
+// Threads of the one-CTA-per-row kernels: row_threads_by_waves unless the switch pins them.
+int row_threads(int device, std::int64_t rows, const char* op) {
+  const int pinned = pinned_row_threads();
+  if (pinned != 0) return pinned == kRowThreads ? kRowThreads : kRowThreads / 2;
+  return row_threads_by_waves(device, rows, op);
 }
 
 // Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh):
@@ -411,30 +421,29 @@ bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"o
 // CTA's barriers and dependent steps, not its loads, set the time, and 16 warps wait less at
 // each than 32 (rejection pinned, graph us, A B A B: 512 against 1024 threads at 128 x 32000
 // 25.8 / 27.3 against 27.3 / 28.7 flat / peaked, 512 x 32000 0.83x; at 128 x 128256 1.11x,
-// so longer rows keep row_threads' choice; history/ab-sampling-rejection-row-threads-
+// so longer rows keep the other kernels' choice; history/ab-sampling-rejection-row-threads-
 // f1f0427.txt). Four CTAs of 256 a SM (AOTINFER_SAMPLING_ROW_THREADS=256, an instance only
 // this family has, for A/B runs) were slower than two of 512 at 128-512 x 32000 and 65536
 // (1.00-1.29x; history/ab-sampling-rejection-rule-78eefca.txt).
 int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
-  const std::string want = env_choice("AOTINFER_SAMPLING_ROW_THREADS", {"256", "512", "1024", "auto"});
-  if (want == "256" || want == "512" || want == "1024") return std::stoi(want);
-  return vocab < kRowBeyondL1Vocab ? kRowThreads / 2 : row_threads(device, rows, op);
+  const int pinned = pinned_row_threads();
+  if (pinned != 0) return pinned;
+  return vocab < kRowBeyondL1Vocab ? kRowThreads / 2 : row_threads_by_waves(device, rows, op);
+}
+
+template <int kThreads>
+void launch_rejection_rows_of(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
+                              const char* op) {
+  launch_row_kernel<sample_kernel<FilterFamily::kTopPRejection, kThreads>>(p, batch, kThreads, device, stream,
+                                                                           GatherMode::kOff, op);
 }
 
 void launch_rejection_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
                            const char* op) {
-  constexpr FilterFamily kRejection = FilterFamily::kTopPRejection;
   switch (rejection_row_threads(device, batch, p.vocab, op)) {
-    case kRowThreads / 4:
-      launch_row_kernel<sample_kernel<kRejection, kRowThreads / 4>>(p, batch, kRowThreads / 4, device, stream,
-                                                                    GatherMode::kOff, op);
-      break;
-    case kRowThreads / 2:
-      launch_row_kernel<sample_kernel<kRejection, kRowThreads / 2>>(p, batch, kRowThreads / 2, device, stream,
-                                                                    GatherMode::kOff, op);
-      break;
-    default:
-      launch_row_kernel<sample_kernel<kRejection>>(p, batch, kRowThreads, device, stream, GatherMode::kOff, op);
+    case kRowThreads / 4: launch_rejection_rows_of<kRowThreads / 4>(p, batch, device, stream, op); break;
+    case kRowThreads / 2: launch_rejection_rows_of<kRowThreads / 2>(p, batch, device, stream, op); break;
+    default: launch_rejection_rows_of<kRowThreads>(p, batch, device, stream, op);
   }
   finish(cudaGetLastError(), op, device);
 }
