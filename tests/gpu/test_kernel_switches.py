@@ -77,6 +77,11 @@ def _one_request_decode(kv_len):
             "AOTINFER_SAMPLING_TOP_P",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
+        # Read where the rejection row kernels launch (the cluster kernels test by a pass).
+        (
+            "AOTINFER_SAMPLING_TOP_P_TEST",
+            lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
+        ),
         # A batch above the top-p sampler's rejection bound, of rows not short enough for
         # rejection at any batch, so that it runs the threshold search, which gathers (by
         # rejection it gathers nothing and never reads the switch), in the row kernels (the

@@ -80,14 +80,18 @@ def test_both_kernels_at_one_shape(kernel, monkeypatch):
     assert torch.equal(valid, want_valid) and torch.equal(got.long(), want)
 
 
+@pytest.mark.parametrize("test", ["binned", "pass"])
 @pytest.mark.parametrize("threads", ["256", "512", "1024"])
 @pytest.mark.parametrize("vocab", [32000, 128256])
-def test_every_row_kernel_size(threads, vocab, monkeypatch):
+def test_every_row_kernel_size(threads, vocab, test, monkeypatch):
     """The row kernels of 256 (four CTAs per SM), 512 and 1024 threads, pinned
-    (AOTINFER_SAMPLING_ROW_THREADS), on flat and peaked rows with per-row top_p."""
+    (AOTINFER_SAMPLING_ROW_THREADS), each testing its rounds by round 0's bins or by a pass
+    (AOTINFER_SAMPLING_TOP_P_TEST; 256 threads always by a pass), on flat and peaked rows with
+    per-row top_p."""
     monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
     monkeypatch.setenv("AOTINFER_SAMPLING_ROW_THREADS", threads)
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P_TEST", test)
     rows = 24
     probs = torch.cat(
         [_probs(rows // 2, vocab, 71, flat=True), _probs(rows // 2, vocab, 72, flat=False)]
@@ -159,3 +163,31 @@ def test_auto_rule_at_its_bounds(above, vocab, monkeypatch):
     )
     want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw=draw)[0]
     assert torch.equal(got.long(), want)
+
+
+@pytest.mark.parametrize("test", ["binned", "pass"])
+@pytest.mark.parametrize("vocab", [65536, 128256])
+def test_binned_test_many_draws(vocab, test, monkeypatch):
+    """Many draws of few rows (indices), top_p from 0.02 to 0.99, so that the binned test
+    accepts, rejects with a known floor and leaves rounds to the exact pass, all in one call;
+    also rows outside the fixed unit (unnormalised) and with subnormal entries."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "rejection")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P_TEST", test)
+    rows = 8
+    probs = torch.cat(
+        [_probs(rows // 2, vocab, 81, flat=True), _probs(rows // 2, vocab, 82, flat=False)]
+    )
+    probs[1] = probs[1] / probs[1].max() * 3.0  # largest above 2: outside the fixed unit
+    probs[5, ::7] = 1e-40  # subnormal keys in bins of exponent field 0
+    idx = torch.arange(rows, device=DEV).repeat_interleave(64)
+    g = torch.Generator(device=DEV).manual_seed(83)
+    p = torch.rand(rows, device=DEV, generator=g) * 0.97 + 0.02
+    got, valid = aotinfer.top_p_sampling_from_probs(
+        probs, p, idx, return_valid=True, seed=17, offset=5
+    )
+    want, want_valid = ref.sample_from_probs(
+        probs, idx, 2, 0, p, seed=17, offset=5, top_p_draw="rejection"
+    )
+    assert torch.equal(valid, want_valid)
+    assert torch.equal(got.long(), want), f"{int((got.long() != want).sum())} of {len(idx)} differ"

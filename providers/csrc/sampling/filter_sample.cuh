@@ -31,8 +31,10 @@ namespace aotinfer::sampling {
 // fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
 // top-p (the cluster kernels); kNoSearch: none and min-p; kTopK / kTopP: that filter (or
 // none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
-// kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all.
-enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches, kTopPRejection };
+// kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all;
+// kTopPRejectionBinned: the same draws, its rounds tested by bins where they can be (row
+// kernels only, top_p_rejection.cuh's RejectionBins).
+enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches, kTopPRejection, kTopPRejectionBinned };
 
 // What a family's kernels gather (gather.cuh), for the kernels and their launcher alike: the
 // top-k and top-p samplers their bin and the draw's segments, the two-search sampler its top-k
@@ -313,19 +315,19 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
 // The draw of a FilterFamily::kTopPRejection kernel (top-p mode only): top_p_rejection_draw
 // with the row's top_p, where NaN and top_p >= 1 (no filter) become 1, whose goal is the
 // row's total: round 0, the unfiltered draw, is then always accepted.
-template <typename Scope, typename Sh>
+template <bool kBinnedTest, typename Scope, typename Sh>
 __device__ std::int64_t top_p_rejection_row(const Scope& scope, std::int64_t n, const FilterParams& f,
                                             std::int64_t row, const RowRandom& rng, Sh& sh) {
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-  return top_p_rejection_draw(scope, n, p < 1.f ? p : 1.f, rng, sh);
+  return top_p_rejection_draw<kBinnedTest>(scope, n, p < 1.f ? p : 1.f, rng, sh);
 }
 
 // The sampler of filter family kFamily over the scope's row (every CTA of the scope calls it).
 template <FilterFamily kFamily, typename Scope, typename Sh>
 __device__ std::int64_t family_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                     const RowRandom& rng, Sh& sh) {
-  if constexpr (kFamily == FilterFamily::kTopPRejection) {
-    return top_p_rejection_row(scope, n, f, row, rng, sh);
+  if constexpr (kFamily == FilterFamily::kTopPRejection || kFamily == FilterFamily::kTopPRejectionBinned) {
+    return top_p_rejection_row<kFamily == FilterFamily::kTopPRejectionBinned>(scope, n, f, row, rng, sh);
   } else {
     return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
   }

@@ -431,19 +431,39 @@ int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, con
   return vocab < kRowBeyondL1Vocab ? kRowThreads / 2 : row_threads_by_waves(device, rows, op);
 }
 
-template <int kThreads>
-void launch_rejection_rows_of(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
-                              const char* op) {
-  launch_row_kernel<sample_kernel<FilterFamily::kTopPRejection, kThreads>>(p, batch, kThreads, device, stream,
-                                                                           GatherMode::kOff, op);
+// Whether the rejection row kernels test a round by round 0's bins before they read the row
+// again (top_p_rejection.cuh, RejectionBins; the same tokens either way).
+// AOTINFER_SAMPLING_TOP_P_TEST=binned|pass pins one; auto: rows beyond L1 (kRowBeyondL1Vocab),
+// where the test pass reads the row from L2 or DRAM.
+bool rejection_test_binned(std::int64_t vocab) {
+  const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P_TEST", {"binned", "pass", "auto"});
+  if (want == "binned" || want == "pass") return want == "binned";
+  return vocab >= kRowBeyondL1Vocab;
 }
 
+template <int kThreads>
+void launch_rejection_rows_of(const SampleParams& p, std::int64_t batch, bool binned, int device,
+                              cudaStream_t stream, const char* op) {
+  if (binned) {
+    launch_row_kernel<sample_kernel<FilterFamily::kTopPRejectionBinned, kThreads>>(p, batch, kThreads, device, stream,
+                                                                                   GatherMode::kOff, op);
+  } else {
+    launch_row_kernel<sample_kernel<FilterFamily::kTopPRejection, kThreads>>(p, batch, kThreads, device, stream,
+                                                                             GatherMode::kOff, op);
+  }
+}
+
+// (The 256-thread instance, for A/B runs only, has no binned twin.)
 void launch_rejection_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
                            const char* op) {
+  const bool binned = rejection_test_binned(p.vocab);
   switch (rejection_row_threads(device, batch, p.vocab, op)) {
-    case kRowThreads / 4: launch_rejection_rows_of<kRowThreads / 4>(p, batch, device, stream, op); break;
-    case kRowThreads / 2: launch_rejection_rows_of<kRowThreads / 2>(p, batch, device, stream, op); break;
-    default: launch_rejection_rows_of<kRowThreads>(p, batch, device, stream, op);
+    case kRowThreads / 4:
+      launch_row_kernel<sample_kernel<FilterFamily::kTopPRejection, kRowThreads / 4>>(
+          p, batch, kRowThreads / 4, device, stream, GatherMode::kOff, op);
+      break;
+    case kRowThreads / 2: launch_rejection_rows_of<kRowThreads / 2>(p, batch, binned, device, stream, op); break;
+    default: launch_rejection_rows_of<kRowThreads>(p, batch, binned, device, stream, op);
   }
   finish(cudaGetLastError(), op, device);
 }

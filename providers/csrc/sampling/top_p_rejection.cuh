@@ -36,6 +36,112 @@ __device__ __forceinline__ void add_pivot_masses(const float (&v)[4], std::uint3
   }
 }
 
+// The binned test (row kernels only; sample_launch.cu, rejection_test_binned, says where it
+// runs). Round 0's pass also counts its keys and sums their fractions in bins of a key's
+// exponent and three mantissa bits; a round's test then bounds the masses above both pivots
+// from those bins and takes the exact test pass only where the bounds leave the answer open:
+// the drawn key in the goal's own bin, about one row in ten to twenty at top_p 0.9. A round
+// decided by the bins reads the row again only when it rejects (for the next draw's segment
+// masses), so most rows read it once instead of twice. The decisions, so the tokens, are the
+// exact test's.
+struct RejectionBins {
+  static constexpr int kShift = 20;                  // key >> kShift: exponent, 3 mantissa bits
+  static constexpr int kBins = 1 << (31 - kShift);   // keys of participants have sign bit 0
+  std::uint32_t count[kBins + 1];  // + the sink of non-participants (no scan reads it)
+  std::uint32_t fraction[kBins];   // sums of (key's 23-bit fraction) >> fraction_shift
+  // The fractions' shift for rows of n elements: a bin's sum stays below 2^32 (n < 2^(9 +
+  // shift)), and each element's truncation loses less than 2^(shift - 23) of its mantissa.
+  __device__ __forceinline__ static int fraction_shift(std::int64_t n) {
+    const int bits = 64 - __clzll(static_cast<long long>(n > 0 ? n : 1));
+    return bits > 9 ? bits - 9 : 0;
+  }
+  __device__ __forceinline__ void clear() {
+    for (int i = threadIdx.x; i <= kBins; i += blockDim.x) {
+      count[i] = 0u;
+      if (i < kBins) fraction[i] = 0u;
+    }
+  }
+  // Branch-free as the searches' level 0 (radix_threshold.cuh, add_to_level0): a
+  // non-participant (key 0) counts in the sink and adds its fraction of 0 to bin `lane`.
+  __device__ __forceinline__ void add(std::uint32_t k, int shift) {
+    atomicAdd(&count[k != 0u ? k >> kShift : static_cast<std::uint32_t>(kBins)], 1u);
+    atomicAdd(&fraction[k != 0u ? k >> kShift : (threadIdx.x & 31u)], (k & 0x7FFFFFu) >> shift);
+  }
+  // Bounds on the fixed-point mass (fx) of bin b's keys: the exact sum of per-key floors lies
+  // in [lo, hi]. The mantissas' sum is known to within count * 2^shift (the truncated
+  // fractions); where fx shifts right, each key's floor loses less than 1 more.
+  __device__ __forceinline__ void bounds(int b, const FixedPointScale& fx, int shift, std::uint64_t& lo,
+                                         std::uint64_t& hi) const {
+    const std::uint64_t c = count[b];
+    if (c == 0) {  // (and no shift beyond 63 for the empty bins above the row's largest key)
+      lo = hi = 0;
+      return;
+    }
+    const int field = b >> (23 - kShift);
+    const std::uint64_t implicit = field > 0 ? c << 23 : 0;
+    const std::uint64_t m_lo = (static_cast<std::uint64_t>(fraction[b]) << shift) + implicit;
+    const std::uint64_t m_hi = m_lo + c * ((std::uint64_t{1} << shift) - 1);
+    const int s = (field > 0 ? field : 1) + fx.base;
+    if (s >= 0) {
+      lo = m_lo << s;
+      hi = m_hi << s;
+    } else {
+      const std::uint64_t f = shifted_mass(m_lo, s);
+      lo = f > c ? f - c : 0;
+      hi = shifted_mass(m_hi, s);
+    }
+  }
+};
+
+// Bounds on the masses above two keys, from the bins: lo[i] <= (the mass of the keys above
+// key[i]) <= hi[i]. own[i]: the mass of one key equal to key[i] that the row holds (the drawn
+// key's), 0 if none is known; it is not above key[i]. Every thread of the block calls it.
+struct AboveBounds {
+  std::uint64_t lo[2], hi[2];
+};
+
+__device__ __forceinline__ AboveBounds bin_bounds_above(const RejectionBins& bins, const std::uint32_t (&key)[2],
+                                                        const std::uint64_t (&own)[2], const FixedPointScale& fx,
+                                                        int shift) {
+  std::uint64_t v[4] = {0, 0, 0, 0};  // lo0, hi0, lo1, hi1
+  for (int b = threadIdx.x; b < RejectionBins::kBins; b += blockDim.x) {
+    std::uint64_t lo, hi;
+    bins.bounds(b, fx, shift, lo, hi);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int kb = static_cast<int>(key[i] >> RejectionBins::kShift);
+      if (b > kb) {
+        v[2 * i] += lo;
+        v[2 * i + 1] += hi;
+      } else if (b == kb) {
+        v[2 * i + 1] += hi - own[i];  // the keys above key[i] in its own bin: at most the rest
+      }
+    }
+  }
+  __shared__ std::uint64_t partial[32][4];
+  __syncthreads();  // partial may still be read by a previous call
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = warp_reduce(v[i], SumOp{});
+    if (lane == 0) partial[warp][i] = v[i];
+  }
+  __syncthreads();
+  AboveBounds r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t w = warp_reduce(lane < (blockDim.x >> 5) ? partial[lane][i] : std::uint64_t{0}, SumOp{});
+    (i & 1 ? r.hi : r.lo)[i >> 1] = w;
+  }
+  return r;
+}
+
+// The binned test's shared memory, in the kernels that call it.
+__device__ __forceinline__ RejectionBins& rejection_bins() {
+  __shared__ RejectionBins bins;
+  return bins;
+}
+
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
 template <typename Scope>
@@ -69,16 +175,22 @@ __device__ __forceinline__ void sum_segment_masses(const Scope& scope, const Seg
 // draw's segments are half as many as inverse_cdf_draw's (the two arrays share its space),
 // which changes no token: they only narrow the search for the element (longer segments above
 // 196608 elements a CTA).
-template <typename Scope, typename Sh>
+template <bool kBinnedTest = false, typename Scope, typename Sh>
 __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n, float p, const RowRandom& rng,
                                              Sh& sh) {
+  static_assert(!kBinnedTest || !Scope::kSplitOverCluster, "the binned test serves the row kernels");
   constexpr int kHalf = Sh::kDrawSegments / 2;
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), kHalf);
   std::uint64_t* const above[2] = {sh.segment_mass, sh.segment_mass + kHalf};  // keys above k0, k1
   const bool filtered = p < 1.f;
   FixedPointScale fx = FixedPointScale::rejection_unit(n);
   std::uint32_t max_key = 0u;
+  // The bins' shared memory only in the kernels that test by them.
+  RejectionBins* bins = nullptr;
+  if constexpr (kBinnedTest) bins = &rejection_bins();
+  [[maybe_unused]] const int fraction_shift = RejectionBins::fraction_shift(n);
   if (filtered) {
+    if constexpr (kBinnedTest) bins->clear();
     scope.reuse_histograms();
     segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
       std::uint64_t sum = 0;
@@ -87,6 +199,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
         const std::uint32_t k = prob_key(v[j]);  // 0 (mass 0) for non-participants
         max_key = max(max_key, k);
         sum += fx.mass(k);
+        if constexpr (kBinnedTest) bins->add(k, fraction_shift);
       }
       return sum;
     });
@@ -119,6 +232,25 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     const std::uint32_t k0 = Scope::kSplitOverCluster ? scope.reduce(drawn, MaxOp{}, 0u) : drawn;
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
+    if constexpr (kBinnedTest) {
+      const AboveBounds bound = bin_bounds_above(*bins, {k0, k1}, {fx.mass(k0), 0}, fx, fraction_shift);
+      if (bound.hi[0] < goal) return token;
+      // Rejected, and the floor known: the next draw's segment masses take a pass of their own.
+      const bool rejected = bound.lo[0] >= goal;
+      if (rejected && (bound.hi[1] < goal || bound.lo[1] >= goal)) {
+        if (bound.hi[1] < goal) {
+          min_key = k0 + 1u;
+          high = v1;
+        } else {
+          min_key = k1 + 1u;
+        }
+        seg = above[0];
+        sum_segment_masses(scope, layout, above[0], min_key, fx);
+        __syncthreads();
+        continue;
+      }
+    }
+    // The exact test pass.
     std::uint64_t above0 = 0, above1 = 0;
     if constexpr (Scope::kSplitOverCluster) {
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
