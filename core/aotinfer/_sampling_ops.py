@@ -151,8 +151,7 @@ def increment_for(is_logits: bool, filter_mode: int, batch: int, vocab: int) -> 
 
 def _top_p_draw() -> str:
     """AOTINFER_SAMPLING_TOP_P for the CPU path, so that a pinned draw holds there too (the
-    provider reads the same variable); unset: "auto", the shape rule
-    (reference.sampling.top_p_draws_by_rejection)."""
+    provider reads the same variable); unset: "auto", which draws by rejection."""
     value = os.environ.get("AOTINFER_SAMPLING_TOP_P") or "auto"
     if value not in _ref.TOP_P_DRAWS:
         raise ValueError(

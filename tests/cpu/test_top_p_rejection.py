@@ -192,34 +192,26 @@ def test_frequencies_follow_the_renormalised_top_p_distribution():
     assert stat < df + 7 * math.sqrt(2 * df) + 10, stat
 
 
-def test_the_batch_rule_is_the_kernels():
-    """TOP_P_REJECTION_MAX_BATCH is kTopPRejectionMaxBatch of the launcher (the contract)."""
+def test_the_kernels_draw_by_rejection_unless_pinned():
+    """The launcher's rule (the contract): rejection unless AOTINFER_SAMPLING_TOP_P=threshold,
+    at every shape (no batch or vocabulary bound left in it)."""
     source = (
         Path(__file__).resolve().parents[2] / "providers/csrc/sampling/sample_launch.cu"
     ).read_text()
-    bound = re.search(r"constexpr std::int64_t kTopPRejectionMaxBatch = (\d+);", source)
-    assert bound and int(bound.group(1)) == ref.TOP_P_REJECTION_MAX_BATCH
-    vocab = re.search(r"constexpr std::int64_t kTopPRejectionShortRowVocab = (\d+);", source)
-    assert vocab and int(vocab.group(1)) == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB
+    rule = re.search(r"bool top_p_draws_by_rejection\(\) \{\n(.*?)\n\}", source, re.S)
+    assert rule and '!= "threshold"' in rule.group(1)
+    assert "kTopPRejectionMaxBatch" not in source
 
 
-def test_auto_draws_by_rejection_up_to_the_bounds():
-    """Rejection up to TOP_P_REJECTION_MAX_BATCH output rows, and at any batch for rows shorter
-    than TOP_P_REJECTION_SHORT_ROW_VOCAB."""
-    rows, n, short = 3, ref.TOP_P_REJECTION_MAX_BATCH, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB
-    kw = dict(seed=4, offset=0)
-    cases = (
-        (64, n, "rejection"),
-        (64, n + 1, "rejection"),
-        (short, n, "rejection"),
-        (short, n + 1, "threshold"),
-    )
-    for vocab, batch, draw in cases:
-        assert ref.top_p_draws_by_rejection(batch, vocab) == (draw == "rejection")
+def test_auto_draws_by_rejection_at_every_shape():
+    """top_p_draw="auto" (the default) is rejection at batches and vocabularies on both sides
+    of the bounds that chose the threshold before session 41 (64 rows, 65536)."""
+    rows, kw = 3, dict(seed=4, offset=0)
+    for vocab, batch in ((64, 64), (64, 65), (65536, 64), (65536, 65), (65537, 130)):
         probs = _rows(rows, vocab, seed=12)
         idx = torch.arange(batch) % rows
         got = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw)
-        want = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw, top_p_draw=draw)
+        want = ref.sample_from_probs(probs, idx, 2, 0, 0.6, **kw, top_p_draw="rejection")
         assert torch.equal(got[0], want[0])
 
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import aotinfer
-from aotinfer.reference import sampling as ref
 
 DEV = "cuda"
 
@@ -82,19 +81,12 @@ def _one_request_decode(kv_len):
             "AOTINFER_SAMPLING_TOP_P_TEST",
             lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 1000), 0.9, seed=1, offset=0),
         ),
-        # A batch above the top-p sampler's rejection bound, of rows not short enough for
-        # rejection at any batch, so that it runs the threshold search, which gathers (by
-        # rejection it gathers nothing and never reads the switch), in the row kernels (the
-        # test pins them: the cluster kernels, which reach 66 such rows on an H200, do not
-        # gather).
+        # The top-p sampler's threshold search (the test pins it: by rejection the sampler
+        # gathers nothing and never reads the switch) in the row kernels (pinned too: the
+        # cluster kernels do not gather).
         (
             "AOTINFER_SAMPLING_GATHER",
-            lambda: aotinfer.top_p_sampling_from_probs(
-                _probs(ref.TOP_P_REJECTION_MAX_BATCH + 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB),
-                0.9,
-                seed=1,
-                offset=0,
-            ),
+            lambda: aotinfer.top_p_sampling_from_probs(_probs(2, 65536), 0.9, seed=1, offset=0),
         ),
         # One request in 8 splits (kv 1024, pages of 16): the cluster merge's launcher branch.
         ("AOTINFER_DECODE_CLUSTER_MERGE", lambda: _one_request_decode(1024)),
@@ -112,6 +104,7 @@ def test_unknown_switch_values_are_refused(name, call, monkeypatch):
         pytest.skip("the cluster merge needs sm_90")
     if name == "AOTINFER_SAMPLING_GATHER":
         monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+        monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "threshold")
     monkeypatch.setenv(name, "bogus")
     with pytest.raises(ValueError, match=name):
         call()

@@ -1,4 +1,4 @@
-"""Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection, and the auto rule) on CUDA
+"""Top-p sampling by rejection (AOTINFER_SAMPLING_TOP_P=rejection, and the default) on CUDA
 against reference.sampling.top_p_rejection: the kernels sum the same fixed-point integers as the
 reference, so every token must be equal. Shapes cover the cluster kernels (clusters of 4, 8
 and 16), the one-CTA-per-row kernels of 1024, 512 and 256 threads, and both kernels pinned at one
@@ -145,24 +145,16 @@ def test_rows_outside_the_fixed_unit(kernel, monkeypatch):
     assert torch.equal(got.long(), want)
 
 
-@pytest.mark.parametrize(
-    "vocab", [ref.TOP_P_REJECTION_SHORT_ROW_VOCAB - 1, ref.TOP_P_REJECTION_SHORT_ROW_VOCAB]
-)
-@pytest.mark.parametrize("above", [0, 1])
-def test_auto_rule_at_its_bounds(above, vocab, monkeypatch):
-    """Unset switch: rejection up to ref.TOP_P_REJECTION_MAX_BATCH output rows, and at any
-    batch for rows shorter than ref.TOP_P_REJECTION_SHORT_ROW_VOCAB; threshold otherwise (the
-    reference's default follows the same rule)."""
+@pytest.mark.parametrize("vocab,batch", [(65535, 65), (65536, 65), (128256, 130)])
+def test_auto_draws_by_rejection(vocab, batch, monkeypatch):
+    """Unset switch: rejection at every shape, also at batches above 64 of rows of 65536 and
+    more (the threshold's before session 41), as the reference's default."""
     monkeypatch.delenv("AOTINFER_SAMPLING_TOP_P", raising=False)
-    batch = ref.TOP_P_REJECTION_MAX_BATCH + above
+    monkeypatch.delenv("AOTINFER_SAMPLING_TOP_P_TEST", raising=False)
     probs = _probs(batch, vocab, 21, flat=True)
     got = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=3, offset=0)
-    draw = "rejection" if ref.top_p_draws_by_rejection(batch, vocab) else "threshold"
-    assert draw == (
-        "threshold" if above and vocab == ref.TOP_P_REJECTION_SHORT_ROW_VOCAB else "rejection"
-    )
-    want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw=draw)[0]
-    assert torch.equal(got.long(), want)
+    want = ref.sample_from_probs(probs, None, 2, 0, 0.9, seed=3, offset=0, top_p_draw="rejection")
+    assert torch.equal(got.long(), want[0])
 
 
 @pytest.mark.parametrize("test", ["binned", "pass"])

@@ -40,9 +40,9 @@ depend on their order, so the reference, the one-CTA-per-row kernel and the clus
 (each CTA summing its own slice) all pick the same token for the same uniform. A weight
 below ``m * 2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to ``q = 0`` and is never
 drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of its own size.
-The top-p sampler at batches of at most ``TOP_P_REJECTION_MAX_BATCH`` output rows, and at
-any batch on rows shorter than ``TOP_P_REJECTION_SHORT_ROW_VOCAB``
-(``top_p_draws_by_rejection``), draws by rejection instead (``top_p_rejection``: rounds of
+The top-p sampler draws by rejection instead (``top_p_rejection``, at every shape since
+session 41; the threshold's inverse CDF where ``top_p_draw="threshold"`` or
+AOTINFER_SAMPLING_TOP_P=threshold asks for it: rounds of
 this draw among the keys above a floor, in ``rejection_mass``'s masses: for a filtered row
 whose largest lies in ``[2^-(S - 25), 2)`` the fixed unit ``q_i = floor(w_i * 2^(S - 1))``,
 else these), which keeps the top-p set in those masses but picks a different token for the
@@ -67,16 +67,10 @@ from .philox import MASK64
 Scalar = Union[int, float]
 ParamLike = Union[torch.Tensor, Scalar]
 
-# Top-p sampling draws by rejection (top_p_rejection) for batches of at most
-# TOP_P_REJECTION_MAX_BATCH output rows and, at any batch, for rows shorter than
-# TOP_P_REJECTION_SHORT_ROW_VOCAB; by the inverse CDF over the threshold's kept set otherwise:
-# the kernels' rule (kTopPRejectionMaxBatch and kTopPRejectionShortRowVocab,
-# providers/csrc/sampling/sample_launch.cu, which gives the measured reasons: the rejection
-# kernels far faster at 1-64 rows and at 256-512 rows of 32000, mixed at 128 rows and on
-# longer rows).
-TOP_P_REJECTION_MAX_BATCH = 64
-TOP_P_REJECTION_SHORT_ROW_VOCAB = 65536
-# The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P).
+# The values of sample_from_probs' top_p_draw (and of AOTINFER_SAMPLING_TOP_P): "auto" is
+# "rejection" at every shape, the kernels' rule (top_p_draws_by_rejection in
+# providers/csrc/sampling/sample_launch.cu, with the measurements). Before session 41 batches
+# above 64 output rows of rows of at least 65536 drew by the threshold.
 TOP_P_DRAWS = ("auto", "rejection", "threshold")
 
 # Elements per chunk of output rows, so that drawing many samples from few rows (indices)
@@ -413,14 +407,6 @@ def _draw(
     return tokens, valid
 
 
-def top_p_draws_by_rejection(batch: int, vocab: int) -> bool:
-    """The kernels' rule (AOTINFER_SAMPLING_TOP_P unset): top-p sampling of ``batch`` output
-    rows of ``vocab`` probabilities draws by rejection when ``batch <=
-    TOP_P_REJECTION_MAX_BATCH`` or ``vocab < TOP_P_REJECTION_SHORT_ROW_VOCAB``, else by the
-    inverse CDF over the threshold's kept set."""
-    return batch <= TOP_P_REJECTION_MAX_BATCH or vocab < TOP_P_REJECTION_SHORT_ROW_VOCAB
-
-
 def sample_from_probs(
     probs: torch.Tensor,
     indices: Optional[torch.Tensor] = None,
@@ -439,17 +425,14 @@ def sample_from_probs(
     ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
     ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
     ``top_p_draw`` (top-p mode only): ``"threshold"``, the inverse CDF over the kept set;
-    ``"rejection"``, ``top_p_rejection``; ``"auto"``, ``top_p_draws_by_rejection``'s
-    choice (the kernels' rule; AOTINFER_SAMPLING_TOP_P pins one there).
+    ``"rejection"`` and ``"auto"`` (the kernels' rule at every shape; AOTINFER_SAMPLING_TOP_P
+    pins one there), ``top_p_rejection``.
     Returns ``(tokens int64 (B,), valid bool (B,))``.
     """
     probs = probs.detach()
-    batch = probs.size(0) if indices is None else indices.numel()
     if top_p_draw not in TOP_P_DRAWS:
         raise ValueError(f"top_p_draw must be auto, rejection or threshold, got {top_p_draw!r}")
-    by_rejection = top_p_draw == "rejection" or (
-        top_p_draw == "auto" and top_p_draws_by_rejection(batch, probs.size(1))
-    )
+    by_rejection = top_p_draw != "threshold"
     if FilterMode(int(filter_mode)) == FilterMode.TOP_P and by_rejection:
         p32 = _per_row(top_p, probs.size(0), torch.float32, probs.device)
 

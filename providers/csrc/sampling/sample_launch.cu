@@ -432,13 +432,13 @@ int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, con
 }
 
 // Whether the rejection row kernels test a round by round 0's bins before they read the row
-// again (top_p_rejection.cuh, RejectionBins; the same tokens either way).
-// AOTINFER_SAMPLING_TOP_P_TEST=binned|pass pins one; auto: rows beyond L1 (kRowBeyondL1Vocab),
-// where the test pass reads the row from L2 or DRAM.
-bool rejection_test_binned(std::int64_t vocab) {
-  const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P_TEST", {"binned", "pass", "auto"});
-  if (want == "binned" || want == "pass") return want == "binned";
-  return vocab >= kRowBeyondL1Vocab;
+// again (top_p_rejection.cuh, RejectionBins; the same tokens either way): yes, unless
+// AOTINFER_SAMPLING_TOP_P_TEST=pass pins the exact test pass (tests and A/B runs). Measured
+// against the pass (graph us, interleaved, two rounds; history/ab-sampling-rejection-binned-
+// test-1f58369.txt): 128-512 rows x 32000 0.87-0.98x (the row in L1), 65536 0.77-0.95x, 128256
+// 0.72-0.84x (512 x 128256 flat 204.7 -> 148.4, FlashInfer 185).
+bool rejection_test_binned() {
+  return env_choice("AOTINFER_SAMPLING_TOP_P_TEST", {"binned", "pass", "auto"}) != "pass";
 }
 
 template <int kThreads>
@@ -456,7 +456,7 @@ void launch_rejection_rows_of(const SampleParams& p, std::int64_t batch, bool bi
 // (The 256-thread instance, for A/B runs only, has no binned twin.)
 void launch_rejection_rows(const SampleParams& p, std::int64_t batch, int device, cudaStream_t stream,
                            const char* op) {
-  const bool binned = rejection_test_binned(p.vocab);
+  const bool binned = rejection_test_binned();
   switch (rejection_row_threads(device, batch, p.vocab, op)) {
     case kRowThreads / 4:
       launch_row_kernel<sample_kernel<FilterFamily::kTopPRejection, kRowThreads / 4>>(
@@ -575,36 +575,24 @@ void dispatch_float(DType dtype, const char* op, const char* name, F&& f) {
   }
 }
 
-// How the top-p sampler draws (top_p_rejection.cuh): by rejection for batches of at most
-// kTopPRejectionMaxBatch output rows and, at any batch, for rows shorter than
-// kTopPRejectionShortRowVocab; by the threshold search's inverse CDF otherwise. The rule is
-// part of the contract, since the two draw different tokens for a seed: the reference's
-// TOP_P_REJECTION_MAX_BATCH and TOP_P_REJECTION_SHORT_ROW_VOCAB are the same numbers
-// (tests/cpu/test_top_p_rejection.py checks). It depends on nothing but the shape, so every
-// GPU and the CPU path draw the same tokens.
-// Measured (graph us, threshold -> rejection, A B A B in one build): the cluster kernels at 1
+// How the top-p sampler draws (top_p_rejection.cuh): by rejection at every shape (since
+// session 41), the threshold search's inverse CDF only where AOTINFER_SAMPLING_TOP_P=threshold
+// pins it. Which one runs is part of the contract, since the two draw different tokens for a
+// seed: the reference's sample_from_probs draws by rejection too unless told otherwise. The
+// history (graph us, threshold -> rejection, A B A B in one build): the cluster kernels at 1
 // and 16 rows 0.44-0.90x (1 x 128256 flat 26.6 -> 11.6; history/ab-sampling-top-p-rejection-
-// d6b442d.txt), at 32 and 64 rows 0.52-0.83x (64 x 128256 flat 107.0 -> 55.1; ab-sampling-
-// top-p-rejection-32-64-rows-0d3ea36.txt); the row kernels at 128 and 512 rows 1.04-1.91x
-// (128 x 128256 peaked 61.2 -> 116.8), also in clusters (ab-sampling-top-p-rejection-cluster-
-// d6b442d.txt: 128 x 128256 96.8, 512 rows 1.10-1.30x the row kernels'). With session 39's
-// fewer passes (ab-sampling-top-p-rejection-rows-9a7aa7e.txt) the row kernels take 0.94-1.36x
-// at 128 rows (the search wins 3 of 4 shapes) and 0.72-1.12x at 512, where both lose to
-// FlashInfer and rejection would lose on one shape more. 64: the cluster kernels' reach on an
-// H200 (two waves of clusters of 8: 66 rows) in a round number. Session 40: with 512-thread
-// row kernels for such rows (rejection_row_threads), rejection took 0.66-0.91x the search's
-// time at 256 and 512 x 32000, 0.88x / 1.05x at 128 x 32000 flat / peaked, but at 65536
-// 1.01x / 1.27x at 128 rows and 0.74-1.01x at 256-512 (history/ab-sampling-rejection-rule-
-// 78eefca.txt; at 128256 see above): so rows below 65536 (kRowBeyondL1Vocab, where a row
-// stays in L1 between the rounds' passes) draw by rejection at any batch.
-// AOTINFER_SAMPLING_TOP_P=rejection|threshold pins one.
-constexpr std::int64_t kTopPRejectionMaxBatch = 64;
-constexpr std::int64_t kTopPRejectionShortRowVocab = 65536;
-
-bool top_p_draws_by_rejection(std::int64_t batch, std::int64_t vocab) {
-  const std::string want = env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold", "auto"});
-  if (want == "rejection" || want == "threshold") return want == "rejection";
-  return batch <= kTopPRejectionMaxBatch || vocab < kTopPRejectionShortRowVocab;
+// d6b442d.txt), at 32 and 64 rows 0.52-0.83x (ab-sampling-top-p-rejection-32-64-rows-
+// 0d3ea36.txt); the row kernels, whose test read the row again a round, lost at 128 rows and
+// on rows beyond L1 (session 39-40: 128 x 128256 peaked 1.34x, 512 x 128256 peaked 1.11x;
+// ab-sampling-rejection-rule-78eefca.txt), so those shapes kept the search until the binned
+// test (rejection_test_binned): then rejection took 0.59-0.92x the search's time at 128-512 x
+// 32000-128256, but 1.02x / 1.15x / 1.11x at 128 rows of 32000 / 65536 / 128256 peaked
+// (history/ab-sampling-rejection-binned-test-1f58369.txt), where it still beats FlashInfer
+// (128 x 128256 peaked 66.7 against its 80.5). One rule for every shape, not a batch bound
+// for those three: a shape cannot tell flat rows (where rejection wins at 128 rows too) from
+// peaked ones.
+bool top_p_draws_by_rejection() {
+  return env_choice("AOTINFER_SAMPLING_TOP_P", {"rejection", "threshold", "auto"}) != "threshold";
 }
 
 }  // namespace
@@ -658,7 +646,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   finish(guard.status(), op, input.device);
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
   // Its own kernel instances, so that the searching kernels carry none of its code.
-  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection(batch, p.vocab);
+  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection();
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for

@@ -8,7 +8,7 @@
 // about nine rows in ten accept the first round at top_p 0.9 (dev/top_p_rejection_rounds.py),
 // which is how FlashInfer reaches its top-p times. Both give the renormalised top-p
 // distribution, but not the same token for a seed, so which one a launch runs is part of the
-// contract (sample_launch.cu, top_p_draws_by_rejection: by batch).
+// contract (sample_launch.cu, top_p_draws_by_rejection: rejection unless pinned otherwise).
 // Masses are the draw's fixed-point integers (inverse_cdf.cuh), in the unit of the row's
 // largest key, so each CTA's sums add up to the same totals in any order or scope.
 #pragma once
@@ -36,14 +36,15 @@ __device__ __forceinline__ void add_pivot_masses(const float (&v)[4], std::uint3
   }
 }
 
-// The binned test (row kernels only; sample_launch.cu, rejection_test_binned, says where it
-// runs). Round 0's pass also counts its keys and sums their fractions in bins of a key's
-// exponent and three mantissa bits; a round's test then bounds the masses above both pivots
-// from those bins and takes the exact test pass only where the bounds leave the answer open:
-// the drawn key in the goal's own bin, about one row in ten to twenty at top_p 0.9. A round
-// decided by the bins reads the row again only when it rejects (for the next draw's segment
-// masses), so most rows read it once instead of twice. The decisions, so the tokens, are the
-// exact test's.
+// The binned test (row kernels only, where sample_launch.cu's rejection_test_binned says).
+// Round 0's pass also counts its keys and sums their fractions in bins of a key's exponent and
+// three mantissa bits (2048 bins, two shared-memory atomics a key, as the searches' level 0
+// pays three); a round's test then bounds the masses above both pivots from those bins and
+// takes the exact test pass only where the bounds leave the answer open: the drawn key in the
+// bin where the goal falls (a bin spans 1/8 of a binade, so at top_p 0.9 on the benchmark's
+// flat rows about 2% of the mass; unmeasured on the GPU). A round decided by the bins reads
+// the row again only when it rejects (for the next draw's segment masses), so most rows read
+// it once instead of twice. The decisions, so the tokens, are the exact test's.
 struct RejectionBins {
   static constexpr int kShift = 20;                  // key >> kShift: exponent, 3 mantissa bits
   static constexpr int kBins = 1 << (31 - kShift);   // keys of participants have sign bit 0
@@ -163,7 +164,9 @@ __device__ __forceinline__ void sum_segment_masses(const Scope& scope, const Seg
 // Passes over the row: round 0's segment masses, with the row's largest key found in the same
 // pass (FixedPointScale::rejection_unit; a row outside its range, or without a filter, takes
 // a pass for its largest key and one for the masses in that key's unit, so that p = 1 draws
-// the plain sampler's token), then a test pass a round. With one CTA a row the test pass sums
+// the plain sampler's token), then a test pass a round (kBinnedTest: only a round its bins
+// leave open, and a pass for the next draw's segment masses after a round they reject;
+// RejectionBins). With one CTA a row the test pass sums
 // the masses above each pivot per segment, not only per row, and those are the segment masses
 // of the next round's draw whichever floor the test picks (every key above k0, or above k1),
 // so a rejected round draws again from shared memory alone: 128 and 512 rows took 0.73-0.81x
