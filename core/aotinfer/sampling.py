@@ -357,10 +357,11 @@ def top_p_sampling_from_probs(
     """Top-p (nucleus) sampling: draws from the smallest set of most probable tokens whose
     mass reaches ``top_p`` of the row's mass (ties at the threshold are all kept).
 
-    Batches of at most 64 output rows draw by rejection (FlashInfer's scheme, in fixed
-    point), larger ones by the inverse CDF over the kept set: the same distribution, but
-    not the same token for a seed (``reference.sampling.top_p_rejection``; README, "Top-p
-    by rejection at small batches").
+    Draws by rejection (FlashInfer's scheme, in fixed point) at every shape; with
+    AOTINFER_SAMPLING_TOP_P=threshold by the inverse CDF over the kept set instead: the same
+    distribution, but not the same token for a seed (``reference.sampling.top_p_rejection``;
+    README, "Top-p by rejection"). Before session 41, batches above 64 output rows of rows
+    of at least 65536 drew by the inverse CDF.
 
     Parameters
     ----------

@@ -41,10 +41,11 @@ __device__ __forceinline__ void add_pivot_masses(const float (&v)[4], std::uint3
 // three mantissa bits (2048 bins, two shared-memory atomics a key, as the searches' level 0
 // pays three); a round's test then bounds the masses above both pivots from those bins and
 // takes the exact test pass only where the bounds leave the answer open: the drawn key in the
-// bin where the goal falls (a bin spans 1/8 of a binade, so at top_p 0.9 on the benchmark's
-// flat rows about 2% of the mass; unmeasured on the GPU). A round decided by the bins reads
-// the row again only when it rejects (for the next draw's segment masses), so most rows read
-// it once instead of twice. The decisions, so the tokens, are the exact test's.
+// bin where the goal falls (a bin spans 1/8 of a binade: at top_p 0.9 about 1.2% of the mass
+// of the benchmark's flat rows, 0.4-6.5% of its peaked ones, by a CPU estimate; dev/NOTES.md
+// item 73). A round decided by the bins reads the row again only when it rejects (for the next
+// draw's segment masses), so most rows read it once instead of twice. The decisions, so the
+// tokens, are the exact test's.
 struct RejectionBins {
   static constexpr int kShift = 20;                  // key >> kShift: exponent, 3 mantissa bits
   static constexpr int kBins = 1 << (31 - kShift);   // keys of participants have sign bit 0
