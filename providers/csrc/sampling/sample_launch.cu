@@ -426,9 +426,9 @@ bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"o
 // this family has, for A/B runs) were slower than two of 512 at 128-512 x 32000 and 65536
 // (1.00-1.29x; history/ab-sampling-rejection-rule-78eefca.txt). Longer rows take 512 threads
 // once a batch holds more rows than the GPU has SMs (more than one wave of 1024-thread CTAs):
-// with the binned test (one pass a round 0 instead of two), 512 against 1024 threads ran 0.91-
-// 0.93x at 192 x 65536, 0.85-0.94x at 256 x 65536, 0.96-0.99x / 0.91-0.95x at 192 / 256 x
-// 128256, but 1.00x at 128 x 65536 and 1.08-1.10x at 128 x 128256 (history/ab-sampling-
+// with the binned test (round 0 reads the row once instead of twice), 512 against 1024 threads
+// ran 0.91-0.93x at 192 x 65536, 0.85-0.94x at 256 x 65536, 0.96-0.99x / 0.91-0.95x at 192 /
+// 256 x 128256, but 1.00x at 128 x 65536 and 1.08-1.10x at 128 x 128256 (history/ab-sampling-
 // rejection-binned-threads-f9cf7cb.txt; the other kernels' rule, row_threads_by_waves, waits
 // for two waves).
 int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, const char* op) {

@@ -165,12 +165,12 @@ __device__ __forceinline__ void sum_segment_masses(const Scope& scope, const Seg
 // Passes over the row: round 0's segment masses, with the row's largest key found in the same
 // pass (FixedPointScale::rejection_unit; a row outside its range, or without a filter, takes
 // a pass for its largest key and one for the masses in that key's unit, so that p = 1 draws
-// the plain sampler's token), then a test pass a round (kBinnedTest: only a round its bins
+// the plain sampler's token), then a test pass a round (kBinnedTest: only in a round its bins
 // leave open, and a pass for the next draw's segment masses after a round they reject;
-// RejectionBins). With one CTA a row the test pass sums
-// the masses above each pivot per segment, not only per row, and those are the segment masses
-// of the next round's draw whichever floor the test picks (every key above k0, or above k1),
-// so a rejected round draws again from shared memory alone: 128 and 512 rows took 0.73-0.81x
+// RejectionBins). With one CTA a row the test pass sums the masses above each pivot per
+// segment, not only per row, and those are the segment masses of the next round's draw
+// whichever floor the test picks (every key above k0, or above k1), so a round it rejects
+// draws again from shared memory alone: 128 and 512 rows took 0.73-0.81x
 // the time of two passes a round after a pass for the largest key (history/
 // ab-sampling-top-p-rejection-old-new-97bc595.txt). A cluster's slices lie in shared memory,
 // where the per-segment sums cost more than the pass they save: without them (a plain test
