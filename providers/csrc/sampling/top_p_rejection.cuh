@@ -45,7 +45,8 @@ __device__ __forceinline__ void add_pivot_masses(const float (&v)[4], std::uint3
 // of the benchmark's flat rows, 0.4-6.5% of its peaked ones, by a CPU estimate; dev/NOTES.md
 // item 73). A round decided by the bins reads the row again only when it rejects (for the next
 // draw's segment masses), so most rows read it once instead of twice. The decisions, so the
-// tokens, are the exact test's.
+// tokens, are the exact test's (tests/cpu/test_rejection_bins.py repeats the bounds' integer
+// steps and checks that they hold).
 struct RejectionBins {
   static constexpr int kShift = 20;                  // key >> kShift: exponent, 3 mantissa bits
   static constexpr int kBins = 1 << (31 - kShift);   // keys of participants have sign bit 0
