@@ -131,6 +131,63 @@ def python_loop_us(n: int = 1000) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
+def time_shape(batch: int, kv: int, dev, ws, rounds: int):
+    """Prints the host times of one batch shape's calls (and, at batch 1, a profile of
+    run()); returns its plan's kernels (the provider module). A function of its own, so that
+    the timed closures bind this shape's tensors and free them on return."""
+    w, q, out, cache, (indptr, indices, last) = planned_shape(batch, kv, dev, ws)
+    p = w._plan
+    w.run(q, cache)
+    launch, launch_args = prepared_launch_args(w, q, cache, out, dev)
+    full = planned_wrapper(ws, (indptr, indices, last), prepared=False)
+    # what an fp8 cache with scales or a model with attention sinks passes on every call
+    per_call = dict(sinks=torch.zeros(HQ, device=dev), k_scale=0.5, v_scale=2.0)
+    args = recorded_provider_args(full, q, cache)
+    args0 = zero_row_args(args)
+    k = p.kernels
+    merge_kernel = None
+    if p.eager_split_args is not None:  # the same plan, eager calls on the merge kernel
+        merge_kernel = aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+        merge_kernel.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT)
+        merge_kernel._plan.eager_split_args = None
+    parts = {
+        "run(q, cache)": lambda: w.run(q, cache),
+        "run(q, cache), full call (AOTINFER_DECODE_PREPARED=off)": lambda: full.run(q, cache),
+        "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
+        "run(q, cache, out=out), full call": lambda: full.run(q, cache, out=out),
+        "PreparedDecode.launch(recorded ints)": lambda: launch.launch(*launch_args),
+        "run(q, cache, sinks=, k_scale=, v_scale=)": lambda: w.run(q, cache, **per_call),
+        "run(q, cache, sinks=, k_scale=, v_scale=), full call": lambda: full.run(
+            q, cache, **per_call
+        ),
+        "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
+        "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
+        "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),
+        "_views.view of q and out (run() builds its own, cheaper)": lambda: (
+            _views.view(q),
+            _views.view(out),
+        ),
+        "stream_handle": lambda: _views.stream_handle(dev),
+    }
+    if merge_kernel is not None:
+        parts["run(q, cache), eager merge kernel instead of in-grid"] = lambda: merge_kernel.run(
+            q, cache
+        )
+    print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
+          f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
+    print_host_times(parts, rounds)
+    if batch == 1:
+        torch.cuda._sleep(2_000_000_000)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(500):
+            w.run(q, cache)
+        profile.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+    return k
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     dev = torch.device("cuda", 0)
@@ -138,61 +195,7 @@ def main() -> None:
     print(f"host time per call in us, GPU busy (torch {torch.__version__})", flush=True)
     warm_up_host()
     for batch, kv in SHAPES:
-        w, q, out, cache, (indptr, indices, last) = planned_shape(batch, kv, dev, ws)
-        p = w._plan
-        w.run(q, cache)
-        launch, launch_args = prepared_launch_args(w, q, cache, out, dev)
-        full = planned_wrapper(ws, (indptr, indices, last), prepared=False)
-        # what an fp8 cache with scales or a model with attention sinks passes on every call
-        per_call = dict(sinks=torch.zeros(HQ, device=dev), k_scale=0.5, v_scale=2.0)
-        args = recorded_provider_args(full, q, cache)
-        args0 = zero_row_args(args)
-        k = p.kernels
-        merge_kernel = None
-        if p.eager_split_args is not None:  # the same plan, eager calls on the merge kernel
-            merge_kernel = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
-                ws, "NHD", use_tensor_cores=True
-            )
-            merge_kernel.plan(
-                indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=DT, kv_data_type=DT
-            )
-            merge_kernel._plan.eager_split_args = None
-        parts = {
-            "run(q, cache)": lambda: w.run(q, cache),
-            "run(q, cache), full call (AOTINFER_DECODE_PREPARED=off)": lambda: full.run(q, cache),
-            "run(q, cache, out=out)": lambda: w.run(q, cache, out=out),
-            "run(q, cache, out=out), full call": lambda: full.run(q, cache, out=out),
-            "PreparedDecode.launch(recorded ints)": lambda: launch.launch(*launch_args),
-            "run(q, cache, sinks=, k_scale=, v_scale=)": lambda: w.run(q, cache, **per_call),
-            "run(q, cache, sinks=, k_scale=, v_scale=), full call": lambda: full.run(
-                q, cache, **per_call
-            ),
-            "kernels.batch_decode(recorded args)": lambda: k.batch_decode(*args),
-            "kernels.batch_decode(zero rows: checks, no launch)": lambda: k.batch_decode(*args0),
-            "torch.empty(q shape)": lambda: torch.empty(p.q_shape, dtype=p.o_dtype, device=dev),
-            "_views.view of q and out (run() builds its own, cheaper)": lambda: (
-                _views.view(q),
-                _views.view(out),
-            ),
-            "stream_handle": lambda: _views.stream_handle(dev),
-        }
-        if merge_kernel is not None:
-            parts["run(q, cache), eager merge kernel instead of in-grid"] = lambda: (
-                merge_kernel.run(q, cache)
-            )
-        print(f"batch {batch} x kv {kv}: {p.split.max_splits} splits, "
-              f"work list {'yes' if p.work_views[0] is not None else 'no'}")  # fmt: skip
-        print_host_times(parts, rounds)
-        if batch == 1:
-            torch.cuda._sleep(2_000_000_000)
-            profile = cProfile.Profile()
-            profile.enable()
-            for _ in range(500):
-                w.run(q, cache)
-            profile.disable()
-            torch.cuda.synchronize()
-            pstats.Stats(profile).sort_stats("tottime").print_stats(15)
-        del cache
+        k = time_shape(batch, kv, dev, ws, rounds)
         torch.cuda.empty_cache()
     single = {}
     for kv in (1024, 32768):

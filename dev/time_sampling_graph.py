@@ -38,7 +38,8 @@ def main():
         for batch in batches:
             for peaked in (False, True):
                 sets = rotations(
-                    lambda i: (make_probs(batch, vocab, peaked, i),), batch * vocab * 4
+                    lambda i, b=batch, v=vocab, pk=peaked: (make_probs(b, v, pk, i),),
+                    batch * vocab * 4,
                 )
                 dist = "peaked" if peaked else "flat"
                 for name, fn in ops.items():

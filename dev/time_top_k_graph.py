@@ -29,7 +29,8 @@ def main():
         for peaked in (False, True):
             size = torch.finfo(dtype).bits // 8
             sets = rotations(
-                lambda i: (make_probs(batch, 128256, peaked, i).to(dtype),), batch * 128256 * size
+                lambda i, b=batch, pk=peaked, dt=dtype: (make_probs(b, 128256, pk, i).to(dt),),
+                batch * 128256 * size,
             )
             for k in (50, 1024):
                 case = f"top_k {k} {batch}x128256 {dtype} {'peaked' if peaked else 'flat'}"
