@@ -222,19 +222,26 @@ int shared_memory_limit(int device, const char* op) {
   return limit;
 }
 
+// The device's multiprocessors (cached_device_attribute: one runtime query per device).
+std::int64_t multiprocessors(int device, const char* op) {
+  int sms = 0;
+  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
+  return sms;
+}
+
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
   if (want == "rowwise" || vocab == 0) return false;
-  int major = 0, sms = 0;
+  int major = 0;
   finish(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, device), op, device);
   const int smem_limit = shared_memory_limit(device, op);
-  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
+  const std::int64_t sms = multiprocessors(device, op);
   if (major < 9 || !slice_fits(vocab, kSliceCtas, kSliceStaticSmem, smem_limit)) return false;
   // Measured on an H200 (dev/sweep_sampling.py, vocab 128256): at batch 1 the clusters take
   // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
   // batches whose clusters fit in about two waves.
-  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * static_cast<std::int64_t>(sms));
+  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms);
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -245,19 +252,13 @@ int pinned_row_threads() {
   return want.empty() || want == "auto" ? 0 : std::stoi(want);
 }
 
-// kRowThreads, or half as many at two CTAs per SM once a batch fills two waves of the big
-// CTAs (dev/time_sampling_graph.py compares them).
-int row_threads_by_waves(int device, std::int64_t rows, const char* op) {
-  int sms = 0;
-  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
-  return rows >= 2 * static_cast<std::int64_t>(sms) ? kRowThreads / 2 : kRowThreads;
-}
-
-// Threads of the one-CTA-per-row kernels: row_threads_by_waves unless the switch pins them.
+// Threads of the one-CTA-per-row kernels unless the switch pins them: kRowThreads, or half as
+// many at two CTAs per SM once a batch fills two waves of the big CTAs
+// (dev/time_sampling_graph.py compares them).
 int row_threads(int device, std::int64_t rows, const char* op) {
   const int pinned = pinned_row_threads();
   if (pinned != 0) return pinned == kRowThreads ? kRowThreads : kRowThreads / 2;
-  return row_threads_by_waves(device, rows, op);
+  return rows >= 2 * multiprocessors(device, op) ? kRowThreads / 2 : kRowThreads;
 }
 
 // Whether the row kernels gather a search's crossing bin into shared memory (gather.cuh):
@@ -429,14 +430,12 @@ bool top_k_list_pinned() { return env_choice("AOTINFER_SAMPLING_TOP_K_LIST", {"o
 // with the binned test (round 0 reads the row once instead of twice), 512 against 1024 threads
 // ran 0.91-0.93x at 192 x 65536, 0.85-0.94x at 256 x 65536, 0.96-0.99x / 0.91-0.95x at 192 /
 // 256 x 128256, but 1.00x at 128 x 65536 and 1.08-1.10x at 128 x 128256 (history/ab-sampling-
-// rejection-binned-threads-f9cf7cb.txt; the other kernels' rule, row_threads_by_waves, waits
-// for two waves).
+// rejection-binned-threads-f9cf7cb.txt; the other kernels' rule, in row_threads, waits for
+// two waves).
 int rejection_row_threads(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const int pinned = pinned_row_threads();
   if (pinned != 0) return pinned;
-  int sms = 0;
-  finish(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&sms, device), op, device);
-  return vocab < kRowBeyondL1Vocab || rows > sms ? kRowThreads / 2 : kRowThreads;
+  return vocab < kRowBeyondL1Vocab || rows > multiprocessors(device, op) ? kRowThreads / 2 : kRowThreads;
 }
 
 // Whether the rejection row kernels test a round by round 0's bins before they read the row
