@@ -55,6 +55,42 @@ __device__ __forceinline__ std::uint64_t draw_word(const RowRandom& rng, int rou
   return (round & 1) ? (static_cast<std::uint64_t>(w.z) << 32) | w.w : (static_cast<std::uint64_t>(w.x) << 32) | w.y;
 }
 
+// Step 3 of the draw, by one whole warp: the element of segment s where the mass `rest`
+// (below the segment's kept mass) runs out. The lane that finds it writes its index to
+// *token and, if want_key, its key to *key (shared memory: the caller's barrier publishes).
+template <typename Scope>
+__device__ __forceinline__ void find_in_segment(const Scope& scope, const SegmentLayout& layout, std::int64_t s,
+                                                std::uint64_t rest, std::uint32_t min_key, const FixedPointScale& fx,
+                                                bool want_key, std::int64_t* token, std::uint32_t* key) {
+  const int lane = threadIdx.x & 31;
+  for (std::int64_t c = 0; c < layout.per_segment; ++c) {
+    const std::int64_t g = (s * layout.per_segment + c) * kSegmentUnitGroups + lane;
+    float v[4] = {NAN, NAN, NAN, NAN};
+    if (g < layout.groups) scope.load(g, v);
+    std::uint64_t q[4];
+    const std::uint64_t mass = group_masses(v, min_key, fx, q);
+    const std::uint64_t inclusive = warp_inclusive_scan(mass);
+    const std::uint64_t unit_total = __shfl_sync(kFullMask, inclusive, 31);
+    if (rest < unit_total) {  // the same decision in every lane
+      const unsigned past = __ballot_sync(kFullMask, inclusive > rest);
+      if (lane == __ffs(past) - 1) {
+        std::uint64_t within = rest - (inclusive - mass);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (within < q[j]) {
+            *token = 4 * (scope.first_group() + g) + j;
+            if (want_key) *key = prob_key(v[j]);  // (no code in the draws that do not ask)
+            break;
+          }
+          within -= q[j];
+        }
+      }
+      return;
+    }
+    rest -= unit_total;
+  }
+}
+
 // Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
 // scope's total, the segment holding the target and, by one warp, the element inside it.
 // Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
@@ -68,8 +104,7 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
   __shared__ std::uint64_t found_rest;
   __shared__ std::int64_t found_token;
   __shared__ std::uint32_t found_key;
-  const std::int64_t segments = layout.segments, per_segment = layout.per_segment, groups = layout.groups;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t segments = layout.segments;
 
   // 2. This CTA's total, the scope's total and where the target lies.
   const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
@@ -101,38 +136,65 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
   __syncthreads();
 
   // 3. One warp finds the element inside the segment.
-  if (warp == 0) {
-    const std::int64_t s = found_segment;
-    std::uint64_t rest = found_rest;  // < the segment's mass
-    for (std::int64_t c = 0; c < per_segment; ++c) {
-      const std::int64_t g = (s * per_segment + c) * kSegmentUnitGroups + lane;
-      float v[4] = {NAN, NAN, NAN, NAN};
-      if (g < groups) scope.load(g, v);
-      std::uint64_t q[4];
-      const std::uint64_t mass = group_masses(v, min_key, fx, q);
-      const std::uint64_t inclusive = warp_inclusive_scan(mass);
-      const std::uint64_t unit_total = __shfl_sync(kFullMask, inclusive, 31);
-      if (rest < unit_total) {  // the same decision in every lane
-        const unsigned past = __ballot_sync(kFullMask, inclusive > rest);
-        if (lane == __ffs(past) - 1) {
-          std::uint64_t within = rest - (inclusive - mass);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (within < q[j]) {
-              found_token = 4 * (scope.first_group() + g) + j;
-              if (drawn) found_key = prob_key(v[j]);  // (no code in the draws that do not ask)
-              break;
-            }
-            within -= q[j];
-          }
-        }
-        break;
-      }
-      rest -= unit_total;
-    }
+  if (threadIdx.x < 32) {
+    find_in_segment(scope, layout, found_segment, found_rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
   }
   __syncthreads();
   if (drawn) *drawn = found_key;
+  return found_token;
+}
+
+// draw_from_segments for a scope of one CTA, all of it by warp 0: each lane sums a run of
+// the segments, a warp scan finds the lane and then the segment holding the target, and the
+// same warp finds the element; one block barrier in all, where the block scan and the
+// handover to the finding warp take five. The same integer prefix sums, so the same token.
+// Top-p by rejection draws once a round, and at 128 x 32000 a round's draw and test took
+// about as long as a third of round 0's pass over the row (LabRowTrace: ~7400 SM cycles;
+// dev/NOTES.md item 74).
+template <typename Scope>
+__device__ std::int64_t draw_from_segments_in_warp(const Scope& scope, const SegmentLayout& layout,
+                                                   const std::uint64_t* seg, std::uint32_t min_key,
+                                                   const FixedPointScale& fx, const RowRandom& rng, int round,
+                                                   std::uint64_t* total, std::uint32_t* drawn) {
+  static_assert(!Scope::kSplitOverCluster, "one CTA holds the row");
+  __shared__ std::int64_t found_token;
+  __shared__ std::uint32_t found_key;
+  __shared__ std::uint64_t found_total;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const std::int64_t segments = layout.segments, per_lane = (segments + 31) / 32, mine = lane * per_lane;
+    std::uint64_t own = 0;
+    for (std::int64_t i = 0; i < per_lane && mine + i < segments; ++i) own += seg[mine + i];
+    const std::uint64_t inclusive = warp_inclusive_scan(own);
+    const std::uint64_t row_total = __shfl_sync(kFullMask, inclusive, 31);
+    if (lane == 0) found_total = row_total;
+    if (row_total == 0) {
+      if (lane == 0) found_token = -1;
+    } else {
+      const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
+      const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
+      std::int64_t s = 0;
+      std::uint64_t rest = 0;
+      if (lane == holder) {
+        std::uint64_t run = inclusive - own;
+        for (std::int64_t i = 0; i < per_lane && mine + i < segments; ++i) {
+          const std::uint64_t m = seg[mine + i];
+          if (target - run < m) {
+            s = mine + i;
+            rest = target - run;
+            break;
+          }
+          run += m;
+        }
+      }
+      s = __shfl_sync(kFullMask, s, holder);
+      rest = __shfl_sync(kFullMask, rest, holder);
+      find_in_segment(scope, layout, s, rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
+    }
+  }
+  __syncthreads();
+  *total = found_total;
+  if (drawn) *drawn = found_token >= 0 ? found_key : 0u;
   return found_token;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 
 #include "../common/block_reduce.cuh"
 #include "fixed_point.cuh"
@@ -52,6 +53,13 @@ struct RejectionBins {
   static constexpr int kBins = 1 << (31 - kShift);   // keys of participants have sign bit 0
   std::uint32_t count[kBins + 1];  // + the sink of non-participants (no scan reads it)
   std::uint32_t fraction[kBins];   // sums of (key's 23-bit fraction) >> fraction_shift
+  // Chunks of kChunkBins bins. Once round 0's bins are complete, chunk_lo / chunk_hi[c] bound
+  // the mass of every bin from chunk c up (kChunks: none; build_tables), so that a round's
+  // test (above) adds the bounds of one chunk's bins to one table entry, in every warp at
+  // once, instead of a block reduction over every bin with two barriers a round.
+  static constexpr int kChunkBins = 4;
+  static constexpr int kChunks = kBins / kChunkBins;
+  std::uint64_t chunk_lo[kChunks + 1], chunk_hi[kChunks + 1];
   // The fractions' shift for rows of n elements: a bin's sum stays below 2^32 (n < 2^(9 +
   // shift)), and each element's truncation loses less than 2^(shift - 23) of its mantissa.
   __device__ __forceinline__ static int fraction_shift(std::int64_t n) {
@@ -94,47 +102,71 @@ struct RejectionBins {
       hi = shifted_mass(m_hi, s);
     }
   }
+  // The chunk tables, by every thread of a CTA of at least kChunks threads (the binned
+  // kernels have 512 or 1024), after a barrier that follows the last add. Thread t sums the
+  // bounds of chunk kChunks - 1 - t, so that the block's prefix sums in thread order are the
+  // sums from the top chunk down. Ends with a barrier.
+  __device__ void build_tables(const FixedPointScale& fx, int shift) {
+    const int c = kChunks - 1 - static_cast<int>(threadIdx.x);
+    std::uint64_t lo = 0, hi = 0;
+    if (c >= 0) {
+#pragma unroll
+      for (int j = 0; j < kChunkBins; ++j) {
+        std::uint64_t l, h;
+        bounds(c * kChunkBins + j, fx, shift, l, h);
+        lo += l;
+        hi += h;
+      }
+    }
+    std::uint64_t before_lo, before_hi, total_lo, total_hi;
+    block_exclusive_scan_pair(lo, hi, &before_lo, &before_hi, &total_lo, &total_hi);
+    if (c >= 0) {
+      chunk_lo[c] = before_lo + lo;
+      chunk_hi[c] = before_hi + hi;
+    }
+    if (threadIdx.x == 0) chunk_lo[kChunks] = chunk_hi[kChunks] = 0;
+    __syncthreads();
+  }
 };
 
-// Bounds on the masses above two keys, from the bins: lo[i] <= (the mass of the keys above
-// key[i]) <= hi[i]. own[i]: the mass of one key equal to key[i] that the row holds (the drawn
-// key's), 0 if none is known; it is not above key[i]. Every thread of the block calls it.
+// Bounds on the masses above two keys: lo[i] <= (the mass of the keys above key[i]) <= hi[i].
+// own[i]: the mass of one key equal to key[i] that the row holds (the drawn key's), 0 if none
+// is known; it is not above key[i].
 struct AboveBounds {
   std::uint64_t lo[2], hi[2];
 };
 
+// AboveBounds from the bins (after build_tables), by every whole warp alone, no barrier:
+// lanes 0-3 take the bins of key[0]'s chunk, lanes 4-7 those of key[1]'s, and each key's
+// sums add the table entry of the chunks above. The same integers as a sum over every bin.
 __device__ __forceinline__ AboveBounds bin_bounds_above(const RejectionBins& bins, const std::uint32_t (&key)[2],
                                                         const std::uint64_t (&own)[2], const FixedPointScale& fx,
                                                         int shift) {
-  std::uint64_t v[4] = {0, 0, 0, 0};  // lo0, hi0, lo1, hi1
-  for (int b = threadIdx.x; b < RejectionBins::kBins; b += blockDim.x) {
-    std::uint64_t lo, hi;
-    bins.bounds(b, fx, shift, lo, hi);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int kb = static_cast<int>(key[i] >> RejectionBins::kShift);
-      if (b > kb) {
-        v[2 * i] += lo;
-        v[2 * i + 1] += hi;
-      } else if (b == kb) {
-        v[2 * i + 1] += hi - own[i];  // the keys above key[i] in its own bin: at most the rest
-      }
+  constexpr int kC = RejectionBins::kChunkBins;
+  const int lane = threadIdx.x & 31, i = (lane / kC) & 1;
+  const int kb = static_cast<int>(key[i] >> RejectionBins::kShift), b = kb - kb % kC + lane % kC;
+  std::uint64_t lo = 0, hi = 0;
+  if (lane < 2 * kC) {
+    std::uint64_t l, h;
+    bins.bounds(b, fx, shift, l, h);
+    if (b > kb) {
+      lo = l;
+      hi = h;
+    } else if (b == kb) {
+      hi = h - own[i];  // the keys above key[i] in its own bin: at most the rest
     }
   }
-  __shared__ std::uint64_t partial[32][4];
-  __syncthreads();  // partial may still be read by a previous call
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = warp_reduce(v[i], SumOp{});
-    if (lane == 0) partial[warp][i] = v[i];
+  for (int m = 1; m < kC; m <<= 1) {
+    lo += __shfl_xor_sync(kFullMask, lo, m);
+    hi += __shfl_xor_sync(kFullMask, hi, m);
   }
-  __syncthreads();
   AboveBounds r;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint64_t w = warp_reduce(lane < (blockDim.x >> 5) ? partial[lane][i] : std::uint64_t{0}, SumOp{});
-    (i & 1 ? r.hi : r.lo)[i >> 1] = w;
+  for (int k = 0; k < 2; ++k) {
+    const int above_chunk = static_cast<int>(key[k] >> RejectionBins::kShift) / kC + 1;
+    r.lo[k] = __shfl_sync(kFullMask, lo, k * kC) + bins.chunk_lo[above_chunk];
+    r.hi[k] = __shfl_sync(kFullMask, hi, k * kC) + bins.chunk_hi[above_chunk];
   }
   return r;
 }
@@ -144,6 +176,41 @@ __device__ __forceinline__ RejectionBins& rejection_bins() {
   __shared__ RejectionBins bins;
   return bins;
 }
+
+#ifdef AOTINFER_LAB_ROW_TRACE
+// Lab (dev/trace_rejection_rows.py): each row kernel's timeline, printed by thread 0 when the
+// row returns: its SM, the global clock at entry and return (ns), and SM cycles from entry to
+// the end of round 0's pass and to the start of each later round; the exact test passes and
+// the rejected rounds the bins settled.
+struct LabRowTrace {
+  unsigned long long g0 = 0, c0 = 0, pass0 = 0, round_at[6] = {};
+  int exact = 0, settled = 0;
+  __device__ static unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ void start() {
+    g0 = global_ns();
+    c0 = clock64();
+  }
+  __device__ void mark_pass0() { pass0 = clock64() - c0; }
+  __device__ void mark_round(int r) {
+    if (r > 0 && r <= 6) round_at[r - 1] = clock64() - c0;
+  }
+  __device__ void finish(int rounds) const {
+    if (threadIdx.x != 0) return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    printf("TRACE row %d sm %u g0 %llu g1 %llu end %llu pass0 %llu rounds %d exact %d settled %d at %llu %llu %llu %llu\n",
+           blockIdx.x, smid, g0, global_ns(), clock64() - c0, pass0, rounds, exact, settled, round_at[0],
+           round_at[1], round_at[2], round_at[3]);
+  }
+};
+#define LAB_TRACE(stmt) stmt
+#else
+#define LAB_TRACE(stmt)
+#endif
 
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
@@ -188,6 +255,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), kHalf);
   std::uint64_t* const above[2] = {sh.segment_mass, sh.segment_mass + kHalf};  // keys above k0, k1
   const bool filtered = p < 1.f;
+  LAB_TRACE(LabRowTrace trace; trace.start());
   FixedPointScale fx = FixedPointScale::rejection_unit(n);
   std::uint32_t max_key = 0u;
   // The bins' shared memory only in the kernels that test by them.
@@ -212,6 +280,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   } else {
     max_key = largest_key(scope);
   }
+  LAB_TRACE(trace.mark_pass0());
   if (max_key == 0u) return -1;
   if (!filtered || !FixedPointScale::rejection_unit_holds(max_key, n)) {
     fx = FixedPointScale::of(max_key, n);
@@ -220,14 +289,23 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   // (After the fused pass the reduction's barriers already order the masses; without this one
   // ptxas gave the row kernels a 128 B stack frame instead of 16.)
   __syncthreads();
+  if constexpr (kBinnedTest) {
+    if (filtered) bins->build_tables(fx, fraction_shift);
+  }
   std::uint32_t min_key = 1u;  // keys above the floor: every participant at first
   const std::uint64_t* seg = above[0];  // the segment masses of the keys at or above min_key
   float high = __uint_as_float(max_key);
   std::uint64_t goal = 0;
   for (int round = 0;; ++round) {
+    LAB_TRACE(trace.mark_round(round));
     std::uint64_t total = 0;
     std::uint32_t drawn = 0u;
-    const std::int64_t token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
+    std::int64_t token;
+    if constexpr (Scope::kSplitOverCluster) {
+      token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
+    } else {
+      token = draw_from_segments_in_warp(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
+    }
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
@@ -239,7 +317,10 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     const std::uint32_t k1 = __float_as_uint(v1);
     if constexpr (kBinnedTest) {
       const AboveBounds bound = bin_bounds_above(*bins, {k0, k1}, {fx.mass(k0), 0}, fx, fraction_shift);
-      if (bound.hi[0] < goal) return token;
+      if (bound.hi[0] < goal) {
+        LAB_TRACE(trace.finish(round + 1));
+        return token;
+      }
       // Rejected, and the floor known: the next draw's segment masses take a pass of their own.
       const bool rejected = bound.lo[0] >= goal;
       if (rejected && (bound.hi[1] < goal || bound.lo[1] >= goal)) {
@@ -252,10 +333,12 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
         seg = above[0];
         sum_segment_masses(scope, layout, above[0], min_key, fx);
         __syncthreads();
+        LAB_TRACE(++trace.settled);
         continue;
       }
     }
     // The exact test pass.
+    LAB_TRACE(++trace.exact);
     std::uint64_t above0 = 0, above1 = 0;
     if constexpr (Scope::kSplitOverCluster) {
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
@@ -270,7 +353,10 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       });
       __syncthreads();  // the segment masses are written
     }
-    if (scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal) return token;
+    if (scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal) {
+      LAB_TRACE(trace.finish(round + 1));
+      return token;
+    }
     // Rejected: every key at or below k0 is outside the top-p set. The second pivot's mass
     // is exchanged only now (about one round in ten).
     if (scope.reduce(above1, SumOp{}, std::uint64_t{0}) < goal) {
