@@ -1,5 +1,5 @@
-"""The binned test of top-p by rejection (RejectionBins and bin_bounds_above in
-providers/csrc/sampling/top_p_rejection.cuh) decides a round from bounds on the masses above
+"""The binned test of top-p by rejection (RejectionBins, its chunk tables and bin_bounds_above
+in providers/csrc/sampling/top_p_rejection.cuh) decides a round from bounds on the masses above
 its two pivots, and reads the row only where the bounds leave the answer open: the tokens
 equal the exact test's only if the bounds hold. This repeats the kernel's integer steps in
 Python (bins of key >> 20: a count and a sum of fractions shifted right by
@@ -7,7 +7,9 @@ max(0, bitlength(n) - 9); each bin's bounds in the draw's fixed-point unit) and 
 rows of the reference's rejection masses, that every bin's exact mass and the exact mass
 above any key lie within them: flat and peaked rows, subnormal entries, rows outside the fixed
 unit (largest above 2, or tiny), rows long enough that the fractions are truncated, and one bin
-holding a whole row (the 32-bit sums' headroom)."""
+holding a whole row (the 32-bit sums' headroom). The kernel sums the bounds above a key from a
+table of chunk sums and the bins of the key's own chunk; that regrouping must give the very
+integers of a sum over every bin above the key, at every position within a chunk."""
 
 from __future__ import annotations
 
@@ -82,6 +84,34 @@ def bounds_above(key: int, own: int, count, fraction, fsh, base):
     return lo, hi
 
 
+CHUNK = 4  # RejectionBins::kChunkBins
+
+
+def chunk_tables(count, fraction, fsh, base):
+    """RejectionBins::build_tables: (lo, hi)[c] = the bounds of every bin from chunk c up."""
+    chunks = BINS // CHUNK
+    lo, hi = [0] * (chunks + 1), [0] * (chunks + 1)
+    for c in reversed(range(chunks)):
+        pairs = [bin_bounds(c * CHUNK + j, count, fraction, fsh, base) for j in range(CHUNK)]
+        lo[c] = lo[c + 1] + sum(p[0] for p in pairs)
+        hi[c] = hi[c + 1] + sum(p[1] for p in pairs)
+    return lo, hi
+
+
+def bounds_above_from_tables(key: int, own: int, tables, count, fraction, fsh, base):
+    """bin_bounds_above: one lane per bin of the key's chunk, plus the table entry above it."""
+    kb = key >> SHIFT
+    lo, hi = tables[0][kb // CHUNK + 1], tables[1][kb // CHUNK + 1]
+    for lane in range(CHUNK):
+        b = kb - kb % CHUNK + lane
+        b_lo, b_hi = bin_bounds(b, count, fraction, fsh, base)
+        if b > kb:
+            lo, hi = lo + b_lo, hi + b_hi
+        elif b == kb:
+            hi += b_hi - own
+    return lo, hi
+
+
 def check_row(row: torch.Tensor, pivots: int = 40, seed: int = 0):
     n = row.numel()
     w = ref.clean_probs(row.view(1, -1))
@@ -96,6 +126,13 @@ def check_row(row: torch.Tensor, pivots: int = 40, seed: int = 0):
     for b in range(BINS):
         lo, hi = bin_bounds(b, count, fraction, fsh, base)
         assert lo <= per_bin.get(b, 0) <= hi, (b, lo, per_bin.get(b, 0), hi)
+    tables = chunk_tables(count, fraction, fsh, base)
+    # Keys at the start and the end of every occupied bin and its neighbours (every position
+    # of a bin within its chunk): the tables give the sum over every bin, exactly.
+    for b in sorted({c + d for c in per_bin for d in (-1, 0, 1) if 0 <= c + d < BINS}):
+        for key in (b << SHIFT, (b << SHIFT) | ((1 << SHIFT) - 1)):
+            full = bounds_above(key, 0, count, fraction, fsh, base)
+            assert bounds_above_from_tables(key, 0, tables, count, fraction, fsh, base) == full, key
     # Pivots: drawn keys (elements, own mass known) and midpoints towards the largest.
     g = torch.Generator().manual_seed(seed)
     present = [i for i, k in enumerate(keys) if k]
@@ -109,6 +146,8 @@ def check_row(row: torch.Tensor, pivots: int = 40, seed: int = 0):
             exact = sum(m for k, m in zip(keys, q) if k > key)
             lo, hi = bounds_above(key, own_mass, count, fraction, fsh, base)
             assert lo <= exact <= hi, (key, lo, exact, hi)
+            regrouped = bounds_above_from_tables(key, own_mass, tables, count, fraction, fsh, base)
+            assert regrouped == (lo, hi), (key, regrouped, lo, hi)
 
 
 def test_bounds_hold_on_flat_and_peaked_rows():
