@@ -269,3 +269,30 @@ def test_sass_same_names_the_builds_whose_code_a_kernel_has():
 
     assert sass_same.kernels(spill(3)) == sass_same.kernels(spill(40))
     assert sass_same.kernels(spill(3)) != sass_same.kernels(spill(3, "R2"))
+
+
+TRACE = """LAUNCH 128x32000 flat rep 0
+TRACE row 0 sm 3 g0 1000 g1 12000 end 22000 pass0 14000 rounds 1 exact 0 settled 0 at 0 0 0 0
+TRACE row 1 sm 5 g0 1500 g1 21000 end 40000 pass0 14000 rounds 2 exact 1 settled 0 at 31000 0 0 0
+LAUNCH 128x32000 flat rep 1
+TRACE row 0 sm 3 g0 50000 g1 60000 end 24000 pass0 15000 rounds 1 exact 0 settled 0 at 0 0 0 0
+"""
+
+
+def test_trace_summary_reads_each_launch_and_the_cost_of_rounds(tmp_path):
+    """dev/trace_rejection_rows.py --summary: spans on the global clock (ns -> us), row ends by
+    rounds, round 0 after its pass and the second round of two-round rows (SM cycles)."""
+    path = tmp_path / "trace.txt"
+    path.write_text(TRACE)
+    out = subprocess.run(
+        ["python3", str(ROOT / "dev" / "trace_rejection_rows.py"), "--summary", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "== 128x32000 flat: 2 launches, span median 15.0 us, min 10.0" in out
+    assert "1 round(s): 2 rows, end median 23000.0 max 24000" in out
+    assert "2 round(s): 1 rows, end median 40000 max 40000" in out
+    assert "round 0 after its pass 17000; 2-round rows' round 1 9000" in out
+    assert "1-round rows: after the pass 8500.0 cycles" in out
+    assert "slowest row per launch: 40000c r2 x1 s0, 24000c r1 x0 s0" in out

@@ -1,0 +1,47 @@
+// A lab (dev/trace_rejection_rows.py, dev/lab_trace_rejection.sh): with
+// -DAOTINFER_LAB_ROW_TRACE, top-p by rejection (top_p_rejection.cuh) prints one line per row
+// kernel row with its timeline; without it, LAB_TRACE(...) compiles to nothing. It measured
+// what a round costs beside round 0's pass (dev/NOTES.md item 74).
+#pragma once
+
+#ifdef AOTINFER_LAB_ROW_TRACE
+#include <cstdio>
+#endif
+
+namespace aotinfer::sampling {
+
+#ifdef AOTINFER_LAB_ROW_TRACE
+// Printed by thread 0 when the row returns: its SM, the global clock at entry and return (ns), and SM cycles from entry to
+// the end of round 0's pass and to the start of each later round; the exact test passes and
+// the rejected rounds the bins settled.
+struct LabRowTrace {
+  unsigned long long g0 = 0, c0 = 0, pass0 = 0, round_at[6] = {};
+  int exact = 0, settled = 0;
+  __device__ static unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ void start() {
+    g0 = global_ns();
+    c0 = clock64();
+  }
+  __device__ void mark_pass0() { pass0 = clock64() - c0; }
+  __device__ void mark_round(int r) {
+    if (r > 0 && r <= 6) round_at[r - 1] = clock64() - c0;
+  }
+  __device__ void finish(int rounds) const {
+    if (threadIdx.x != 0) return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    printf("TRACE row %d sm %u g0 %llu g1 %llu end %llu pass0 %llu rounds %d exact %d settled %d at %llu %llu %llu %llu\n",
+           blockIdx.x, smid, g0, global_ns(), clock64() - c0, pass0, rounds, exact, settled, round_at[0],
+           round_at[1], round_at[2], round_at[3]);
+  }
+};
+#define LAB_TRACE(stmt) stmt
+#else
+#define LAB_TRACE(stmt)
+#endif
+
+}  // namespace aotinfer::sampling
