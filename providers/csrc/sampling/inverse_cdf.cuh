@@ -7,8 +7,9 @@
 // 24-bit mantissa, so the row's total stays below 2^63. Integer sums do not depend on their
 // order: whichever threads or CTAs add the masses up, the target floor(R * T / 2^64) lands
 // on the same token. One pass over the row writes the mass of every segment of 32 groups
-// (one warp load: 128 elements) to shared memory; a block scan of the segment masses finds
-// the segment holding the target, and one warp rescans that segment to find the element.
+// (one warp load: 128 elements) to shared memory; a scan of the segment masses finds the
+// segment holding the target (one warp's in a one-CTA scope, the block's and then the
+// cluster's in a cluster), and one warp rescans that segment to find the element.
 // Per element this costs a shift and an add, where a race costs a Philox word, a log and a
 // division.
 #pragma once
@@ -91,66 +92,13 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
   }
 }
 
-// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
-// scope's total, the segment holding the target and, by one warp, the element inside it.
-// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
-// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others).
-template <typename Scope>
-__device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
-                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
-                                           int round = 0, std::uint64_t* total = nullptr,
-                                           std::uint32_t* drawn = nullptr) {
-  __shared__ std::int64_t found_segment;
-  __shared__ std::uint64_t found_rest;
-  __shared__ std::int64_t found_token;
-  __shared__ std::uint32_t found_key;
-  const std::int64_t segments = layout.segments;
-
-  // 2. This CTA's total, the scope's total and where the target lies.
-  const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
-  const std::int64_t mine = threadIdx.x * per_thread;
-  std::uint64_t own = 0;
-  for (std::int64_t i = 0; i < per_thread; ++i) {
-    if (mine + i < segments) own += seg[mine + i];
-  }
-  std::uint64_t cta_total, before_cta, row_total;
-  const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
-  scope.exclusive_across(cta_total, &before_cta, &row_total);
-  if (total) *total = row_total;
-  if (row_total == 0) return -1;
-  const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
-  if (target < before_cta || target - before_cta >= cta_total) return -2;
-  const std::uint64_t local = target - before_cta;
-  if (local >= before_me && local - before_me < own) {  // exactly one thread
-    std::uint64_t run = before_me;
-    for (std::int64_t i = 0; i < per_thread; ++i) {
-      const std::uint64_t m = seg[mine + i];
-      if (local - run < m) {
-        found_segment = mine + i;
-        found_rest = local - run;
-        break;
-      }
-      run += m;
-    }
-  }
-  __syncthreads();
-
-  // 3. One warp finds the element inside the segment.
-  if (threadIdx.x < 32) {
-    find_in_segment(scope, layout, found_segment, found_rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
-  }
-  __syncthreads();
-  if (drawn) *drawn = found_key;
-  return found_token;
-}
-
-// draw_from_segments for a scope of one CTA, all of it by warp 0: each lane sums a run of
-// the segments, a warp scan finds the lane and then the segment holding the target, and the
-// same warp finds the element; one block barrier in all, where the block scan and the
-// handover to the finding warp take five. The same integer prefix sums, so the same token.
-// Top-p by rejection draws once a round, and at 128 x 32000 a round's draw and test took
-// about as long as a third of round 0's pass over the row (LabRowTrace: ~7400 SM cycles;
-// dev/NOTES.md item 74).
+// Steps 2 and 3 of the draw for a scope of one CTA, all of it by warp 0: each lane sums a
+// run of the segments, a warp scan finds the lane and then the segment holding the target,
+// and the same warp finds the element; one block barrier in all, where the block scan and the
+// hand-over to the finding warp take five. The same integer prefix sums, so the same token.
+// Every row kernel's sampler ends in one draw, and top-p by rejection draws once a round: at
+// 128 x 32000 a round's draw and test took about half as long as round 0's pass over the row
+// (LabRowTrace: ~7400 SM cycles against ~13900; dev/NOTES.md item 74).
 template <typename Scope>
 __device__ std::int64_t draw_from_segments_in_warp(const Scope& scope, const SegmentLayout& layout,
                                                    const std::uint64_t* seg, std::uint32_t min_key,
@@ -195,9 +143,68 @@ __device__ std::int64_t draw_from_segments_in_warp(const Scope& scope, const Seg
     }
   }
   __syncthreads();
-  *total = found_total;
+  if (total) *total = found_total;
   if (drawn) *drawn = found_token >= 0 ? found_key : 0u;
   return found_token;
+}
+
+// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
+// scope's total, the segment holding the target and, by one warp, the element inside it.
+// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
+// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others). A scope
+// of one CTA draws by one warp (draw_from_segments_in_warp); a cluster's CTAs scan their
+// segments as a block, then across the cluster.
+template <typename Scope>
+__device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
+                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
+                                           int round = 0, std::uint64_t* total = nullptr,
+                                           std::uint32_t* drawn = nullptr) {
+  if constexpr (!Scope::kSplitOverCluster) {
+    return draw_from_segments_in_warp(scope, layout, seg, min_key, fx, rng, round, total, drawn);
+  } else {
+    __shared__ std::int64_t found_segment;
+    __shared__ std::uint64_t found_rest;
+    __shared__ std::int64_t found_token;
+    __shared__ std::uint32_t found_key;
+    const std::int64_t segments = layout.segments;
+
+    // 2. This CTA's total, the scope's total and where the target lies.
+    const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
+    const std::int64_t mine = threadIdx.x * per_thread;
+    std::uint64_t own = 0;
+    for (std::int64_t i = 0; i < per_thread; ++i) {
+      if (mine + i < segments) own += seg[mine + i];
+    }
+    std::uint64_t cta_total, before_cta, row_total;
+    const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
+    scope.exclusive_across(cta_total, &before_cta, &row_total);
+    if (total) *total = row_total;
+    if (row_total == 0) return -1;
+    const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
+    if (target < before_cta || target - before_cta >= cta_total) return -2;
+    const std::uint64_t local = target - before_cta;
+    if (local >= before_me && local - before_me < own) {  // exactly one thread
+      std::uint64_t run = before_me;
+      for (std::int64_t i = 0; i < per_thread; ++i) {
+        const std::uint64_t m = seg[mine + i];
+        if (local - run < m) {
+          found_segment = mine + i;
+          found_rest = local - run;
+          break;
+        }
+        run += m;
+      }
+    }
+    __syncthreads();
+
+    // 3. One warp finds the element inside the segment.
+    if (threadIdx.x < 32) {
+      find_in_segment(scope, layout, found_segment, found_rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
+    }
+    __syncthreads();
+    if (drawn) *drawn = found_key;
+    return found_token;
+  }
 }
 
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the

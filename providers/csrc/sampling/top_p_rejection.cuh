@@ -265,12 +265,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     LAB_TRACE(trace.mark_round(round));
     std::uint64_t total = 0;
     std::uint32_t drawn = 0u;
-    std::int64_t token;
-    if constexpr (Scope::kSplitOverCluster) {
-      token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
-    } else {
-      token = draw_from_segments_in_warp(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
-    }
+    const std::int64_t token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
