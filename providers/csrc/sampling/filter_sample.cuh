@@ -460,6 +460,8 @@ template <FilterFamily kFamily, int kThreads = kRowThreads, bool kLists = false>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kernel(const __grid_constant__ SampleParams p) {
   static_assert(!kLists || kFamily == FilterFamily::kTopK || kFamily == FilterFamily::kTwoSearches,
                 "only samplers with a top-k search list");
+  static_assert(kFamily != FilterFamily::kTopPRejectionBinned || kThreads >= RejectionBins::kChunks,
+                "RejectionBins::build_tables gives each thread one chunk");
   __shared__ RowRadixShared sh;
   if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after the first search level's barriers
   pdl_wait_for_prior_grid();

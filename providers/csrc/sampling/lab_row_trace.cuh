@@ -1,7 +1,7 @@
-// A lab (dev/trace_rejection_rows.py, dev/lab_trace_rejection.sh): with
-// -DAOTINFER_LAB_ROW_TRACE, top-p by rejection (top_p_rejection.cuh) prints one line per row
-// kernel row with its timeline; without it, LAB_TRACE(...) compiles to nothing. It measured
-// what a round costs beside round 0's pass (dev/NOTES.md item 74).
+// A lab (dev/trace_rejection_rows.py, dev/lab_trace_rejection.sh): built with
+// -DAOTINFER_LAB_ROW_TRACE, the rejection row kernels (top_p_rejection.cuh) print one line per
+// row with its timeline; without it, LAB_TRACE(...) compiles to nothing. It measured what a
+// round costs beside round 0's pass (dev/NOTES.md item 74).
 #pragma once
 
 #ifdef AOTINFER_LAB_ROW_TRACE
@@ -11,11 +11,11 @@
 namespace aotinfer::sampling {
 
 #ifdef AOTINFER_LAB_ROW_TRACE
-// Printed by thread 0 when the row returns: its SM, the global clock at entry and return (ns), and SM cycles from entry to
-// the end of round 0's pass and to the start of each later round; the exact test passes and
-// the rejected rounds the bins settled.
+// Printed by thread 0 when the row returns: its SM, the global clock at entry and return
+// (ns), SM cycles from entry to the return, to the end of round 0's pass and to the start of
+// rounds 1-4; the exact test passes and the rejected rounds the bins settled.
 struct LabRowTrace {
-  unsigned long long g0 = 0, c0 = 0, pass0 = 0, round_at[6] = {};
+  unsigned long long g0 = 0, c0 = 0, pass0 = 0, round_at[4] = {};
   int exact = 0, settled = 0;
   __device__ static unsigned long long global_ns() {
     unsigned long long t;
@@ -28,7 +28,7 @@ struct LabRowTrace {
   }
   __device__ void mark_pass0() { pass0 = clock64() - c0; }
   __device__ void mark_round(int r) {
-    if (r > 0 && r <= 6) round_at[r - 1] = clock64() - c0;
+    if (r > 0 && r <= 4) round_at[r - 1] = clock64() - c0;
   }
   __device__ void finish(int rounds) const {
     if (threadIdx.x != 0) return;

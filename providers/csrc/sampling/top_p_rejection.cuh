@@ -103,7 +103,8 @@ struct RejectionBins {
     }
   }
   // The chunk tables, by every thread of a CTA of at least kChunks threads (the binned
-  // kernels have 512 or 1024), after a barrier that follows the last add. Thread t sums the
+  // kernels have 512 or 1024; sample_kernel asserts it), after a barrier that follows the
+  // last add. Thread t sums the
   // bounds of chunk kChunks - 1 - t, so that the block's prefix sums in thread order are the
   // sums from the top chunk down. Ends with a barrier.
   __device__ void build_tables(const FixedPointScale& fx, int shift) {
