@@ -84,7 +84,7 @@ def bounds_above(key: int, own: int, count, fraction, fsh, base):
     return lo, hi
 
 
-CHUNK = 4  # RejectionBins::kChunkBins
+CHUNK = 8  # RejectionBins::kChunkBins
 
 
 def chunk_tables(count, fraction, fsh, base):

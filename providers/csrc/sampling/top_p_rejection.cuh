@@ -55,9 +55,11 @@ struct RejectionBins {
   std::uint32_t fraction[kBins];   // sums of (key's 23-bit fraction) >> fraction_shift
   // Chunks of kChunkBins bins. Once round 0's bins are complete, chunk_lo / chunk_hi[c] bound
   // the mass of every bin from chunk c up (kChunks: none; build_tables), so that a round's
-  // test (above) adds the bounds of one chunk's bins to one table entry, in every warp at
-  // once, instead of a block reduction over every bin with two barriers a round.
-  static constexpr int kChunkBins = 4;
+  // test (bin_bounds_above) adds the bounds of one chunk's bins to one table entry, in every
+  // warp at once, instead of a block reduction over every bin with two barriers a round.
+  // Eight bins a chunk keep the tables at 4 KB and the kernels' static shared memory below
+  // sm_75's 48 KB (four, as measured in session 42, took 50.7 KB: ptxas refused it there).
+  static constexpr int kChunkBins = 8;
   static constexpr int kChunks = kBins / kChunkBins;
   std::uint64_t chunk_lo[kChunks + 1], chunk_hi[kChunks + 1];
   // The fractions' shift for rows of n elements: a bin's sum stays below 2^32 (n < 2^(9 +
@@ -138,12 +140,14 @@ struct AboveBounds {
 };
 
 // AboveBounds from the bins (after build_tables), by every whole warp alone, no barrier:
-// lanes 0-3 take the bins of key[0]'s chunk, lanes 4-7 those of key[1]'s, and each key's
-// sums add the table entry of the chunks above. The same integers as a sum over every bin.
+// lanes 0 to kChunkBins - 1 take the bins of key[0]'s chunk, the next kChunkBins those of
+// key[1]'s, and each key's sums add the table entry of the chunks above. The same integers
+// as a sum over every bin.
 __device__ __forceinline__ AboveBounds bin_bounds_above(const RejectionBins& bins, const std::uint32_t (&key)[2],
                                                         const std::uint64_t (&own)[2], const FixedPointScale& fx,
                                                         int shift) {
   constexpr int kC = RejectionBins::kChunkBins;
+  static_assert(2 * kC <= 32 && (kC & (kC - 1)) == 0, "both keys' chunks in one warp, aligned groups");
   const int lane = threadIdx.x & 31, i = (lane / kC) & 1;
   const int kb = static_cast<int>(key[i] >> RejectionBins::kShift), b = kb - kb % kC + lane % kC;
   std::uint64_t lo = 0, hi = 0;
