@@ -68,9 +68,8 @@ def summarise(path: str) -> None:
             top = max(rows, key=lambda r: r["end"])
             slowest.append(f"{top['end']}c r{top['rounds']} x{top['exact']} s{top['settled']}")
         med = statistics.median
-        print(
-            f"== {name}: {len(reps)} launches, span median {med(spans):.1f} us, min {min(spans):.1f}"
-        )
+        span = f"span median {med(spans):.1f} us, min {min(spans):.1f}"
+        print(f"== {name}: {len(reps)} launches, {span}")
         print(f"   row end cycles: median {med(ends)}, max {max(ends)}; round-0 pass {med(pass0)}")
         for k in sorted(by_rounds):
             v = by_rounds[k]
