@@ -280,6 +280,23 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     const std::uint32_t k0 = Scope::kSplitOverCluster ? scope.reduce(drawn, MaxOp{}, 0u) : drawn;
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
+    // A rejected round: every key at or below k0 is outside the top-p set, and so is every key
+    // at or below k1 when the keys above k1 still hold the goal; else every key above k1 is
+    // inside it, and k1 becomes the next midpoint's upper end.
+    auto raise_floor = [&](bool k1_out) {
+      if (k1_out) {
+        min_key = k1 + 1u;
+      } else {
+        min_key = k0 + 1u;
+        high = v1;
+      }
+    };
+    // The next draw's segment masses, by a pass of their own.
+    auto sum_segments_above_floor = [&] {
+      seg = above[0];
+      sum_segment_masses(scope, layout, above[0], min_key, fx);
+      __syncthreads();
+    };
     if constexpr (kBinnedTest) {
       const AboveBounds bound = bin_bounds_above(*bins, {k0, k1}, {fx.mass(k0), 0}, fx, fraction_shift);
       if (bound.hi[0] < goal) {
@@ -289,15 +306,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       // Rejected, and the floor known: the next draw's segment masses take a pass of their own.
       const bool rejected = bound.lo[0] >= goal;
       if (rejected && (bound.hi[1] < goal || bound.lo[1] >= goal)) {
-        if (bound.hi[1] < goal) {
-          min_key = k0 + 1u;
-          high = v1;
-        } else {
-          min_key = k1 + 1u;
-        }
-        seg = above[0];
-        sum_segment_masses(scope, layout, above[0], min_key, fx);
-        __syncthreads();
+        raise_floor(bound.lo[1] >= goal);
+        sum_segments_above_floor();
         LAB_TRACE(++trace.settled);
         continue;
       }
@@ -322,20 +332,13 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       LAB_TRACE(trace.finish(round + 1));
       return token;
     }
-    // Rejected: every key at or below k0 is outside the top-p set. The second pivot's mass
-    // is exchanged only now (about one round in ten).
-    if (scope.reduce(above1, SumOp{}, std::uint64_t{0}) < goal) {
-      min_key = k0 + 1u;  // and every key above k1 is inside it
-      high = v1;
-      seg = above[0];
-    } else {
-      min_key = k1 + 1u;
-      seg = above[1];
-    }
+    // Rejected. The second pivot's mass is exchanged only now (about one round in ten).
+    const bool k1_out = scope.reduce(above1, SumOp{}, std::uint64_t{0}) >= goal;
+    raise_floor(k1_out);
     if constexpr (Scope::kSplitOverCluster) {  // the test pass summed no segments
-      seg = above[0];
-      sum_segment_masses(scope, layout, above[0], min_key, fx);
-      __syncthreads();
+      sum_segments_above_floor();
+    } else {
+      seg = above[k1_out ? 1 : 0];
     }
   }
 }
