@@ -57,9 +57,17 @@ struct RejectionBins {
   // the mass of every bin from chunk c up (kChunks: none; build_tables), so that a round's
   // test (bin_bounds_above) adds the bounds of one chunk's bins to one table entry, in every
   // warp at once, instead of a block reduction over every bin with two barriers a round.
-  // Eight bins a chunk keep the tables at 4 KB and the kernels' static shared memory below
-  // sm_75's 48 KB (four, as measured in session 42, took 50.7 KB: ptxas refused it there).
+  // The width changes no bound (the same integers as a sum over every bin), only the test's
+  // cost: four bins a chunk (8 KB of tables, 50.7 KB of static shared memory in all) where
+  // ptxas takes more than 48 KB of it (sm_90a, sm_100a, sm_110a; eight bins measured
+  // 1.003-1.029x the time of four on the H200, history/ab-sampling-chunk-bins-4-8-*.txt), eight
+  // (4 KB, 46.5 KB in all) for the 48 KB of sm_75 to sm_89 and sm_120 (ptxas refused 0xc5f0
+  // bytes there). Shared memory only, so host code never sizes this struct.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+  static constexpr int kChunkBins = 4;
+#else
   static constexpr int kChunkBins = 8;
+#endif
   static constexpr int kChunks = kBins / kChunkBins;
   std::uint64_t chunk_lo[kChunks + 1], chunk_hi[kChunks + 1];
   // The fractions' shift for rows of n elements: a bin's sum stays below 2^32 (n < 2^(9 +
