@@ -59,10 +59,11 @@ struct RejectionBins {
   // warp at once, instead of a block reduction over every bin with two barriers a round.
   // The width changes no bound (the same integers as a sum over every bin), only the test's
   // cost: four bins a chunk (8 KB of tables, 50.7 KB of static shared memory in all) where
-  // ptxas takes more than 48 KB of it (sm_90a, sm_100a, sm_110a; eight bins measured
-  // 1.003-1.029x the time of four on the H200, history/ab-sampling-chunk-bins-4-8-*.txt), eight
-  // (4 KB, 46.5 KB in all) for the 48 KB of sm_75 to sm_89 and sm_120 (ptxas refused 0xc5f0
-  // bytes there). Shared memory only, so host code never sizes this struct.
+  // ptxas takes more than 48 KB of it (sm_90a, sm_100a, sm_110a: on the H200 the row kernels'
+  // top-p took 0.982-0.999x the time of eight at 128 and 512 rows, history/
+  // ab-sampling-chunk-bins-4-8-46164c6.txt), eight (4 KB, 46.5 KB in all) for the 48 KB of
+  // sm_75 to sm_89 and sm_120 (ptxas refused 0xc5f0 bytes there). Shared memory only, so
+  // host code never sizes this struct.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
   static constexpr int kChunkBins = 4;
 #else
