@@ -92,40 +92,49 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
   }
 }
 
-// Steps 2 and 3 of the draw for a scope of one CTA, all of it by warp 0: each lane sums a
-// run of the segments, a warp scan finds the lane and then the segment holding the target,
-// and the same warp finds the element; one block barrier in all, where the block scan and the
-// hand-over to the finding warp take five. The same integer prefix sums, so the same token.
-// Every row kernel's sampler ends in one draw, and top-p by rejection draws once a round: at
-// 128 x 32000 a round's draw and test took about half as long as round 0's pass over the row
-// (LabRowTrace: ~7400 SM cycles against ~13900; dev/NOTES.md item 74).
+// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`, all
+// of it by warp 0: each lane sums a run of the CTA's segments, a warp scan gives the CTA's
+// total and finds the lane and then the segment holding the target, and the same warp finds
+// the element. In a cluster the CTAs' totals cross by one push and one cluster barrier
+// (exclusive_across) and only the CTA whose share of the total holds the target looks
+// further. One block barrier in all, where a block scan and the hand-over to the finding
+// warp took five; the same integer prefix sums, so the same token. Every row kernel's sampler
+// ends in one draw, and top-p by rejection draws once a round: at 128 x 32000 a round's draw
+// and test took about half as long as round 0's pass over the row (LabRowTrace: ~7400 SM
+// cycles against ~13900; dev/NOTES.md item 74).
+// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
+// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others).
 template <typename Scope>
-__device__ std::int64_t draw_from_segments_in_warp(const Scope& scope, const SegmentLayout& layout,
-                                                   const std::uint64_t* seg, std::uint32_t min_key,
-                                                   const FixedPointScale& fx, const RowRandom& rng, int round,
-                                                   std::uint64_t* total, std::uint32_t* drawn) {
-  static_assert(!Scope::kSplitOverCluster, "one CTA holds the row");
+__device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
+                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
+                                           int round = 0, std::uint64_t* total = nullptr,
+                                           std::uint32_t* drawn = nullptr) {
   __shared__ std::int64_t found_token;
   __shared__ std::uint32_t found_key;
   __shared__ std::uint64_t found_total;
+  const int lane = threadIdx.x & 31;
+  const std::int64_t segments = layout.segments, per_lane = (segments + 31) / 32, mine = lane * per_lane;
+  std::uint64_t own = 0, inclusive = 0, cta_total = 0;  // (warp 0's)
   if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const std::int64_t segments = layout.segments, per_lane = (segments + 31) / 32, mine = lane * per_lane;
-    std::uint64_t own = 0;
     // (Unrolled, so that the loads go out before their adds wait: up to 48 segments a lane.)
 #pragma unroll 4
     for (std::int64_t i = 0; i < per_lane; ++i) own += mine + i < segments ? seg[mine + i] : 0;
-    const std::uint64_t inclusive = warp_inclusive_scan(own);
-    const std::uint64_t row_total = __shfl_sync(kFullMask, inclusive, 31);
+    inclusive = warp_inclusive_scan(own);
+    cta_total = __shfl_sync(kFullMask, inclusive, 31);
+  }
+  std::uint64_t before_cta, row_total;  // (by every thread: a cluster's barrier is in it)
+  scope.exclusive_across(cta_total, &before_cta, &row_total);
+  if (threadIdx.x < 32) {
     if (lane == 0) found_total = row_total;
-    if (row_total == 0) {
-      if (lane == 0) found_token = -1;
+    const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
+    if (row_total == 0 || target < before_cta || target - before_cta >= cta_total) {
+      if (lane == 0) found_token = row_total == 0 ? -1 : -2;  // -2: another CTA of the cluster
     } else {
-      const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
-      const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
+      const std::uint64_t local = target - before_cta;
+      const int holder = __ffs(__ballot_sync(kFullMask, inclusive > local)) - 1;
       // The holder's run of segments, 32 at a time across the warp (every lane decides alike).
       const std::int64_t first = holder * per_lane, end = min(first + per_lane, segments);
-      std::uint64_t rest = target - __shfl_sync(kFullMask, inclusive - own, holder);
+      std::uint64_t rest = local - __shfl_sync(kFullMask, inclusive - own, holder);
       std::int64_t s = first;
       for (std::int64_t base = first; base < end; base += 32) {
         const std::uint64_t m = base + lane < end ? seg[base + lane] : 0;
@@ -146,65 +155,6 @@ __device__ std::int64_t draw_from_segments_in_warp(const Scope& scope, const Seg
   if (total) *total = found_total;
   if (drawn) *drawn = found_token >= 0 ? found_key : 0u;
   return found_token;
-}
-
-// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`: the
-// scope's total, the segment holding the target and, by one warp, the element inside it.
-// Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
-// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others). A scope
-// of one CTA draws by one warp (draw_from_segments_in_warp); a cluster's CTAs scan their
-// segments as a block, then across the cluster.
-template <typename Scope>
-__device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
-                                           std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
-                                           int round = 0, std::uint64_t* total = nullptr,
-                                           std::uint32_t* drawn = nullptr) {
-  if constexpr (!Scope::kSplitOverCluster) {
-    return draw_from_segments_in_warp(scope, layout, seg, min_key, fx, rng, round, total, drawn);
-  } else {
-    __shared__ std::int64_t found_segment;
-    __shared__ std::uint64_t found_rest;
-    __shared__ std::int64_t found_token;
-    __shared__ std::uint32_t found_key;
-    const std::int64_t segments = layout.segments;
-
-    // 2. This CTA's total, the scope's total and where the target lies.
-    const std::int64_t per_thread = (segments + blockDim.x - 1) / blockDim.x;
-    const std::int64_t mine = threadIdx.x * per_thread;
-    std::uint64_t own = 0;
-    for (std::int64_t i = 0; i < per_thread; ++i) {
-      if (mine + i < segments) own += seg[mine + i];
-    }
-    std::uint64_t cta_total, before_cta, row_total;
-    const std::uint64_t before_me = block_exclusive_scan(own, &cta_total);
-    scope.exclusive_across(cta_total, &before_cta, &row_total);
-    if (total) *total = row_total;
-    if (row_total == 0) return -1;
-    const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
-    if (target < before_cta || target - before_cta >= cta_total) return -2;
-    const std::uint64_t local = target - before_cta;
-    if (local >= before_me && local - before_me < own) {  // exactly one thread
-      std::uint64_t run = before_me;
-      for (std::int64_t i = 0; i < per_thread; ++i) {
-        const std::uint64_t m = seg[mine + i];
-        if (local - run < m) {
-          found_segment = mine + i;
-          found_rest = local - run;
-          break;
-        }
-        run += m;
-      }
-    }
-    __syncthreads();
-
-    // 3. One warp finds the element inside the segment.
-    if (threadIdx.x < 32) {
-      find_in_segment(scope, layout, found_segment, found_rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
-    }
-    __syncthreads();
-    if (drawn) *drawn = found_key;
-    return found_token;
-  }
 }
 
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the

@@ -129,6 +129,11 @@ struct RowScope {
   __device__ V reduce(V v, Op op, V identity) const {
     return block_reduce(v, op, identity);
   }
+  // reduce() of a value that is the same in every thread of the CTA.
+  template <typename V, typename Op>
+  __device__ V reduce_uniform(V v, Op) const {
+    return v;
+  }
   // The radix scan (radix_threshold.cuh): one CTA scans every bin of its own histogram.
   template <typename Sh>
   __device__ void combine(Sh&, int) const {}
@@ -235,10 +240,11 @@ struct SliceScopeOf : SharedGroups {
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
-  // `mine` is the same in every thread of the CTA. Pushed into every CTA (one barrier). The
-  // slots are written again only by the next draw, and between two draws every caller has a
-  // reduce()'s cluster barrier (rejection top-p's reduce of the drawn key after each draw; the
-  // next row's passes), which a CTA passes only after reading them.
+  // `mine` is read in the threads below kCtas (warp 0: the draw's totals are warp 0's), and
+  // pushed into every CTA (one barrier). The slots are written again only by the next draw,
+  // and between two draws every caller has a reduce()'s cluster barrier (rejection top-p's
+  // reduce of the drawn key after each draw; the next row's passes), which a CTA passes only
+  // after reading them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
     __shared__ std::uint64_t pushed[kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -265,10 +271,15 @@ struct SliceScopeOf : SharedGroups {
   // (dev/NOTES.md item 57).
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
+    return reduce_uniform(block_reduce(v, op, identity), op);
+  }
+  // reduce() of a value that is the same in every thread of the CTA (the drawn key after a
+  // draw): no block reduction first, so no block barrier, only the cluster's.
+  template <typename V, typename Op>
+  __device__ V reduce_uniform(V v, Op op) const {
     __shared__ V pushed[2][kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned set = reductions++ & 1u;
-    v = block_reduce(v, op, identity);
     if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
     cluster.sync();
     V all = pushed[set][0];

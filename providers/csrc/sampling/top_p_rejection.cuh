@@ -284,9 +284,10 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
     if (round == 0) goal = mass_goal(p, total);  // total > 0: the row has a participant
-    // The drawn key, in every CTA of a cluster (the others' drawn is 0). The draw's last
-    // barrier follows its reads of seg, which the test pass overwrites.
-    const std::uint32_t k0 = Scope::kSplitOverCluster ? scope.reduce(drawn, MaxOp{}, 0u) : drawn;
+    // The drawn key, in every CTA of a cluster (the others' drawn is 0; the same in every
+    // thread of a CTA). The draw's last barrier follows its reads of seg, which the test pass
+    // overwrites.
+    const std::uint32_t k0 = scope.reduce_uniform(drawn, MaxOp{});
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
     // A rejected round: every key at or below k0 is outside the top-p set, and so is every key
