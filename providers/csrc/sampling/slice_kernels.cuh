@@ -32,15 +32,22 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), then
-// makes it visible to the CTA.
+// makes it visible to the CTA. Around the copy, one phase of the cluster barrier: a CTA may
+// write into a peer's shared memory only once the peer is known to be running, and the
+// pushes of SliceScopeOf::reduce() come before its barrier, so a kernel whose first
+// collective is a reduce() (top-p by rejection's largest key, plain and min-p sampling's
+// largest_key) would otherwise push into peers not yet known to have started. Every CTA
+// arrives before its loads, so the wait after them rarely waits.
 template <int kCtas, typename T>
 __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.barrier_arrive();
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
-  __syncthreads();
+  cluster.barrier_wait();  // (a block barrier too: the slice is visible to the CTA)
   return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
 }
 #endif
