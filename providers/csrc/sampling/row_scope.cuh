@@ -226,7 +226,9 @@ struct SliceScopeOf : SharedGroups {
 
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
   // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
-  // must have started before anyone writes into it (push_top). A later level needs none:
+  // must have started before anyone writes into it (push_top). (load_slice's barrier phase
+  // now makes sure of that in every slice kernel, so this one could go; not measured yet,
+  // dev/NOTES.md item 75.) A later level needs none:
   // its histograms' last remote readers (the previous level's combine) and the pushes into
   // this CTA's slots are ordered by the previous level's barriers.
   __device__ void level_start(int level) const {
