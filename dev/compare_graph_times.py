@@ -17,8 +17,10 @@ def main():
         y = [r["us"][case] for r in b]
         same = all(r["tokens"].get(case) == a[0]["tokens"].get(case) for r in a + b)
         ratio = statistics.median(y) / statistics.median(x)
-        print(f"{case:34s} A {x[0]:7.1f} {x[1]:7.1f}  B {y[0]:7.1f} {y[1]:7.1f}  B/A {ratio:5.3f}"
-              + ("" if same else "  TOKENS DIFFER"))
+        print(
+            f"{case:34s} A {x[0]:7.1f} {x[1]:7.1f}  B {y[0]:7.1f} {y[1]:7.1f}  B/A {ratio:5.3f}"
+            + ("" if same else "  TOKENS DIFFER")
+        )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,19 @@ def main():
         for mode in ("off", "auto"):
             os.environ[dp.ENV_WORK_RUNS] = mode
             us[mode] = best_us(pages)
-        kind = "runs" if dp.plan_work(
-            pages, num_kv_heads=8, row_blocks=1, page_size=PAGE, num_sms=132, max_splits_allowed=64
-        ).work.dim() == 3 else "chunks"
+        kind = (
+            "runs"
+            if dp.plan_work(
+                pages,
+                num_kv_heads=8,
+                row_blocks=1,
+                page_size=PAGE,
+                num_sms=132,
+                max_splits_allowed=64,
+            ).work.dim()
+            == 3
+            else "chunks"
+        )
         name = f"{batch}x{kv} {'skewed' if skewed else 'uniform'}"
         print(f"{name:24s} {us['off']:8.0f} {us['auto']:8.0f}  {kind}")
 

@@ -212,7 +212,22 @@ def test_work_list_choices():
 
 # bench_decode's 16 x 1024 skewed lengths (seeded as there): one 4x request, 15 others
 SKEWED_16x1024 = [
-    4096, 443, 905, 479, 1196, 871, 621, 730, 299, 1223, 785, 1204, 1233, 727, 435, 1137
+    4096,
+    443,
+    905,
+    479,
+    1196,
+    871,
+    621,
+    730,
+    299,
+    1223,
+    785,
+    1204,
+    1233,
+    727,
+    435,
+    1137,
 ]
 
 
@@ -244,6 +259,7 @@ def test_breakpoints_below_are_the_largest_chunks_with_one_piece_more():
     assert dp._breakpoints_below([256], 48, 40) == [42]  # none below the floor
     assert dp._breakpoints_below([10], 48, 8) == [9]  # 10 pages: two pieces from chunk 9 down
     assert dp._breakpoints_below([10], 48, 10) == []  # but not at or above the floor
+
 
 # ---------------------------------------------------------------- runs of entries
 

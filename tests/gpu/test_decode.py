@@ -441,8 +441,17 @@ def test_runs_of_entries_agree(d, hq, q_len, kv_dtype, decode_kernel, monkeypatc
     sinks = torch.randn(hq, generator=_gen(d), device=DEV)
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
     w.plan(
-        indptr, indices, last, hq, 8, d, 16, q_data_type=dtype, kv_data_type=kv_dtype or dtype,
-        q_len_per_req=q_len, window_left=6000,
+        indptr,
+        indices,
+        last,
+        hq,
+        8,
+        d,
+        16,
+        q_data_type=dtype,
+        kv_data_type=kv_dtype or dtype,
+        q_len_per_req=q_len,
+        window_left=6000,
     )
     assert w._plan.split.work.dim() == 3 and w._plan.split.work.shape[1] > 1
     out = torch.full((q.size(0), hq, d), float("nan"), dtype=dtype, device=DEV)

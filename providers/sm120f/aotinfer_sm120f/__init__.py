@@ -1,4 +1,6 @@
-"""aotinfer provider for compute capability 12.0 and 12.1 (RTX PRO 6000 Blackwell, RTX 50xx, DGX Spark).
+"""aotinfer provider for compute capability 12.0 and 12.1.
+
+RTX PRO 6000 Blackwell, RTX 50xx, DGX Spark.
 
 Importing this package only names it; the kernels live in the extension module
 `aotinfer_sm120f._kernels`, which the core imports the first time a CUDA tensor on a device
