@@ -92,18 +92,18 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
   }
 }
 
-// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`, all
-// of it by warp 0: each lane sums a run of the CTA's segments, a warp scan gives the CTA's
-// total and finds the lane and then the segment holding the target, and the same warp finds
-// the element. In a cluster the CTAs' totals cross by one push and one cluster barrier
-// (exclusive_across) and only the CTA whose share of the total holds the target looks
-// further. One block barrier in all, where a block scan and the hand-over to the finding
-// warp took five; the same integer prefix sums, so the same token (in the clusters: top-p,
-// min-p and plain sampling 0.87-0.93x the time at 1 and 16 rows, history/ab-sampling-
-// cluster-warp-draw-324f32b.txt). Every row kernel's sampler
-// ends in one draw, and top-p by rejection draws once a round: at 128 x 32000 a round's draw
-// and test took about half as long as round 0's pass over the row (LabRowTrace: ~7400 SM
-// cycles against ~13900; dev/NOTES.md item 74).
+// Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`, all of
+// it by warp 0: each lane sums a run of the CTA's segments, a warp scan gives the CTA's total
+// and finds the lane and then the segment holding the target, and the same warp finds the
+// element. In a cluster the CTAs' totals cross by one push and one cluster barrier
+// (exclusive_across) and only the CTA whose share of the total holds the target looks further.
+// One block barrier in all, where a block scan and the hand-over to the finding warp took
+// five; the same integer prefix sums, so the same token (in the clusters: top-p, min-p and
+// plain sampling 0.87-0.93x the time at 1 and 16 rows, history/ab-sampling-
+// cluster-warp-draw-324f32b.txt). Every row kernel's sampler ends in one draw, and top-p by
+// rejection draws once a round: at 128 x 32000 a round's draw and test took about half as long
+// as round 0's pass over the row (LabRowTrace: ~7400 SM cycles against ~13900; dev/NOTES.md
+// item 74).
 // Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
 // `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others).
 template <typename Scope>
