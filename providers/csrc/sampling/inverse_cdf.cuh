@@ -105,12 +105,27 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
 // as round 0's pass over the row (LabRowTrace: ~7400 SM cycles against ~13900; dev/NOTES.md
 // item 74).
 // Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
-// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others).
-template <typename Scope>
+// `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others). `across`
+// takes the CTAs' totals across the scope; where it says not to search (a draw from masses
+// that may not hold, top_p_rejection.cuh's lab), the draw returns kDrawNotSearched.
+constexpr std::int64_t kDrawNotSearched = -3;
+
+// The draw's step across the scope (by every thread): the CTAs' totals, exclusive_across's
+// push and cluster barrier in a cluster. Always searches.
+struct ScopeTotals {
+  template <typename Scope>
+  __device__ bool operator()(const Scope& scope, std::uint64_t cta_total, std::uint64_t* before,
+                             std::uint64_t* total) const {
+    scope.exclusive_across(cta_total, before, total);
+    return true;
+  }
+};
+
+template <typename Scope, typename Across = ScopeTotals>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
                                            std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
                                            int round = 0, std::uint64_t* total = nullptr,
-                                           std::uint32_t* drawn = nullptr) {
+                                           std::uint32_t* drawn = nullptr, const Across& across = Across{}) {
   __shared__ std::int64_t found_token;
   __shared__ std::uint32_t found_key;
   __shared__ std::uint64_t found_total;
@@ -125,11 +140,13 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
     cta_total = __shfl_sync(kFullMask, inclusive, 31);
   }
   std::uint64_t before_cta, row_total;  // (by every thread: a cluster's barrier is in it)
-  scope.exclusive_across(cta_total, &before_cta, &row_total);
+  const bool search = across(scope, cta_total, &before_cta, &row_total);
   if (threadIdx.x < 32) {
     if (lane == 0) found_total = row_total;
     const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
-    if (row_total == 0 || target < before_cta || target - before_cta >= cta_total) {
+    if (!search) {
+      if (lane == 0) found_token = kDrawNotSearched;
+    } else if (row_total == 0 || target < before_cta || target - before_cta >= cta_total) {
       if (lane == 0) found_token = row_total == 0 ? -1 : -2;  // -2: another CTA of the cluster
     } else {
       const std::uint64_t local = target - before_cta;

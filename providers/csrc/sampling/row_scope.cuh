@@ -263,6 +263,33 @@ struct SliceScopeOf : SharedGroups {
     *before = b;
     *total = t;
   }
+  // exclusive_across with the CTAs' largest keys in the same push: *max_key is this CTA's on
+  // the way in (read in warp 0), the cluster's on the way out. Slots of their own, written
+  // once a row (top_p_rejection.cuh's lab: round 0's draw).
+  struct PushedTotal {
+    std::uint64_t total;
+    std::uint32_t max_key;
+  };
+  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total,
+                                   std::uint32_t* max_key) const {
+    __shared__ PushedTotal pushed[kCtas];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = PushedTotal{mine, *max_key};
+    cluster.sync();
+    std::uint64_t b = 0, t = 0;
+    std::uint32_t m = 0u;
+#pragma unroll
+    for (unsigned r = 0; r < kCtas; ++r) {
+      const PushedTotal v = pushed[r];
+      if (r < rank) b += v.total;
+      t += v.total;
+      m = max(m, v.max_key);
+    }
+    *before = b;
+    *total = t;
+    *max_key = m;
+  }
   // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
   mutable unsigned reductions = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA

@@ -191,6 +191,31 @@ __device__ __forceinline__ RejectionBins& rejection_bins() {
   return bins;
 }
 
+// Lab AOTINFER_LAB_FUSED_MAX_PUSH (compiled, not yet run on a GPU; dev/NOTES.md item 75): in
+// a cluster, round 0 draws before the row's largest key is known, the CTAs' largest keys
+// riding in the draw's push of the CTAs' totals, so a row pays one cluster barrier fewer
+// (the max key's reduce()). Where the rejection unit does not hold for the row (rare: rows
+// not summing to about 1), the draw is not searched and round 0 draws again in the row's
+// unit, as without the lab. The same token either way.
+#ifdef AOTINFER_LAB_FUSED_MAX_PUSH
+constexpr bool kFusedMaxPush = true;
+#else
+constexpr bool kFusedMaxPush = false;
+#endif
+
+// The lab's step across a cluster for round 0's draw: the CTAs' totals and largest keys in one
+// push; search only where the rejection unit holds for the row's largest key.
+struct TotalsAndLargestKey {
+  std::uint32_t* max_key;  // this CTA's in, the row's out
+  std::int64_t n;
+  template <typename Scope>
+  __device__ bool operator()(const Scope& scope, std::uint64_t cta_total, std::uint64_t* before,
+                             std::uint64_t* total) const {
+    scope.exclusive_across(cta_total, before, total, max_key);
+    return *max_key != 0u && FixedPointScale::rejection_unit_holds(*max_key, n);
+  }
+};
+
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
 template <typename Scope>
@@ -241,6 +266,10 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   RejectionBins* bins = nullptr;
   if constexpr (kBinnedTest) bins = &rejection_bins();
   [[maybe_unused]] const int fraction_shift = RejectionBins::fraction_shift(n);
+  constexpr bool kSpeculativeRound0 = kFusedMaxPush && Scope::kSplitOverCluster;
+  std::int64_t first_token = kDrawNotSearched;  // the lab's round 0, where it searched
+  std::uint64_t first_total = 0;
+  std::uint32_t first_drawn = 0u;
   if (filtered) {
     if constexpr (kBinnedTest) bins->clear();
     scope.reuse_histograms();
@@ -255,7 +284,13 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       }
       return sum;
     });
-    max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
+    if constexpr (kSpeculativeRound0) {
+      max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
+      first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
+                                       TotalsAndLargestKey{&max_key, n});
+    } else {
+      max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
+    }
   } else {
     max_key = largest_key(scope);
   }
@@ -277,9 +312,11 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   std::uint64_t goal = 0;
   for (int round = 0;; ++round) {
     LAB_TRACE(trace.mark_round(round));
-    std::uint64_t total = 0;
-    std::uint32_t drawn = 0u;
-    const std::int64_t token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
+    std::uint64_t total = first_total;
+    std::uint32_t drawn = first_drawn;
+    const std::int64_t token = kSpeculativeRound0 && round == 0 && first_token != kDrawNotSearched
+                                   ? first_token
+                                   : draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
