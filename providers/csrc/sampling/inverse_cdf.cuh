@@ -92,6 +92,20 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
   }
 }
 
+// What draw_from_segments returns where its step across the scope said not to search.
+constexpr std::int64_t kDrawNotSearched = -3;
+
+// The draw's step across the scope (by every thread): the CTAs' totals, exclusive_across's
+// push and cluster barrier in a cluster. Always searches.
+struct ScopeTotals {
+  template <typename Scope>
+  __device__ bool operator()(const Scope& scope, std::uint64_t cta_total, std::uint64_t* before,
+                             std::uint64_t* total) const {
+    scope.exclusive_across(cta_total, before, total);
+    return true;
+  }
+};
+
 // Steps 2 and 3 of the draw, once seg holds the kept mass of every segment of `layout`, all of
 // it by warp 0: each lane sums a run of the CTA's segments, a warp scan gives the CTA's total
 // and finds the lane and then the segment holding the target, and the same warp finds the
@@ -108,19 +122,6 @@ __device__ __forceinline__ void find_in_segment(const Scope& scope, const Segmen
 // `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others). `across`
 // takes the CTAs' totals across the scope; where it says not to search (a draw from masses
 // that may not hold, top_p_rejection.cuh's lab), the draw returns kDrawNotSearched.
-constexpr std::int64_t kDrawNotSearched = -3;
-
-// The draw's step across the scope (by every thread): the CTAs' totals, exclusive_across's
-// push and cluster barrier in a cluster. Always searches.
-struct ScopeTotals {
-  template <typename Scope>
-  __device__ bool operator()(const Scope& scope, std::uint64_t cta_total, std::uint64_t* before,
-                             std::uint64_t* total) const {
-    scope.exclusive_across(cta_total, before, total);
-    return true;
-  }
-};
-
 template <typename Scope, typename Across = ScopeTotals>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
                                            std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
