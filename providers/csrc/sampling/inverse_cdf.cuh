@@ -121,7 +121,8 @@ struct ScopeTotals {
 // Returns what inverse_cdf_draw returns; `total` (if given) gets the scope's total, and
 // `drawn` (if given) the drawn token's key in the CTA holding it (0 in the others). `across`
 // takes the CTAs' totals across the scope; where it says not to search (a draw from masses
-// that may not hold, top_p_rejection.cuh's lab), the draw returns kDrawNotSearched.
+// that may not hold: top_p_rejection.cuh's round 0 in a cluster), the draw returns
+// kDrawNotSearched.
 template <typename Scope, typename Across = ScopeTotals>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
                                            std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,

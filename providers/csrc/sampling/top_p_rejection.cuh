@@ -191,19 +191,13 @@ __device__ __forceinline__ RejectionBins& rejection_bins() {
   return bins;
 }
 
-// Lab AOTINFER_LAB_FUSED_MAX_PUSH (compiled, not yet run on a GPU; dev/NOTES.md item 75): in
-// a cluster, round 0 draws before the row's largest key is known, the CTAs' largest keys
-// riding in the draw's push of the CTAs' totals, so a row pays one cluster barrier fewer
-// (the max key's reduce()). Where the rejection unit does not hold for the row (rare: rows
-// not summing to about 1), the draw is not searched and round 0 draws again in the row's
-// unit, as without the lab. The same token either way.
-#ifdef AOTINFER_LAB_FUSED_MAX_PUSH
-constexpr bool kFusedMaxPush = true;
-#else
-constexpr bool kFusedMaxPush = false;
-#endif
-
-// The lab's step across a cluster for round 0's draw: the CTAs' totals and largest keys in one
+// In a cluster, round 0 draws before the row's largest key is known: the CTAs' largest keys
+// ride in the draw's push of the CTAs' totals, so a row pays one cluster barrier fewer (the
+// largest key's reduce()): 0.957-0.995x the time at 1 and 16 rows of 32000 and 128256
+// (history/ab-sampling-top-p-fused-max-push-cd92c25.txt). Where the rejection unit does not
+// hold for the row (rare: rows not summing to about 1), that draw is not searched and round 0
+// draws again in the row's unit, as before. The same token either way.
+// The step across a cluster for round 0's draw: the CTAs' totals and largest keys in one
 // push; search only where the rejection unit holds for the row's largest key.
 struct TotalsAndLargestKey {
   std::uint32_t* max_key;  // this CTA's in, the row's out
@@ -266,8 +260,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   RejectionBins* bins = nullptr;
   if constexpr (kBinnedTest) bins = &rejection_bins();
   [[maybe_unused]] const int fraction_shift = RejectionBins::fraction_shift(n);
-  constexpr bool kSpeculativeRound0 = kFusedMaxPush && Scope::kSplitOverCluster;
-  std::int64_t first_token = kDrawNotSearched;  // the lab's round 0, where it searched
+  constexpr bool kSpeculativeRound0 = Scope::kSplitOverCluster;
+  std::int64_t first_token = kDrawNotSearched;  // a cluster's round 0, where it searched
   std::uint64_t first_total = 0;
   std::uint32_t first_drawn = 0u;
   if (filtered) {
