@@ -100,45 +100,67 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
   return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
+// The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
+__device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_key, const FixedPointScale& fx) {
+  const std::uint32_t key = prob_key(v);
+  return (key != 0u && key >= min_key) ? fx.mass(key) : 0;
+}
+
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw.
+// nothing to draw. By warp 0 alone, as draw_from_segments: each lane takes a run of
+// kEntries / 32 entries (the row's largest key, which is in the list since k >= 1, gives the
+// unit, as inverse_cdf_draw's), a warp scan of the runs' masses finds the lane whose run
+// holds the target, and the warp scans that run 32 entries at a time. The same integer
+// prefix sums as a block scan over the entries, so the same token, with one block barrier
+// where the block reduction and scan took six. A lane reads its run's float4s starting at its
+// own lane number, so that the eight lanes of a shared-memory wavefront hit different banks.
 template <int kCtas>
 __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions, std::int64_t n,
                                              std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
-  // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
-  constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
-  static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
-  const int first = threadIdx.x * kPerThread;
-  std::uint32_t mx = 0u;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
-  mx = block_reduce(mx, MaxOp{}, 0u);
-  if (mx == 0u) return -1;
-  const FixedPointScale fx = FixedPointScale::of(mx, n);
-  std::uint64_t q[kPerThread], own = 0;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const std::uint32_t key = prob_key(keys[first + i]);
-    q[i] = (key != 0u && key >= min_key) ? fx.mass(key) : 0;
-    own += q[i];
-  }
-  std::uint64_t total;
-  const std::uint64_t before = block_exclusive_scan(own, &total);
-  if (total == 0) return -1;
-  const Philox4 w = rng.words(0);
-  const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
-  if (target >= before && target - before < own) {  // exactly one thread
-    std::uint64_t rest = target - before;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      if (rest < q[i]) {
-        found_token = positions[first + i];
-        break;
-      }
-      rest -= q[i];
+  constexpr int kRun = kLocalListEntries<kCtas> / 32, kRunQuads = kRun / 4;
+  constexpr int kChunk = kRun < 32 ? kRun : 32;  // entries of the holder's run per warp step
+  static_assert(kRun % kChunk == 0 && kRun % 4 == 0, "whole quads and chunks per run");
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float4* run = reinterpret_cast<const float4*>(keys) + lane * kRunQuads;
+    std::uint32_t mx = 0u;
+#pragma unroll 2
+    for (int i = 0; i < kRunQuads; ++i) {
+      const float4 q = run[(i + lane) % kRunQuads];
+      mx = max(max(mx, max(prob_key(q.x), prob_key(q.y))), max(prob_key(q.z), prob_key(q.w)));
     }
+    mx = warp_reduce(mx, MaxOp{});
+    std::int64_t token = -1;
+    if (mx != 0u) {
+      const FixedPointScale fx = FixedPointScale::of(mx, n);
+      std::uint64_t own = 0;
+#pragma unroll 2
+      for (int i = 0; i < kRunQuads; ++i) {
+        const float4 q = run[(i + lane) % kRunQuads];
+        own += list_mass(q.x, min_key, fx) + list_mass(q.y, min_key, fx) + list_mass(q.z, min_key, fx) +
+               list_mass(q.w, min_key, fx);
+      }
+      const std::uint64_t inclusive = warp_inclusive_scan(own);
+      const std::uint64_t total = __shfl_sync(kFullMask, inclusive, 31);
+      if (total != 0) {
+        const std::uint64_t target = __umul64hi(draw_word(rng, 0), total);  // < total
+        const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
+        std::uint64_t rest = target - __shfl_sync(kFullMask, inclusive - own, holder);
+        for (int base = holder * kRun; base < (holder + 1) * kRun; base += kChunk) {  // (alike in every lane)
+          const std::uint64_t m = lane < kChunk ? list_mass(keys[base + lane], min_key, fx) : 0;
+          const std::uint64_t chunk = warp_inclusive_scan(m);
+          const std::uint64_t chunk_total = __shfl_sync(kFullMask, chunk, 31);
+          if (rest < chunk_total) {
+            token = positions[base + __ffs(__ballot_sync(kFullMask, chunk > rest)) - 1];
+            break;
+          }
+          rest -= chunk_total;
+        }
+      }
+    }
+    if (lane == 0) found_token = token;
   }
   __syncthreads();
   return found_token;
@@ -266,10 +288,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const unsigned rank = cluster.block_rank();
-  // Every peer must have started before anyone writes into it: arrive now, wait before the
-  // first remote write (the local search runs in between). (load_slice's barrier phase now
-  // makes sure of that as well, so this pair could go; not measured yet, dev/NOTES.md item 75.)
-  cluster.barrier_arrive();
+  // (Every peer has started before anyone writes into it: load_slice's barrier phase.)
   // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
   // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
   const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
@@ -278,37 +297,53 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
   const std::uint32_t t_c = max(local_top_k_key(slice, k, sh, kLocalListRegion), 1u);  // 0: every participant
-  cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
   const bool sums = kTwoSearches && f.mode == FilterMode::kJoint;
   double sum = 0.0;
-  // The slice's keys >= t_c in row order: per trip of blockDim groups, a block scan of the
-  // counts gives each thread its place.
+  // The slice's keys >= t_c in row order. A trip covers kTrip blockDim groups, thread t taking
+  // groups base + t, base + blockDim + t, ...: one block scan of their counts, packed in one
+  // word (each part's total is at most 4 blockDim), gives each thread its places. Two parts in
+  // the top-k kernels, where a trip of blockDim groups took a scan each (at 1 x 32000 one trip
+  // instead of two); one in the two-search kernels, whose registers spill more with two.
+  constexpr int kTrip = kTwoSearches ? 1 : 2;
   std::uint64_t listed = 0;
-  for (std::int64_t base = 0; base < scope.groups; base += blockDim.x) {
-    const std::int64_t g = base + threadIdx.x;
-    float v[4] = {NAN, NAN, NAN, NAN};
-    if (g < scope.groups) scope.load(g, v);
-    std::uint32_t keep = 0;
+  for (std::int64_t base = 0; base < scope.groups; base += kTrip * blockDim.x) {
+    float v[kTrip][4];
+    std::uint32_t keep[kTrip];
+    std::uint64_t counts = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t key = prob_key(v[j]);
-      keep |= (key >= t_c ? 1u : 0u) << j;
-      if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+    for (int h = 0; h < kTrip; ++h) {
+      const std::int64_t g = base + h * blockDim.x + threadIdx.x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[h][j] = NAN;
+      if (g < scope.groups) scope.load(g, v[h]);
+      keep[h] = 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const std::uint32_t key = prob_key(v[h][j]);
+        keep[h] |= (key >= t_c ? 1u : 0u) << j;
+        if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+      }
+      counts |= static_cast<std::uint64_t>(__popc(keep[h])) << (32 * h);
     }
     std::uint64_t trip_total;
-    std::uint64_t at = listed + block_exclusive_scan(__popc(keep), &trip_total);
+    const std::uint64_t before = block_exclusive_scan(counts, &trip_total);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (!(keep >> j & 1u)) continue;
-      if (at < kLocalListRegion) {
-        keys[at] = v[j];
-        positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
+    for (int h = 0; h < kTrip; ++h) {
+      const std::int64_t g = base + h * blockDim.x + threadIdx.x;
+      std::uint64_t at = listed + (before >> (32 * h) & 0xffffffffu);
+      listed += trip_total >> (32 * h) & 0xffffffffu;  // (every thread alike)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!(keep[h] >> j & 1u)) continue;
+        if (at < kLocalListRegion) {
+          keys[at] = v[h][j];
+          positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
+        }
+        ++at;
       }
-      ++at;
     }
-    listed += trip_total;
   }
   for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
   if (sums) {

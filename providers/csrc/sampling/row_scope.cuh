@@ -225,19 +225,13 @@ struct SliceScopeOf : SharedGroups {
   static constexpr bool kSplitOverCluster = true;
 
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
-  // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
-  // must have started before anyone writes into it (push_top). (load_slice's barrier phase
-  // now makes sure of that in every slice kernel, so this one could go; not measured yet,
-  // dev/NOTES.md item 75.) A later level needs none:
-  // its histograms' last remote readers (the previous level's combine) and the pushes into
-  // this CTA's slots are ordered by the previous level's barriers.
-  __device__ void level_start(int level) const {
-    if (level == 0) {
-      sync();
-    } else {
-      __syncthreads();
-    }
-  }
+  // No level needs a cluster barrier at its start. The peers' remote reads of this CTA's
+  // histograms (a level's combine) come before that level's `across` barrier, and every push
+  // into this CTA's slots (top, share totals, the crossing) is read before a barrier that its
+  // next writer passes only later, in this search or in the one before (two-search filters).
+  // Nor does a search that is the kernel's first collective: every peer has started before
+  // anyone writes into it (push_top), by load_slice's barrier phase (slice_kernels.cuh).
+  __device__ void level_start(int) const { __syncthreads(); }
   // After a search or a reduction: the last remote reads of the histograms (a level's
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
@@ -265,7 +259,7 @@ struct SliceScopeOf : SharedGroups {
   }
   // exclusive_across with the CTAs' largest keys in the same push: *max_key is this CTA's on
   // the way in (read in warp 0), the cluster's on the way out. Slots of their own, written
-  // once a row (top_p_rejection.cuh's lab: round 0's draw).
+  // once a row (top_p_rejection.cuh: a cluster's round 0 draw).
   struct PushedTotal {
     std::uint64_t total;
     std::uint32_t max_key;
