@@ -108,7 +108,51 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw. By warp 0 alone, as draw_from_segments: each lane takes a run of
+// nothing to draw. By the whole block: a block reduction for the row's largest key and a
+// block scan of each thread's two entries.
+template <int kCtas>
+__device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions, std::int64_t n,
+                                             std::uint32_t min_key, const RowRandom& rng) {
+  __shared__ std::int64_t found_token;
+  // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
+  constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
+  static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
+  const int first = threadIdx.x * kPerThread;
+  std::uint32_t mx = 0u;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+  mx = block_reduce(mx, MaxOp{}, 0u);
+  if (mx == 0u) return -1;
+  const FixedPointScale fx = FixedPointScale::of(mx, n);
+  std::uint64_t q[kPerThread], own = 0;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const std::uint32_t key = prob_key(keys[first + i]);
+    q[i] = (key != 0u && key >= min_key) ? fx.mass(key) : 0;
+    own += q[i];
+  }
+  std::uint64_t total;
+  const std::uint64_t before = block_exclusive_scan(own, &total);
+  if (total == 0) return -1;
+  const Philox4 w = rng.words(0);
+  const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
+  if (target >= before && target - before < own) {  // exactly one thread
+    std::uint64_t rest = target - before;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (rest < q[i]) {
+        found_token = positions[first + i];
+        break;
+      }
+      rest -= q[i];
+    }
+  }
+  __syncthreads();
+  return found_token;
+}
+
+// draw_from_local_list_block's token by warp 0 alone (lab AOTINFER_LAB_FEWER_BARRIERS), as
+// draw_from_segments: each lane takes a run of
 // kEntries / 32 entries (the row's largest key, which is in the list since k >= 1, gives the
 // unit, as inverse_cdf_draw's), a warp scan of the runs' masses finds the lane whose run
 // holds the target, and the warp scans that run 32 entries at a time. The same integer
@@ -116,7 +160,7 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 // where the block reduction and scan took six. A lane reads its run's float4s starting at its
 // own lane number, so that the eight lanes of a shared-memory wavefront hit different banks.
 template <int kCtas>
-__device__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions, std::int64_t n,
+__device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::uint32_t* positions, std::int64_t n,
                                              std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
   constexpr int kRun = kLocalListEntries<kCtas> / 32, kRunQuads = kRun / 4;
@@ -164,6 +208,17 @@ __device__ std::int64_t draw_from_local_list(const float* keys, const std::uint3
   }
   __syncthreads();
   return found_token;
+}
+
+// Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
+// entry; positions); the list holds every key of the row's kept set in row order. -1:
+// nothing to draw.
+template <int kCtas>
+__device__ __forceinline__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions,
+                                                             std::int64_t n, std::uint32_t min_key,
+                                                             const RowRandom& rng) {
+  if constexpr (kLabFewerBarriers) return draw_from_local_list_warp<kCtas>(keys, positions, n, min_key, rng);
+  return draw_from_local_list_block<kCtas>(keys, positions, n, min_key, rng);
 }
 
 // Rank 0, joint mode, a row the slices' sums leave undecided (two_search_list_filter): the
@@ -288,7 +343,10 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const unsigned rank = cluster.block_rank();
-  // (Every peer has started before anyone writes into it: load_slice's barrier phase.)
+  // Every peer must have started before anyone writes into it: arrive now, wait before the
+  // first remote write (the local search runs in between). The lab drops the pair:
+  // load_slice's barrier phase makes sure of that already.
+  if constexpr (!kLabFewerBarriers) cluster.barrier_arrive();
   // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
   // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
   const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
@@ -297,16 +355,23 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
   const std::uint32_t t_c = max(local_top_k_key(slice, k, sh, kLocalListRegion), 1u);  // 0: every participant
+  if constexpr (!kLabFewerBarriers) cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
   const bool sums = kTwoSearches && f.mode == FilterMode::kJoint;
   double sum = 0.0;
   // The slice's keys >= t_c in row order. A trip covers kTrip blockDim groups, thread t taking
   // groups base + t, base + blockDim + t, ...: one block scan of their counts, packed in one
-  // word (each part's total is at most 4 blockDim), gives each thread its places. Two parts in
-  // the top-k kernels, where a trip of blockDim groups took a scan each (at 1 x 32000 one trip
-  // instead of two); one in the two-search kernels, whose registers spill more with two.
-  constexpr int kTrip = kTwoSearches ? 1 : 2;
+  // word (each part's total is at most 4 blockDim), gives each thread its places. The lab
+  // takes two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
+  // (at 1 x 32000 one trip instead of two); the two-search kernels' registers spill more with
+  // two (ptxas: 68 B of spill stores against 32).
+  constexpr int kTrip = kLabFewerBarriers && !kTwoSearches ? 2 : 1;
+  static_assert(kTrip <= 2, "two parts to a packed word");
+  // Part h of a packed word.
+  auto part = [](std::uint64_t word, int h) -> std::uint64_t {
+    return kTrip == 1 ? word : word >> (32 * h) & 0xffffffffu;
+  };
   std::uint64_t listed = 0;
   for (std::int64_t base = 0; base < scope.groups; base += kTrip * blockDim.x) {
     float v[kTrip][4];
@@ -332,8 +397,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
 #pragma unroll
     for (int h = 0; h < kTrip; ++h) {
       const std::int64_t g = base + h * blockDim.x + threadIdx.x;
-      std::uint64_t at = listed + (before >> (32 * h) & 0xffffffffu);
-      listed += trip_total >> (32 * h) & 0xffffffffu;  // (every thread alike)
+      std::uint64_t at = listed + part(before, h) + (h == 0 ? 0 : part(trip_total, 0));
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (!(keep[h] >> j & 1u)) continue;
@@ -344,6 +408,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
         ++at;
       }
     }
+    listed += kTrip == 1 ? trip_total : part(trip_total, 0) + part(trip_total, 1);
   }
   for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
   if (sums) {

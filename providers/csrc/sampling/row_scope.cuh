@@ -157,6 +157,16 @@ struct RowScope {
   }
 };
 
+// Lab AOTINFER_LAB_FEWER_BARRIERS (compiled, not yet run on a GPU; dev/NOTES.md item 76): the
+// start barriers that load_slice's barrier phase made redundant go (the cluster searches'
+// level 0, cluster_local_top_k.cuh's arrive / wait before the list exchange), and the list
+// kernels' rank 0 draws by warp 0 and lists two groups a thread per block scan.
+#ifdef AOTINFER_LAB_FEWER_BARRIERS
+constexpr bool kLabFewerBarriers = true;
+#else
+constexpr bool kLabFewerBarriers = false;
+#endif
+
 constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
@@ -225,13 +235,22 @@ struct SliceScopeOf : SharedGroups {
   static constexpr bool kSplitOverCluster = true;
 
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
-  // No level needs a cluster barrier at its start. The peers' remote reads of this CTA's
-  // histograms (a level's combine) come before that level's `across` barrier, and every push
-  // into this CTA's slots (top, share totals, the crossing) is read before a barrier that its
-  // next writer passes only later, in this search or in the one before (two-search filters).
-  // Nor does a search that is the kernel's first collective: every peer has started before
-  // anyone writes into it (push_top), by load_slice's barrier phase (slice_kernels.cuh).
-  __device__ void level_start(int) const { __syncthreads(); }
+  // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
+  // must have started before anyone writes into it (push_top). A later level needs none: its
+  // histograms' last remote readers (the previous level's combine) and the pushes into this
+  // CTA's slots are ordered by the previous level's barriers. Lab AOTINFER_LAB_FEWER_BARRIERS
+  // drops level 0's too: load_slice's barrier phase (slice_kernels.cuh) now makes sure every
+  // peer has started, and the reasoning for later levels holds for a search's level 0 after
+  // another search (two-search filters): the peers' remote reads of this CTA's histograms
+  // come before their last level's `across` barrier, and every push into this CTA's slots
+  // (top, share totals, the crossing) is read before a barrier its next writer passes later.
+  __device__ void level_start(int level) const {
+    if (level == 0 && !kLabFewerBarriers) {
+      sync();
+    } else {
+      __syncthreads();
+    }
+  }
   // After a search or a reduction: the last remote reads of the histograms (a level's
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
