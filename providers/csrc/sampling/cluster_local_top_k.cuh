@@ -111,8 +111,8 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 // nothing to draw. By the whole block: a block reduction for the row's largest key and a
 // block scan of each thread's two entries.
 template <int kCtas>
-__device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions, std::int64_t n,
-                                             std::uint32_t min_key, const RowRandom& rng) {
+__device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions,
+                                                   std::int64_t n, std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
   // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
@@ -152,16 +152,16 @@ __device__ std::int64_t draw_from_local_list_block(const float* keys, const std:
 }
 
 // draw_from_local_list_block's token by warp 0 alone (lab AOTINFER_LAB_FEWER_BARRIERS), as
-// draw_from_segments: each lane takes a run of
-// kEntries / 32 entries (the row's largest key, which is in the list since k >= 1, gives the
-// unit, as inverse_cdf_draw's), a warp scan of the runs' masses finds the lane whose run
-// holds the target, and the warp scans that run 32 entries at a time. The same integer
-// prefix sums as a block scan over the entries, so the same token, with one block barrier
-// where the block reduction and scan took six. A lane reads its run's float4s starting at its
-// own lane number, so that the eight lanes of a shared-memory wavefront hit different banks.
+// draw_from_segments draws: each lane takes a run of kEntries / 32 entries (the row's largest
+// key, in the list since k >= 1, gives the unit, as inverse_cdf_draw's), a warp scan of the
+// runs' masses finds the lane whose run holds the target, and the warp scans that run 32
+// entries a step. The same integer prefix sums as the block scan, so the same token, with one
+// block barrier where the block reduction and scan take six. A lane reads its run's float4s
+// starting at its own lane number, so that the eight lanes of a shared-memory wavefront hit
+// different banks.
 template <int kCtas>
-__device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::uint32_t* positions, std::int64_t n,
-                                             std::uint32_t min_key, const RowRandom& rng) {
+__device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::uint32_t* positions,
+                                                  std::int64_t n, std::uint32_t min_key, const RowRandom& rng) {
   __shared__ std::int64_t found_token;
   constexpr int kRun = kLocalListEntries<kCtas> / 32, kRunQuads = kRun / 4;
   constexpr int kChunk = kRun < 32 ? kRun : 32;  // entries of the holder's run per warp step

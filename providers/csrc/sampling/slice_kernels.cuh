@@ -37,11 +37,11 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // pushes of SliceScopeOf::reduce() come before its barrier, so a kernel whose first
 // collective is a reduce() (top-p by rejection's largest key, plain and min-p sampling's
 // largest_key) would otherwise push into peers not yet known to have started. Every CTA
-// arrives before its loads, so the wait after them rarely waits. (It makes the start
-// barriers of the searches' level 0 and of the list kernels' exchange redundant: lab
-// AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them.) Against
-// no phase (reduce() pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x
-// at 128256 (history/ab-sampling-load-slice-phase-ec5f1b3.txt).
+// arrives before its loads, so the wait after them rarely waits. Against no phase (reduce()
+// pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
+// (history/ab-sampling-load-slice-phase-ec5f1b3.txt). It makes the start barriers of the
+// searches' level 0 and of the list kernels' exchange redundant (lab
+// AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them).
 template <int kCtas, typename T>
 __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();

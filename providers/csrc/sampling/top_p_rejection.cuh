@@ -196,9 +196,9 @@ __device__ __forceinline__ RejectionBins& rejection_bins() {
 // largest key's reduce()): 0.957-0.995x the time at 1 and 16 rows of 32000 and 128256
 // (history/ab-sampling-top-p-fused-max-push-cd92c25.txt). Where the rejection unit does not
 // hold for the row (rare: rows not summing to about 1), that draw is not searched and round 0
-// draws again in the row's unit, as before. The same token either way.
-// The step across a cluster for round 0's draw: the CTAs' totals and largest keys in one
-// push; search only where the rejection unit holds for the row's largest key.
+// draws again in the row's unit, as before. The same token either way. This is that draw's
+// step across the cluster: the CTAs' totals and largest keys in one push; search only where
+// the rejection unit holds for the row's largest key.
 struct TotalsAndLargestKey {
   std::uint32_t* max_key;  // this CTA's in, the row's out
   std::int64_t n;
