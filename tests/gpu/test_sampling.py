@@ -486,6 +486,34 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
     assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 25, 9)
 
 
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_cluster_two_search_samplers_on_top_k_sets_many_binades_deep(
+    vocab, cluster_ctas, monkeypatch
+):
+    """Top-k then top-p and joint in the cluster list kernels, k = 50, on rows whose top-k set
+    reaches far below its largest key (at these vocabularies a search's bin sums floor keys
+    more than 24 binades below the largest, where each key's own mass would not: lab
+    AOTINFER_LAB_JOINT_WARP, top_k_set_in_warp.cuh, leaves such a row to the searches and
+    settles the others in one warp). Row 0: the top 50 are 2^-1 .. 2^-50, one a binade, with
+    p = 0.9 (the threshold 2^-4 is shallow, the set 49 binades deep). Row 1: the top 50 span
+    20 binades, distinct, with p = 0.99999, so that the threshold lies some 17 binades down
+    and every mass in the set counts. The rest of each row is far smaller, at random places.
+    Tokens equal the reference's."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    g = gen(75)
+    probs = torch.rand(2, vocab, device=DEV, generator=g, dtype=torch.float64)
+    probs[0] *= 2.0**-52
+    probs[1] *= 2.0**-40
+    j = torch.arange(50, device=DEV, dtype=torch.float64)
+    top = torch.stack([2.0 ** -(1 + j), 2.0 ** -(1 + torch.floor(j * 20 / 50)) * (1 + j / 128)])
+    for row in range(2):
+        probs[row, torch.randperm(vocab, device=DEV, generator=g)[:50]] = top[row]
+    probs = probs.float()
+    k = torch.tensor([50, 50], device=DEV, dtype=torch.int32)
+    p = torch.tensor([0.9, 0.99999], device=DEV)
+    assert_samplers_match_reference(("top_k_first", "joint"), probs, k, p, 0.1, many(2, 16), 27, 10)
+
+
 @pytest.mark.parametrize("threads", ["512", "1024"])
 def test_top_k_mask_and_renorm_from_the_list_of_unaligned_rows(threads, monkeypatch):
     """The output written from the level-0 list (fill, then the kept elements at their

@@ -1,0 +1,137 @@
+// Lab AOTINFER_LAB_JOINT_WARP (session 45, compiled, not yet run on a GPU; dev/NOTES.md item
+// 77): in the two-search list kernels (cluster_local_top_k.cuh), rank 0 copies the row's top-k
+// set (at most 64 keys) out of its list and finds the top-p set within it, and draws, with
+// warp 0 alone. Today rank 0 runs a top-k search with masses and a top-p search over the list,
+// each up to three block-wide levels of about six block barriers, then a block-wide draw over
+// the whole list; that is most of the ~3 us joint takes beyond the top-k sampler at 1 x 32000
+// (13.6 against 10.4 us; FlashInfer 9.87).
+//
+// Why the tokens stay the searches' (the reference's too): a search's bin mass is the bin's
+// mantissa sum shifted once by (exponent field + base). Where that shift is not negative for
+// every key of the set, the bin sums equal the sums of each key's mantissa << (field + base)
+// (exact_key_mass), so the set's mass is the top-k search's mass_ge and the largest key whose
+// running mass (keys in descending order) reaches a goal is the top-p search's key. The set
+// is copied in list order, which is row order, and holds every key the draw keeps, so the
+// inverse CDF over it has the list draw's prefix sums. A set of more than 64 keys (ties at
+// t_k), or one whose smallest key sits more than 24 binades below the row's largest (the
+// bin sums would floor), is left to the searches.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+#include "fixed_point.cuh"
+#include "inverse_cdf.cuh"
+#include "philox.cuh"
+#include "radix_threshold.cuh"
+
+namespace aotinfer::sampling {
+
+#ifdef AOTINFER_LAB_JOINT_WARP
+constexpr bool kLabJointWarp = true;
+#else
+constexpr bool kLabJointWarp = false;
+#endif
+
+// Two keys a lane; the list path serves k <= 64 (kLocalListRegion / 2).
+constexpr int kWarpSetMax = 64;
+
+// Rank 0's copy of the top-k set, in its shared memory.
+struct WarpSet {
+  std::uint32_t keys[kWarpSetMax];  // in list (row) order
+  std::uint32_t positions[kWarpSetMax];
+  std::uint32_t sorted[kWarpSetMax];  // the keys, descending
+  std::uint64_t cum[kWarpSetMax];     // the exact masses of sorted[0 .. i]; from the set's size on, its mass
+  int base;                           // the searches' unit (search_mass_base), for exact_row_mass
+  int status;                         // the warp's verdict, for the block
+};
+
+namespace detail {
+
+// A key's mass in the searches' unit `base`, for a key whose shift (field + base) is not
+// negative: exactly what its share of a bin sum comes to.
+__device__ __forceinline__ std::uint64_t exact_key_mass(std::uint32_t key, int base) {
+  if (key == 0u) return 0;
+  return static_cast<std::uint64_t>(FixedPointScale::mantissa(key)) << (FixedPointScale::biased_exponent(key) + base);
+}
+
+// Warp 0: the list's keys >= floor (floor >= 1) with their positions into ws, in list order,
+// 32 entries a step (a ballot places them). Returns how many the list holds; past
+// kWarpSetMax the copy stops, incomplete.
+template <int kEntries>
+__device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t floor, WarpSet& ws) {
+  const unsigned lane = threadIdx.x & 31u;
+  int size = 0;
+  for (int first = 0; first < kEntries && size <= kWarpSetMax; first += 32) {
+    const bool in = prob_key(keys[first + lane]) >= floor;
+    const unsigned ins = __ballot_sync(kFullMask, in);
+    const int at = size + __popc(ins & ((1u << lane) - 1u));
+    if (in && at < kWarpSetMax) {
+      ws.keys[at] = prob_key(keys[first + lane]);
+      ws.positions[at] = positions[first + lane];
+    }
+    size += __popc(ins);
+  }
+  __syncwarp();
+  return size;
+}
+
+// Warp 0: ws.keys[0, size) in descending order into ws.sorted (a key's place: the keys larger,
+// and the equal keys copied before it) and their running exact masses into ws.cum. Returns
+// the set's mass. Every shift must be non-negative (the caller checked the smallest key).
+__device__ __forceinline__ std::uint64_t warp_sort_set(WarpSet& ws, int size, int base) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const std::uint32_t a = lane < size ? ws.keys[lane] : 0u, b = lane + 32 < size ? ws.keys[lane + 32] : 0u;
+  int place_a = 0, place_b = 0;
+  for (int j = 0; j < size; ++j) {  // (the same j in every lane)
+    const std::uint32_t other = __shfl_sync(kFullMask, j < 32 ? a : b, j & 31);
+    place_a += (other > a || (other == a && j < lane)) ? 1 : 0;
+    place_b += (other > b || (other == b && j < lane + 32)) ? 1 : 0;
+  }
+  if (lane < size) ws.sorted[place_a] = a;
+  if (lane + 32 < size) ws.sorted[place_b] = b;
+  __syncwarp();
+  const std::uint32_t s0 = 2 * lane < size ? ws.sorted[2 * lane] : 0u;
+  const std::uint32_t s1 = 2 * lane + 1 < size ? ws.sorted[2 * lane + 1] : 0u;
+  const std::uint64_t q1 = exact_key_mass(s1, base);
+  const std::uint64_t inclusive = warp_inclusive_scan(exact_key_mass(s0, base) + q1);
+  ws.cum[2 * lane] = inclusive - q1;
+  ws.cum[2 * lane + 1] = inclusive;
+  __syncwarp();
+  return __shfl_sync(kFullMask, inclusive, 31);
+}
+
+// Warp 0: the largest key of the set whose running mass reaches `goal` (at most the set's
+// mass): the key at the first place where ws.cum reaches it. Equal keys share a running mass
+// at their last place, and every larger key's ends before, short of the goal.
+__device__ __forceinline__ std::uint32_t warp_key_reaching(const WarpSet& ws, std::uint64_t goal) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int holder = __ffs(__ballot_sync(kFullMask, ws.cum[2 * lane + 1] >= goal)) - 1;
+  return ws.sorted[2 * holder + (ws.cum[2 * holder] >= goal ? 0 : 1)];
+}
+
+// Warp 0: the token of the inverse CDF over the set's keys >= min_key in list order, in the
+// draw's unit of the row's largest key max_key (draw_from_local_list's: the list's other
+// entries are below min_key, so the prefix sums are the same). -1: nothing to draw.
+__device__ __forceinline__ std::int64_t warp_draw_from_set(const WarpSet& ws, int size, std::uint32_t min_key,
+                                                           std::uint32_t max_key, std::int64_t n,
+                                                           const RowRandom& rng) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const FixedPointScale fx = FixedPointScale::of(max_key, n);
+  auto mass = [&](int i) -> std::uint64_t {
+    const std::uint32_t key = i < size ? ws.keys[i] : 0u;
+    return key != 0u && key >= min_key ? fx.mass(key) : 0;
+  };
+  const std::uint64_t q0 = mass(2 * lane), own = q0 + mass(2 * lane + 1);
+  const std::uint64_t inclusive = warp_inclusive_scan(own);
+  const std::uint64_t total = __shfl_sync(kFullMask, inclusive, 31);
+  if (total == 0) return -1;
+  const std::uint64_t target = __umul64hi(draw_word(rng, 0), total);  // < total
+  const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
+  const std::uint64_t rest = target - __shfl_sync(kFullMask, inclusive - own, holder);
+  return ws.positions[2 * holder + (rest < __shfl_sync(kFullMask, q0, holder) ? 0 : 1)];
+}
+
+}  // namespace detail
+
+}  // namespace aotinfer::sampling
