@@ -21,12 +21,19 @@ from bench_common import rotation_graph_us, rotations  # noqa: E402
 from bench_sampling import make_probs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sweep_sampling import CALLS  # noqa: E402
+from sweep_sampling import CALLS, S  # noqa: E402
 
 import aotinfer  # noqa: E402
 
-# sweep_sampling's calls (explicit seed), and the one renorm it lacks.
-OPS = {**CALLS, "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50)}
+# sweep_sampling's calls (explicit seed), the one renorm it lacks, and top-k then top-p (the
+# two-search kernels' other mode).
+OPS = {
+    **CALLS,
+    "top_k_renorm": lambda p: aotinfer.top_k_renorm_probs(p, 50),
+    "top_k_first": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
+        p, 50, 0.9, filter_apply_order="top_k_first", **S
+    ),
+}
 
 
 def main():
