@@ -332,23 +332,24 @@ constexpr std::int64_t kSetUndecided = -3;
 enum WarpSetStatus : int { kSetDrawn, kSetNeedsExactMass, kSetLeftToSearches };
 
 template <int kCtas, typename Sh>
-__device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_keys, const std::uint32_t* list_positions,
-                                                             const float* x, std::int64_t n, const FilterParams& f,
-                                                             std::int64_t row, std::int32_t k, double row_sum,
-                                                             const RowRandom& rng, Sh& sh) {
+__device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_keys,
+                                                             const std::uint32_t* list_positions, const float* x,
+                                                             std::int64_t n, const FilterParams& f, std::int64_t row,
+                                                             std::int32_t k, double row_sum, const RowRandom& rng,
+                                                             Sh& sh) {
   __shared__ WarpSet ws;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   const float fraction = fmaxf(p, 0.f);
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
-  const std::uint32_t floor = max(local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), 1u);
+  const std::uint32_t set_floor = max(local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), 1u);
   std::int64_t token = -1;
   int size = 0;
   std::uint32_t max_key = 0u;
   std::uint64_t mass_k = 0;
   if (threadIdx.x < 32) {
-    size = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, floor, ws);
+    size = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
     WarpSetStatus status = kSetDrawn;
-    std::uint32_t min_key = floor;
+    std::uint32_t min_key = set_floor;
     if (size > kWarpSetMax) {
       status = kSetLeftToSearches;
     } else if (size > 0) {
@@ -389,7 +390,7 @@ __device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_k
   if (status == kSetNeedsExactMass) {
     const std::uint64_t goal = mass_goal(fraction, exact_row_mass(x, n, ws.base, sh));
     if (threadIdx.x < 32) {
-      token = warp_draw_from_set(ws, size, mass_k < goal ? floor : warp_key_reaching(ws, goal), max_key, n, rng);
+      token = warp_draw_from_set(ws, size, mass_k < goal ? set_floor : warp_key_reaching(ws, goal), max_key, n, rng);
     }
   }
   return token;

@@ -55,15 +55,15 @@ __device__ __forceinline__ std::uint64_t exact_key_mass(std::uint32_t key, int b
   return static_cast<std::uint64_t>(FixedPointScale::mantissa(key)) << (FixedPointScale::biased_exponent(key) + base);
 }
 
-// Warp 0: the list's keys >= floor (floor >= 1) with their positions into ws, in list order,
+// Warp 0: the list's keys >= set_floor (>= 1) with their positions into ws, in list order,
 // 32 entries a step (a ballot places them). Returns how many the list holds; past
 // kWarpSetMax the copy stops, incomplete.
 template <int kEntries>
-__device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t floor, WarpSet& ws) {
+__device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t set_floor, WarpSet& ws) {
   const unsigned lane = threadIdx.x & 31u;
   int size = 0;
   for (int first = 0; first < kEntries && size <= kWarpSetMax; first += 32) {
-    const bool in = prob_key(keys[first + lane]) >= floor;
+    const bool in = prob_key(keys[first + lane]) >= set_floor;
     const unsigned ins = __ballot_sync(kFullMask, in);
     const int at = size + __popc(ins & ((1u << lane) - 1u));
     if (in && at < kWarpSetMax) {
