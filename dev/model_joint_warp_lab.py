@@ -63,23 +63,24 @@ def popc(x):
 
 
 def warp_copy_set(keys, positions, floor, entries):
+    """Steps of 128 entries, four a lane (entries 4 lane .. 4 lane + 3), four ballots a step."""
     size = 0
     ws_keys = [None] * 64
     ws_pos = [None] * 64
-    first = 0
-    while first < entries and size <= 64:
-        ins = 0
+    for first in range(0, entries, 128):
+        k = [[key_of(keys[first + 4 * lane + j]) for j in range(4)] for lane in range(32)]
+        ins = [sum(1 << lane for lane in range(32) if k[lane][j] >= floor) for j in range(4)]
         for lane in range(32):
-            if key_of(keys[first + lane]) >= floor:
-                ins |= 1 << lane
-        for lane in range(32):
-            if ins >> lane & 1:
-                at = size + popc(ins & ((1 << lane) - 1))
+            before = (1 << lane) - 1
+            at = size + sum(popc(ins[j] & before) for j in range(4))
+            for j in range(4):
+                if k[lane][j] < floor:
+                    continue
                 if at < 64:
-                    ws_keys[at] = key_of(keys[first + lane])
-                    ws_pos[at] = positions[first + lane]
-        size += popc(ins)
-        first += 32
+                    ws_keys[at] = k[lane][j]
+                    ws_pos[at] = positions[first + 4 * lane + j]
+                at += 1
+        size += sum(popc(b) for b in ins)
     return size, ws_keys, ws_pos
 
 

@@ -14,7 +14,8 @@
 // is copied in list order, which is row order, and holds every key the draw keeps, so the
 // inverse CDF over it has the list draw's prefix sums. A set of more than 64 keys (ties at
 // t_k), or one whose smallest key sits more than 24 binades below the row's largest (the
-// bin sums would floor), is left to the searches.
+// bin sums would floor), is left to the searches. dev/model_joint_warp_lab.py models these
+// steps lane by lane and checks them, and the verdict against the searches', on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -55,22 +56,42 @@ __device__ __forceinline__ std::uint64_t exact_key_mass(std::uint32_t key, int b
   return static_cast<std::uint64_t>(FixedPointScale::mantissa(key)) << (FixedPointScale::biased_exponent(key) + base);
 }
 
-// Warp 0: the list's keys >= set_floor (>= 1) with their positions into ws, in list order,
-// 32 entries a step (a ballot places them). Returns how many the list holds; past
-// kWarpSetMax the copy stops, incomplete.
+// Warp 0: the list's keys >= set_floor (>= 1) with their positions into ws, in list order.
+// A step reads 128 entries, four a lane as one float4 (entries 4 lane .. 4 lane + 3), and four
+// ballots place them: an entry's place counts the kept entries of the lanes before and its
+// own before it. The steps depend on one another only through the running count, so two
+// steps' loads are in flight at a time (a ballot a 32-entry step, with a test of the count
+// ending the loop, waited for each load in turn); unrolled further, the code a single row's
+// launch must fetch grows by ~1.6 KB a step. Returns how many the list holds; past
+// kWarpSetMax the copy is incomplete.
 template <int kEntries>
 __device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t set_floor, WarpSet& ws) {
+  static_assert(kEntries % 128 == 0, "whole steps of 128 entries");
   const unsigned lane = threadIdx.x & 31u;
+  const unsigned before = (1u << lane) - 1u;  // the lanes before this one
   int size = 0;
-  for (int first = 0; first < kEntries && size <= kWarpSetMax; first += 32) {
-    const bool in = prob_key(keys[first + lane]) >= set_floor;
-    const unsigned ins = __ballot_sync(kFullMask, in);
-    const int at = size + __popc(ins & ((1u << lane) - 1u));
-    if (in && at < kWarpSetMax) {
-      ws.keys[at] = prob_key(keys[first + lane]);
-      ws.positions[at] = positions[first + lane];
+#pragma unroll 2
+  for (int first = 0; first < kEntries; first += 128) {
+    // A list entry is 0 (empty) or a listed key (positive and finite), so its bits are its key.
+    const float4 q = reinterpret_cast<const float4*>(keys + first)[lane];
+    const std::uint32_t k[4] = {__float_as_uint(q.x), __float_as_uint(q.y), __float_as_uint(q.z),
+                                __float_as_uint(q.w)};
+    int at = size;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned ins = __ballot_sync(kFullMask, k[j] >= set_floor);
+      at += __popc(ins & before);
+      size += __popc(ins);
     }
-    size += __popc(ins);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (k[j] < set_floor) continue;
+      if (at < kWarpSetMax) {
+        ws.keys[at] = k[j];
+        ws.positions[at] = positions[first + 4 * static_cast<int>(lane) + j];
+      }
+      ++at;
+    }
   }
   __syncwarp();
   return size;
