@@ -13,9 +13,10 @@
 // running mass (keys in descending order) reaches a goal is the top-p search's key. The set
 // is copied in list order, which is row order, and holds every key the draw keeps, so the
 // inverse CDF over it has the list draw's prefix sums. A set of more than 64 keys (ties at
-// t_k), or one whose smallest key sits more than 24 binades below the row's largest (the
-// bin sums would floor), is left to the searches. dev/model_joint_warp_lab.py models these
-// steps lane by lane and checks them, and the verdict against the searches', on the CPU.
+// t_k), or one whose smallest key sits more than S - 24 binades below the row's largest (24
+// at vocab 32000, 22 at 128256: the bin sums would floor), is left to the searches.
+// dev/model_joint_warp_lab.py models these steps lane by lane and checks them, and the
+// verdict against the searches', on the CPU.
 #pragma once
 
 #include <cstdint>
