@@ -96,6 +96,19 @@ __device__ __forceinline__ T warp_inclusive_scan(T v) {
   return v;
 }
 
+// Where a target below the warp's total falls among the lanes' values `own` (inclusive: their
+// warp_inclusive_scan): the first lane whose running sum exceeds it, and how far into that
+// lane's own value it lies.
+struct WarpCrossing {
+  int lane;
+  std::uint64_t rest;
+};
+__device__ __forceinline__ WarpCrossing warp_crossing(std::uint64_t own, std::uint64_t inclusive,
+                                                      std::uint64_t target) {
+  const int lane = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
+  return WarpCrossing{lane, target - __shfl_sync(kFullMask, inclusive - own, lane)};
+}
+
 // Exclusive prefix sum of one uint64 per thread in thread order; *total gets the block sum.
 inline __device__ std::uint64_t block_exclusive_scan(std::uint64_t v, std::uint64_t* total) {
   __shared__ std::uint64_t warp_sums[32];

@@ -103,8 +103,7 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
 
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
 __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_key, const FixedPointScale& fx) {
-  const std::uint32_t key = prob_key(v);
-  return (key != 0u && key >= min_key) ? fx.mass(key) : 0;
+  return fx.kept_mass(prob_key(v), min_key);
 }
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
@@ -128,8 +127,7 @@ __device__ std::int64_t draw_from_local_list_block(const float* keys, const std:
   std::uint64_t q[kPerThread], own = 0;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const std::uint32_t key = prob_key(keys[first + i]);
-    q[i] = (key != 0u && key >= min_key) ? fx.mass(key) : 0;
+    q[i] = fx.kept_mass(prob_key(keys[first + i]), min_key);
     own += q[i];
   }
   std::uint64_t total;
@@ -190,15 +188,14 @@ __device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::
       const std::uint64_t inclusive = warp_inclusive_scan(own);
       const std::uint64_t total = __shfl_sync(kFullMask, inclusive, 31);
       if (total != 0) {
-        const std::uint64_t target = __umul64hi(draw_word(rng, 0), total);  // < total
-        const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
-        std::uint64_t rest = target - __shfl_sync(kFullMask, inclusive - own, holder);
-        for (int base = holder * kRun; base < (holder + 1) * kRun; base += kChunk) {  // (alike in every lane)
+        const WarpCrossing holder = warp_crossing(own, inclusive, __umul64hi(draw_word(rng, 0), total));
+        std::uint64_t rest = holder.rest;
+        for (int base = holder.lane * kRun; base < (holder.lane + 1) * kRun; base += kChunk) {  // (alike in every lane)
           const std::uint64_t m = lane < kChunk ? list_mass(keys[base + lane], min_key, fx) : 0;
           const std::uint64_t chunk = warp_inclusive_scan(m);
           const std::uint64_t chunk_total = __shfl_sync(kFullMask, chunk, 31);
           if (rest < chunk_total) {
-            token = positions[base + __ffs(__ballot_sync(kFullMask, chunk > rest)) - 1];
+            token = positions[base + warp_crossing(m, chunk, rest).lane];
             break;
           }
           rest -= chunk_total;
@@ -343,23 +340,19 @@ __device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_k
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
   const std::uint32_t set_floor = max(local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), 1u);
   std::int64_t token = -1;
-  int size = 0;
-  std::uint32_t max_key = 0u;
+  CopiedSet set{};
   std::uint64_t mass_k = 0;
   if (threadIdx.x < 32) {
-    size = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
+    set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
+    const int size = set.size;
     WarpSetStatus status = kSetDrawn;
     std::uint32_t min_key = set_floor;
     if (size > kWarpSetMax) {
       status = kSetLeftToSearches;
     } else if (size > 0) {
-      const int lane = static_cast<int>(threadIdx.x);
-      const std::uint32_t a = lane < size ? ws.keys[lane] : 0u, b = lane + 32 < size ? ws.keys[lane + 32] : 0u;
-      max_key = __reduce_max_sync(kFullMask, max(a, b));
-      const std::uint32_t smallest = __reduce_min_sync(kFullMask, min(a ? a : ~0u, b ? b : ~0u));
-      const int base = search_mass_base(max_key >> 23, n);
-      if (lane == 0) ws.base = base;
-      if (p < 1.f && FixedPointScale::biased_exponent(smallest) + base < 0) {
+      const int base = search_mass_base(set.largest >> 23, n);
+      if (threadIdx.x == 0) ws.base = base;
+      if (p < 1.f && FixedPointScale::biased_exponent(set.smallest) + base < 0) {
         status = kSetLeftToSearches;
       } else if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing
         mass_k = warp_sort_set(ws, size, base);
@@ -381,7 +374,7 @@ __device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_k
         }
       }
     }
-    if (status == kSetDrawn && size > 0) token = warp_draw_from_set(ws, size, min_key, max_key, n, rng);
+    if (status == kSetDrawn && size > 0) token = warp_draw_from_set(ws, size, min_key, set.largest, n, rng);
     if (threadIdx.x == 0) ws.status = status;
   }
   __syncthreads();
@@ -390,7 +383,8 @@ __device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_k
   if (status == kSetNeedsExactMass) {
     const std::uint64_t goal = mass_goal(fraction, exact_row_mass(x, n, ws.base, sh));
     if (threadIdx.x < 32) {
-      token = warp_draw_from_set(ws, size, mass_k < goal ? set_floor : warp_key_reaching(ws, goal), max_key, n, rng);
+      const std::uint32_t min_key = mass_k < goal ? set_floor : warp_key_reaching(ws, goal);
+      token = warp_draw_from_set(ws, set.size, min_key, set.largest, n, rng);
     }
   }
   return token;

@@ -77,6 +77,10 @@ struct FixedPointScale {
   __device__ __forceinline__ std::uint64_t mass(std::uint32_t key) const {
     return __float2ull_rz(__fmul_rn(__fmul_rn(__uint_as_float(key), half_scale), rest_scale));
   }
+  // A draw's mass of `key`: mass() where the key takes part and is kept (>= min_key), else 0.
+  __device__ __forceinline__ std::uint64_t kept_mass(std::uint32_t key, std::uint32_t min_key) const {
+    return (key != 0u && key >= min_key) ? mass(key) : 0;
+  }
 
   // mass() of a normal key whose product does not underflow (exponent field >= 1 and field +
   // base + 150 > 0): then p * 2^(base + 150) is exact and is the key with base + 150 added to

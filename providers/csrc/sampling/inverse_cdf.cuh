@@ -43,7 +43,7 @@ __device__ __forceinline__ std::uint64_t group_masses(const float (&v)[4], std::
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const std::uint32_t k = prob_key(v[j]);
-    q[j] = (k != 0u && k >= min_key) ? fx.mass(k) : 0;
+    q[j] = fx.kept_mass(k, min_key);
     sum += q[j];
   }
   return sum;

@@ -57,20 +57,28 @@ __device__ __forceinline__ std::uint64_t exact_key_mass(std::uint32_t key, int b
   return static_cast<std::uint64_t>(FixedPointScale::mantissa(key)) << (FixedPointScale::biased_exponent(key) + base);
 }
 
+// What warp_copy_set found: how many keys the list holds at or above the floor (past
+// kWarpSetMax the copy is incomplete), and the largest and smallest of them (0 / ~0 if none).
+struct CopiedSet {
+  int size;
+  std::uint32_t largest, smallest;
+};
+
 // Warp 0: the list's keys >= set_floor (>= 1) with their positions into ws, in list order.
 // A step reads 128 entries, four a lane as one float4 (entries 4 lane .. 4 lane + 3), and four
 // ballots place them: an entry's place counts the kept entries of the lanes before and its
 // own before it. The steps depend on one another only through the running count, so two
 // steps' loads are in flight at a time (a ballot a 32-entry step, with a test of the count
 // ending the loop, waited for each load in turn); unrolled further, the code a single row's
-// launch must fetch grows by ~1.6 KB a step. Returns how many the list holds; past
-// kWarpSetMax the copy is incomplete.
+// launch must fetch grows by ~1.6 KB a step.
 template <int kEntries>
-__device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t set_floor, WarpSet& ws) {
+__device__ CopiedSet warp_copy_set(const float* keys, const std::uint32_t* positions, std::uint32_t set_floor,
+                                   WarpSet& ws) {
   static_assert(kEntries % 128 == 0, "whole steps of 128 entries");
   const unsigned lane = threadIdx.x & 31u;
   const unsigned before = (1u << lane) - 1u;  // the lanes before this one
   int size = 0;
+  std::uint32_t largest = 0u, smallest = ~0u;  // this lane's
 #pragma unroll 2
   for (int first = 0; first < kEntries; first += 128) {
     // A list entry is 0 (empty) or a listed key (positive and finite), so its bits are its key.
@@ -87,6 +95,8 @@ __device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (k[j] < set_floor) continue;
+      largest = max(largest, k[j]);
+      smallest = min(smallest, k[j]);
       if (at < kWarpSetMax) {
         ws.keys[at] = k[j];
         ws.positions[at] = positions[first + 4 * static_cast<int>(lane) + j];
@@ -95,7 +105,7 @@ __device__ int warp_copy_set(const float* keys, const std::uint32_t* positions, 
     }
   }
   __syncwarp();
-  return size;
+  return CopiedSet{size, __reduce_max_sync(kFullMask, largest), __reduce_min_sync(kFullMask, smallest)};
 }
 
 // Warp 0: ws.keys[0, size) in descending order into ws.sorted (a key's place: the keys larger,
@@ -140,18 +150,13 @@ __device__ __forceinline__ std::int64_t warp_draw_from_set(const WarpSet& ws, in
                                                            const RowRandom& rng) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const FixedPointScale fx = FixedPointScale::of(max_key, n);
-  auto mass = [&](int i) -> std::uint64_t {
-    const std::uint32_t key = i < size ? ws.keys[i] : 0u;
-    return key != 0u && key >= min_key ? fx.mass(key) : 0;
-  };
+  auto mass = [&](int i) -> std::uint64_t { return fx.kept_mass(i < size ? ws.keys[i] : 0u, min_key); };
   const std::uint64_t q0 = mass(2 * lane), own = q0 + mass(2 * lane + 1);
   const std::uint64_t inclusive = warp_inclusive_scan(own);
   const std::uint64_t total = __shfl_sync(kFullMask, inclusive, 31);
   if (total == 0) return -1;
-  const std::uint64_t target = __umul64hi(draw_word(rng, 0), total);  // < total
-  const int holder = __ffs(__ballot_sync(kFullMask, inclusive > target)) - 1;
-  const std::uint64_t rest = target - __shfl_sync(kFullMask, inclusive - own, holder);
-  return ws.positions[2 * holder + (rest < __shfl_sync(kFullMask, q0, holder) ? 0 : 1)];
+  const WarpCrossing holder = warp_crossing(own, inclusive, __umul64hi(draw_word(rng, 0), total));
+  return ws.positions[2 * holder.lane + (holder.rest < __shfl_sync(kFullMask, q0, holder.lane) ? 0 : 1)];
 }
 
 }  // namespace detail
