@@ -29,6 +29,7 @@ _LAZY_NAMES = {
     "top_p_renorm_probs": "sampling",
     "top_p_sampling_from_probs": "sampling",
     "top_k": "topk",
+    "TopKTieBreak": "topk",
     # attention: decode, paged-KV utilities, merging of attention states
     "BatchDecodeWithPagedKVCacheWrapper": "decode",
     "CUDAGraphBatchDecodeWithPagedKVCacheWrapper": "decode",

@@ -6,6 +6,7 @@ workspace checks, dtype names and scalar scales. Pure torch; importing it touche
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Tuple, Union
 
 import torch
@@ -158,6 +159,8 @@ def scale_value(name: str, value) -> float:
 
 
 def check_head_dim(head_dim: int, what: str = "head_dim") -> int:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+        raise ValueError(f"{what} must be an int, got {head_dim!r}")
     if head_dim not in HEAD_DIMS_BUILT:
         built = ", ".join(str(d) for d in HEAD_DIMS_BUILT)
         raise ValueError(
@@ -182,10 +185,20 @@ def check_window_left(window_left) -> int:
     return window_left
 
 
+def _real(name: str, value) -> float:
+    """float(value), or a ValueError naming the argument (not float()'s own text). A
+    one-element tensor is read as before (float() of it)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a float, got {value!r}")
+    return float(value)
+
+
 def soft_cap_value(logits_soft_cap: Optional[float]) -> float:
     if logits_soft_cap is None:
         return 0.0
-    cap = float(logits_soft_cap)
+    cap = _real("logits_soft_cap", logits_soft_cap)
     if not (cap >= 0 and math.isfinite(cap)):
         raise ValueError(
             f"logits_soft_cap must be >= 0 and finite (0 or None: off), got {logits_soft_cap!r}"
@@ -196,7 +209,7 @@ def soft_cap_value(logits_soft_cap: Optional[float]) -> float:
 def positive_float(name: str, value: Optional[float], default: float) -> float:
     if value is None:
         return default
-    v = float(value)
+    v = _real(name, value)
     if not (v > 0 and math.isfinite(v)):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
     return v

@@ -101,17 +101,18 @@ def alibi_slopes(num_qo_heads: int, device: torch.device) -> torch.Tensor:
     return t
 
 
-def plan_options(positional: tuple, kwargs: dict) -> dict:
-    """Merge legacy positional options and keywords into one dict with defaults."""
+def plan_options(positional: tuple, kwargs: dict, method: str = _PLAN_NAME) -> dict:
+    """Merge legacy positional options and keywords into one dict with defaults (``method``:
+    the caller's name, for the messages)."""
     names = [n for n, _ in PLAN_OPTIONS]
     if len(positional) > len(names):
         raise TypeError(
-            f"{_PLAN_NAME} accepts at most {len(names)} deprecated optional positional "
+            f"{method} accepts at most {len(names)} deprecated optional positional "
             f"arguments after page_size; got {len(positional)}"
         )
     for key in kwargs:
         if key not in names:
-            raise TypeError(f"{_PLAN_NAME} got an unexpected keyword argument '{key}'")
+            raise TypeError(f"{method} got an unexpected keyword argument '{key}'")
     opts = dict(PLAN_OPTIONS)
     if positional:
         warnings.warn(
@@ -138,10 +139,17 @@ def _int_vector(name: str, t) -> torch.Tensor:
 def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
     """Checks the page table on host copies (may sync).
 
+    Page ids are checked (``0 <= id < 2**31``) only where ``indices`` is a CPU tensor: on the
+    device that would be one more synchronisation in every plan(), which would stall a
+    serving loop that plans step t+1 while the GPU runs step t. Ids on the device go
+    unchecked, and the decode kernels clamp them into the cache (a bad id reads a wrong
+    page, never outside the cache).
+
     Returns
     -------
-    (indptr, last_page_len, pages, kv_lens)
-        int64 CPU tensors: ``(B+1,)``, ``(B,)``, pages and keys per request.
+    (indptr, last_page_len, pages, kv_lens, max_page_id)
+        int64 CPU tensors: ``(B+1,)``, ``(B,)``, pages and keys per request; the largest
+        page id the table uses, or -1 where ``indices`` is on the device (unchecked).
     """
     _int_vector("indptr", indptr)
     _int_vector("indices", indices)
@@ -170,6 +178,17 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
         raise ValueError(
             f"indptr[-1] = {int(indptr_h[-1])} pages but indices has only {indices.numel()} entries"
         )
+    max_page_id = -1
+    if indices.device.type == "cpu" and int(indptr_h[-1]) > 0:
+        used = indices[: int(indptr_h[-1])]
+        low, high = int(used.min()), int(used.max())
+        if low < 0 or high >= 1 << 31:
+            bad_id = low if low < 0 else high
+            at = int(torch.nonzero(used == bad_id)[0])
+            raise ValueError(
+                f"indices must hold page ids in [0, 2**31), got {bad_id} at indices[{at}]"
+            )
+        max_page_id = high
     bad = (last_h < 1) | (last_h > page_size)
     if bool(bad.any()):
         b = int(torch.nonzero(bad)[0])
@@ -184,7 +203,7 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
             f"request {b} has kv_len {int(kv_lens[b])} < q_len_per_req {q_len}; every query "
             "row needs its own key in the cache"
         )
-    return indptr_h, last_h, pages, kv_lens
+    return indptr_h, last_h, pages, kv_lens, max_page_id
 
 
 def check_plan_options(num_qo_heads, num_kv_heads, head_dim, page_size, opts, use_tensor_cores):
@@ -277,7 +296,7 @@ def check_q(p, q, device: torch.device) -> None:
     if dim != p.head_dim:
         raise ValueError(f"q has head_dim {dim} but plan() used head_dim={p.head_dim}")
     if rows != p.rows:
-        if rows % p.batch == 0:
+        if rows > 0 and rows % p.batch == 0:
             raise ValueError(
                 f"q implies q_len_per_req={rows // p.batch} but plan() used {p.q_len}; "
                 "re-plan with the matching q_len_per_req."
@@ -321,6 +340,11 @@ def check_cache(
         )
     if dim != p.head_dim:
         raise ValueError(f"paged_kv_cache has head_dim {dim} but plan() used head_dim={p.head_dim}")
+    if k_cache.size(0) <= p.max_page_id:
+        raise ValueError(
+            f"paged_kv_cache has {k_cache.size(0)} pages but the page table of plan() uses "
+            f"page id {p.max_page_id}"
+        )
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("paged_kv_cache must have a contiguous last (head_dim) dimension")
     return k_cache, v_cache

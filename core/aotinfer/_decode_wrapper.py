@@ -62,6 +62,7 @@ class _Plan:
     indices: torch.Tensor
     last_page_len: torch.Tensor
     alibi_slopes: torch.Tensor
+    max_page_id: int = -1  # the table's largest page id; -1: on the device, unchecked
     partial_out: Optional[torch.Tensor] = None
     partial_lse: Optional[torch.Tensor] = None
     # Precomputed for run()'s hot path: expected shapes, the scalars without per-call
@@ -223,6 +224,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
             if not buf.is_contiguous():
                 raise ValueError(f"{name} must be contiguous")
         self._fixed_batch_size = self._paged_kv_last_page_len_buf.numel()
+        if self._fixed_batch_size < 1:
+            raise ValueError(
+                "paged_kv_last_page_len_buffer must hold batch_size >= 1 entries (the batch "
+                "is fixed in cudagraph mode), got 0"
+            )
         if self._paged_kv_indptr_buf.numel() != self._fixed_batch_size + 1:
             raise ValueError("The size of paged_kv_indptr_buffer should be batch_size + 1")
         if self._paged_kv_indices_buf.numel() < 1:
@@ -352,7 +358,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         indptr : torch.Tensor
             ``(batch_size + 1,)`` int32: request b owns ``indices[indptr[b]:indptr[b+1]]``.
         indices : torch.Tensor
-            ``(indptr[-1],)`` int32 page ids.
+            ``(indptr[-1],)`` int32 page ids, each in ``[0, num_pages)`` of the cache run()
+            gets. Checked here (and against the cache in run()) where ``indices`` is a CPU
+            tensor; on the device they go unchecked (a check would synchronise every plan)
+            and the kernels clamp them into the cache.
         last_page_len : torch.Tensor
             ``(batch_size,)`` int32, each in ``[1, page_size]``; request b holds
             ``page_size * (pages_b - 1) + last_page_len[b]`` keys.
@@ -375,7 +384,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         q_dtype, kv_dtype, o_dtype, q_len = _c.check_plan_options(
             num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
         )
-        indptr_h, last_h, pages, kv_lens = _c.host_page_table(
+        indptr_h, last_h, pages, kv_lens, max_page_id = _c.host_page_table(
             indptr, indices, last_page_len, page_size, q_len
         )
         batch = indptr_h.numel() - 1
@@ -448,6 +457,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             indices=d_indices,
             last_page_len=d_last,
             alibi_slopes=_c.alibi_slopes(num_qo_heads, self.device),
+            max_page_id=max_page_id,
         )
         if split.max_splits > 1:
             plan.partial_out, plan.partial_lse = _plan.carve_partials(
@@ -549,11 +559,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
     ) -> Tuple[int, int]:
         """``(float_bytes, int_bytes)`` this wrapper's ``plan`` would use for these
         arguments if the workspace were unlimited (int_bytes is 0: no int workspace)."""
-        opts = _c.plan_options((), kwargs)
+        opts = _c.plan_options((), kwargs, "BatchDecodeWithPagedKVCacheWrapper.workspace_size()")
         _, _, _, q_len = _c.check_plan_options(
             num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
         )
-        indptr_h, _, pages, _ = _c.host_page_table(indptr, indices, last_page_len, page_size, q_len)
+        indptr_h, _, pages, _, _ = _c.host_page_table(
+            indptr, indices, last_page_len, page_size, q_len
+        )
         batch = indptr_h.numel() - 1
         rows = batch * q_len
         split = self._split(
@@ -718,7 +730,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         k_view = None
         if isinstance(cache, torch.Tensor) and cache.dtype is p.kv_dtype:
             shape, strides = cache.shape, cache.stride()
-            if shape[1:] == p.cache_tail and strides[4] == 1 and cache.device == dev:
+            if (
+                shape[1:] == p.cache_tail
+                and strides[4] == 1
+                and shape[0] > p.max_page_id
+                and cache.device == dev
+            ):
                 if prepared and p.prepared is not None:
                     self._launch_prepared(
                         p, q, q_strides, eager, cache, shape, strides, out, lse, scalars, sinks

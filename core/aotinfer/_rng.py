@@ -20,6 +20,8 @@ chain_speculative_sampling ``batch * (n + 1)``.
 
 from __future__ import annotations
 
+import numbers
+import operator
 import struct
 import threading
 from typing import Optional, Tuple, Union
@@ -109,6 +111,22 @@ def get_seed_and_offset(
         CUDA generator: its seed and its offset after the advance. CPU generator: a
         62-bit seed drawn from it, and 0.
     """
+    if isinstance(increment, bool) or not isinstance(increment, numbers.Integral) or increment < 0:
+        raise ValueError(f"increment must be an int >= 0, got {increment!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    return advance_generator(operator.index(increment), generator, device)
+
+
+def advance_generator(
+    increment: int,
+    generator: Optional[torch.Generator] = None,
+    device: Union[torch.device, str, None] = None,
+) -> Tuple[int, int]:
+    """get_seed_and_offset without its argument checks: the samplers' own call, whose
+    arguments are checked already (it runs on every eager call)."""
     gen = generator if generator is not None else default_generator(device)
     if gen.device.type == "cpu":
         seed = torch.randint(0, 1 << CPU_SEED_BITS, (1,), dtype=torch.int64, generator=gen)

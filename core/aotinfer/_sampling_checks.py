@@ -26,6 +26,9 @@ from . import _views
 from .reference.philox import to_int64
 
 INT32_MAX = 2**31 - 1
+_UINT64 = getattr(torch, "uint64", None)
+# Integer dtypes whose values may not fit int32 (per_row_param saturates them).
+_WIDE_INTS = tuple(d for d in (torch.int64, getattr(torch, "uint32", None), _UINT64) if d)
 FILTER_ORDERS = ("top_k_first", "joint")
 
 
@@ -116,6 +119,12 @@ def per_row_param(
             f"{name} tensor must have a floating-point dtype (float32), got "
             f"{_dtype_name(value.dtype)}"
         )
+    if integer and value.dtype in _WIDE_INTS:
+        # Saturate, never wrap: k < 1 and k >= V both mean no filter, so 0 and INT32_MAX
+        # stand for every value beyond them (a wrapping cast turned 2**32 + 1 into top-1).
+        # One more small kernel, for int64 / uint32 / uint64 tensors only.
+        wide = value.view(torch.int64) if value.dtype == _UINT64 else value.to(torch.int64)
+        return wide.clamp(0, INT32_MAX).to(torch.int32)
     return value.to(torch.int32 if integer else torch.float32).contiguous()
 
 
@@ -155,8 +164,33 @@ def unit_interval_arg(
 
 def filter_order_arg(value) -> str:
     if value not in FILTER_ORDERS:
-        raise ValueError(f"Invalid filter_apply_order: {value}")
+        raise ValueError(
+            f"Invalid filter_apply_order: {value}; expected one of "
+            f"{', '.join(repr(o) for o in FILTER_ORDERS)}"
+        )
     return value
+
+
+# The scalar temperatures whose reciprocal is a normal float32: the softmax kernels scale
+# logits by 1 / temperature, which is inf below 2**-128 (0 * inf = NaN at the row's
+# maximum) and subnormal above 2**126 (flushed to 0 where denormals are, -inf * 0 = NaN).
+TEMPERATURE_MIN, TEMPERATURE_MAX = 2.0**-126, 2.0**126
+
+
+def temperature_arg(value) -> float:
+    """softmax's scalar ``temperature``: a real number (numpy scalars too, not bool) in
+    ``[2**-126, 2**126]``, returned as float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"temperature must be a positive float or a 1-D float tensor, got {_kind(value)}"
+        )
+    t = float(value)
+    if not TEMPERATURE_MIN <= t <= TEMPERATURE_MAX:  # also refuses NaN
+        raise ValueError(
+            "temperature must be in [2**-126, 2**126] (positive, its reciprocal a normal "
+            f"float32: the kernels scale by 1 / temperature), got {value!r}"
+        )
+    return t
 
 
 def generator_arg(generator, device: torch.device) -> Optional[torch.Generator]:
@@ -199,15 +233,15 @@ USE_GENERATOR = RandomArgs(use_generator=True)  # frozen: one instance serves ev
 
 
 def _seed_tensor(name: str, t: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
+    # FlashInfer's texts, then what was given.
     if t.device != device:
-        raise ValueError(f"{name} tensor must be on {device}")
-    uint64 = getattr(torch, "uint64", None)
-    if t.dtype not in (torch.int64, uint64):
-        raise ValueError(f"{name} tensor must be int64/uint64")
+        raise ValueError(f"{name} tensor must be on {device}, got {t.device}")
+    if t.dtype not in (torch.int64, _UINT64):
+        raise ValueError(f"{name} tensor must be int64/uint64, got {_dtype_name(t.dtype)}")
     if t.dim() != 1:
-        raise ValueError(f"{name} tensor must be 1D")
+        raise ValueError(f"{name} tensor must be 1D, got {t.dim()}-D of shape {tuple(t.shape)}")
     if t.size(0) not in (1, batch):
-        raise ValueError(f"{name} tensor length must be 1 or {batch}")
+        raise ValueError(f"{name} tensor length must be 1 or {batch}, got {t.size(0)}")
     t = t.contiguous()
     return t if t.dtype == torch.int64 else t.view(torch.int64)
 

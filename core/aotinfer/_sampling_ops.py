@@ -188,7 +188,7 @@ def _sample_impl(
         batch, out_dtype = indices.size(0), indices.dtype
     if use_generator:
         increment = increment_for(is_logits, filter_mode, batch, input.size(1))
-        seed, offset = _rng.get_seed_and_offset(increment, generator, device)
+        seed, offset = _rng.advance_generator(increment, generator, device)
     if input.is_cpu:
         s = seed_arr if seed_arr is not None else seed
         o = offset_arr if offset_arr is not None else offset
@@ -378,7 +378,7 @@ def _chain_impl(
     batch, n, _ = draft_probs.shape
     device = draft_probs.device
     if use_generator:
-        seed, offset = _rng.get_seed_and_offset(batch * (n + 1), generator, device)
+        seed, offset = _rng.advance_generator(batch * (n + 1), generator, device)
     if draft_probs.is_cpu:
         out, acc, emi = _ref.chain_speculative_sampling(
             draft_probs,

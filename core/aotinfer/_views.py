@@ -110,16 +110,6 @@ def check_device_supported(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a CUDA or CPU tensor, got device {t.device}")
 
 
-def check_positive_scalar(name: str, value, *, allow_int: bool = True) -> float:
-    """A Python number > 0 and finite, returned as float."""
-    kinds = (int, float) if allow_int else (float,)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ValueError(f"{name} must be a positive float or a tensor, got {value!r}")
-    if not (value > 0 and value != float("inf")):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return float(value)
-
-
 def per_row_tensor(
     name: str, value: torch.Tensor, rows: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:

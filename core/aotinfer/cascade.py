@@ -162,6 +162,11 @@ def merge_states(v: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.
     """
     _check_v("v", v, 4)
     _check_s("s", s, v.shape[:3], v.device)
+    if v.size(1) == 0:
+        raise ValueError(
+            f"v must hold num_states >= 1 states to merge, got shape {tuple(v.shape)} "
+            "(seq_len, num_states, num_heads, head_dim)"
+        )
     n, _, h, d = v.shape
     if _launch.use_reference(v.device):
         vm, sm = _ref.merge_states(v, s)

@@ -47,7 +47,22 @@ def get_seq_lens(
     --------
     >>> aotinfer.get_seq_lens(torch.tensor([0, 3, 4]), torch.tensor([5, 16]), 16)
     tensor([37, 16])
+
+    The shapes, dtypes and devices are checked (FlashInfer's one-liner would broadcast a
+    single ``last_page_len`` over the batch); the values are not, which would need a sync.
     """
+    _views.check_tensor("kv_indptr", kv_indptr, ndim=1, dtypes=_INT_DTYPES)
+    _views.check_tensor(
+        "kv_last_page_len", kv_last_page_len, ndim=1, dtypes=_INT_DTYPES, device=kv_indptr.device
+    )
+    batch = kv_indptr.numel() - 1
+    if kv_last_page_len.numel() != batch:
+        raise ValueError(
+            f"kv_last_page_len must have batch_size = len(kv_indptr) - 1 = {batch} entries, "
+            f"got {kv_last_page_len.numel()}"
+        )
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
     return torch.clamp(kv_indptr[1:] - kv_indptr[:-1] - 1, min=0) * page_size + kv_last_page_len
 
 
@@ -76,8 +91,9 @@ def get_batch_indices_positions(
     -------
     (batch_indices, positions) : (torch.Tensor, torch.Tensor)
         ``(nnz,)`` int32 each: token t of request b gets position
-        ``seq_lens[b] - n_b + (t - append_indptr[b])``; slots at or past
-        ``append_indptr[-1]`` get batch index -1 and position 0.
+        ``seq_lens[b] - n_b + (t - append_indptr[b])``; slots outside
+        ``[append_indptr[0], append_indptr[-1])`` get batch index -1 and position 0 (as
+        FlashInfer's kernel leaves them).
 
     Examples
     --------
@@ -104,7 +120,7 @@ def get_batch_indices_positions(
     token = torch.arange(nnz, dtype=torch.int64, device=device)
     if batch > 0:
         b = torch.searchsorted(ends, token, right=True)  # the request whose range holds t
-        valid = b < batch
+        valid = (b < batch) & (token >= append_indptr[0])  # (no sync: a device compare)
         bc = b.clamp(max=batch - 1)
         pos = seq_lens.to(torch.int64)[bc] - ends[bc] + token
         b_out = torch.where(valid, b, torch.full_like(b, -1)).to(torch.int32)
@@ -147,8 +163,11 @@ def append_paged_kv_cache(
 
     Token t goes to request ``b = batch_indices[t]`` at position ``p = positions[t]``: page
     ``kv_indices[kv_indptr[b] + p // page_size]``, slot ``p % page_size``. The page table must
-    already include the appended tokens (grow it first); index values are not checked on
-    the device.
+    already include the appended tokens (grow it first). Index values are not checked on the
+    host (that would synchronise): a token the table cannot place (batch index outside
+    ``[0, batch_size)``, such as the -1 padding slots of :func:`get_batch_indices_positions`,
+    a negative position, a position past the request's pages, a page id outside the cache)
+    is skipped, never written, on the GPU and on the CPU alike.
 
     Parameters
     ----------

@@ -123,7 +123,7 @@ def _temperature(temperature, logits: torch.Tensor) -> Tuple[float, Optional[tor
         return 1.0, _views.per_row_tensor(
             "temperature", temperature, logits.size(0), logits.device, torch.float32
         )
-    return _views.check_positive_scalar("temperature", temperature), None
+    return _checks.temperature_arg(temperature), None
 
 
 def softmax(
@@ -140,9 +140,12 @@ def softmax(
         cast to float32). Any vocabulary size; the last dimension need not be a multiple of
         anything.
     temperature : float or torch.Tensor, optional
-        ``None`` (1.0), a positive float for every row, or a ``(batch_size,)`` float tensor
-        with one temperature per row (values are not checked on the device; a zero or
-        negative temperature gives inf/NaN rows).
+        ``None`` (1.0), a float in ``[2**-126, 2**126]`` for every row (its reciprocal, by
+        which the kernels scale, a normal float32), or a ``(batch_size,)`` float tensor
+        with one temperature per row (values are not checked on the device; a zero,
+        negative or out-of-range temperature gives inf/NaN rows). As in
+        ``torch.softmax(logits / temperature)``, a row whose scaled logits overflow float32
+        comes out NaN.
     enable_pdl : bool, optional
         Programmatic dependent launch (lets the kernel start while the previous one in the
         stream finishes). ``None``: on for compute capability 9.0 and newer.
@@ -713,6 +716,13 @@ def chain_speculative_sampling(
     emitted = _count_tensor(
         "maybe_output_emitted_draft_token_num", maybe_output_emitted_draft_token_num, batch, device
     )
+    if batch and not torch.compiler.is_compiling():  # (fake tensors have no addresses)
+        # Both counters are added to in place, so one buffer for both would get both sums.
+        if abs(accepted.data_ptr() - emitted.data_ptr()) < batch * accepted.element_size():
+            raise ValueError(
+                "maybe_output_accepted_token_num and maybe_output_emitted_draft_token_num "
+                "must be separate tensors (both are added to in place), got overlapping ones"
+            )
     rnd = _checks.random_args(seed, offset, device, batch)
     gen = _checks.generator_arg(generator, device)
     out = _ops.chain_speculative(

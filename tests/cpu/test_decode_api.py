@@ -129,6 +129,10 @@ def test_cuda_graph_constructor_errors():
         aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip[:4], ix, lp)
     with pytest.raises(ValueError, match="must have dtype int32"):
         aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip.long(), ix, lp)
+    with pytest.raises(
+        ValueError, match=re.escape("paged_kv_last_page_len_buffer must hold batch_size >= 1")
+    ):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip[:1], ix, lp[:0])
     w = aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip, ix, lp)
     assert w.is_cuda_graph_enabled and not w.use_tensor_cores
 
@@ -246,6 +250,57 @@ def test_plan_page_table_errors():
             _plan(table=table)
 
 
+def test_plan_checks_page_ids_on_the_host_and_run_against_the_cache():
+    """Page ids of a CPU table are checked in plan() (no sync) and against the cache's page
+    count in run(); on CPU they used to wrap (-1 read the last page) or fail inside the
+    reference, and 2**32 + 4 was cut to page 4."""
+    i32 = dict(dtype=torch.int32)
+    indptr, last = torch.tensor([0, 2, 5], **i32), torch.tensor([3, 4], **i32)
+    for ids, bad, at in (([0, 1, 2, 3, -1], -1, 4), ([0, 2**32 + 4, 1, 2, 3], 2**32 + 4, 1)):
+        with pytest.raises(
+            ValueError, match=re.escape(f"page ids in [0, 2**31), got {bad} at indices[{at}]")
+        ):
+            _plan(table=(indptr, torch.tensor(ids), last))
+    # Ids past indptr[-1] are not part of the table: not checked.
+    w = _plan(table=(indptr, torch.tensor([0, 1, 2, 3, 4, -7], **i32), last))
+    q, cache, *_ = make_batch([1, 17, 40])
+    w.run(q[:2], cache)  # 5 pages used, the cache holds 10
+    w = _plan(table=(indptr, torch.tensor([0, 1, 2, 3, 40], **i32), last))
+    for c in (cache, (cache[:, 0], cache[:, 1])):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                f"paged_kv_cache has {cache.size(0)} pages but the page table of plan() uses "
+                "page id 40"
+            ),
+        ):
+            w.run(q[:2], c)
+
+
+def test_plan_head_dim_must_be_an_int():
+    with pytest.raises(ValueError, match="head_dim must be an int, got 64.0"):
+        _plan(d=64.0)
+
+
+def test_non_numeric_scalars_are_named():
+    for name in ("logits_soft_cap", "sm_scale", "rope_scale", "rope_theta"):
+        with pytest.raises(ValueError, match=f"{name} must be a float, got 'x'"):
+            _plan(**{name: "x"})
+
+
+def test_workspace_size_names_itself_in_its_errors():
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    _, _, indptr, indices, last = make_batch([1, 17])
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "BatchDecodeWithPagedKVCacheWrapper.workspace_size() got an unexpected keyword "
+            "argument 'windw_left'"
+        ),
+    ):
+        w.workspace_size(indptr, indices, last, HQ, HKV, D, PS, windw_left=3)
+
+
 def test_plan_seq_lens_must_agree_and_block_tables_are_ignored():
     _, _, indptr, indices, last = make_batch([1, 17, 40])
     w = _plan(seq_lens=torch.tensor([1, 17, 40]), block_tables=torch.zeros(3, 3))
@@ -337,6 +392,8 @@ def test_run_q_errors():
         w.run(q[:2], cache)
     with pytest.raises(ValueError, match="q must be a 3-D tensor"):
         w.run(q[0], cache)
+    with pytest.raises(ValueError, match="q has 0 rows but plan\\(\\) was for batch_size 3"):
+        w.run(q[:0], cache)
 
 
 def test_run_cache_errors():

@@ -57,12 +57,15 @@ def _error(pipe, x, **kwargs):
 
 
 @pytest.mark.parametrize("compile", [True, False])
-@pytest.mark.parametrize("temperature", [1, 0, 0.0, -0.5, True, "0.7", None, float("nan")])
+@pytest.mark.parametrize(
+    "temperature", [1, 0, 0.0, -0.5, True, "0.7", None, float("nan"), float("inf")]
+)
 def test_temperature_must_be_positive_float(compile, temperature):
     pipe = LogitsPipe([Temperature(), Softmax()], compile=compile)
     name = "FusedTemperatureSoftmaxOp" if compile else "TemperatureOp"
     assert _error(pipe, _logits(), temperature=temperature) == (
-        f"Error executing operator 0 ({name}): Temperature must be positive float or a tensor array"
+        f"Error executing operator 0 ({name}): Temperature must be positive float or a tensor "
+        f"array, got {temperature!r}"
     )
 
 
@@ -87,7 +90,8 @@ def test_temperature_int_rejected_float_accepted():
 def test_top_k_must_be_positive_int(processors, input_type, name, top_k):
     pipe = LogitsPipe(processors, input_type=input_type)
     assert _error(pipe, torch.softmax(_logits(), -1), top_k=top_k, top_p=0.5) == (
-        f"Error executing operator 0 ({name}): top_k must be a positive integer or a tensor array"
+        f"Error executing operator 0 ({name}): top_k must be a positive integer or a tensor "
+        f"array, got {top_k!r}"
     )
 
 
@@ -103,7 +107,8 @@ def test_top_k_must_be_positive_int(processors, input_type, name, top_k):
 def test_top_p_must_be_in_unit_interval(processors, name, top_p):
     pipe = LogitsPipe(processors, input_type=P)
     assert _error(pipe, torch.softmax(_logits(), -1), top_k=3, top_p=top_p) == (
-        f"Error executing operator 0 ({name}): top_p must be float in (0, 1] or a tensor array"
+        f"Error executing operator 0 ({name}): top_p must be float in (0, 1] or a tensor array, "
+        f"got {top_p!r}"
     )
 
 
@@ -114,7 +119,8 @@ def test_top_p_must_be_in_unit_interval(processors, name, top_p):
 def test_min_p_must_be_in_unit_interval(processors, name, min_p):
     pipe = LogitsPipe(processors)
     assert _error(pipe, torch.softmax(_logits(), -1), min_p=min_p) == (
-        f"Error executing operator 0 ({name}): min_p must be float in (0, 1] or a tensor array"
+        f"Error executing operator 0 ({name}): min_p must be float in (0, 1] or a tensor array, "
+        f"got {min_p!r}"
     )
 
 
@@ -199,6 +205,28 @@ def test_per_row_tensor_checks_of_the_torch_ops(processors, kwarg):
     assert _error(pipe, x, **{kwarg: torch.ones(4, dtype=torch.int32)}) == (
         f"{prefix} tensor must have a floating-point dtype (float32), got int32"
     )
+
+
+@pytest.mark.parametrize("compile", [True, False])
+@pytest.mark.parametrize("processors", [[Temperature()], [MinP()], [Temperature(), Softmax()]])
+def test_torch_ops_need_a_matrix(compile, processors):
+    """A 1-D row with a per-row parameter broadcast into a (V, V) matrix before."""
+    pipe = LogitsPipe(processors, compile=compile)
+    op = type((pipe.compiled_ops if compile else pipe.ops)[0]).__name__
+    for x in (torch.rand(4), torch.rand(2, 3, 4)):
+        message = _error(pipe, x, temperature=torch.ones(4), min_p=torch.full((4,), 0.5))
+        assert message.startswith(f"Error executing operator 0 ({op}): ")
+        assert "must be a 2-D tensor, got" in message
+
+
+def test_processors_must_be_logits_processors():
+    for bad, given in ((5, "int"), (Softmax, "the class Softmax (an instance is Softmax())")):
+        with pytest.raises(ValueError) as e:
+            LogitsPipe([Temperature(), bad])
+        assert str(e.value) == (
+            "processors[1] must be a LogitsProcessor (Temperature(), Softmax(), TopK(), TopP(), "
+            f"MinP(), Sample()), got {given}"
+        )
 
 
 # --- per-row tensors -----------------------------------------------------------------------------

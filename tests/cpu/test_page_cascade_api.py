@@ -33,6 +33,29 @@ def test_get_seq_lens():
     assert got.tolist() == ref_page.get_seq_lens(indptr, last, 16).tolist()
 
 
+def test_get_seq_lens_checks_its_arguments():
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    # One last_page_len for a batch of two would broadcast in FlashInfer's one-liner.
+    with pytest.raises(ValueError, match=r"kv_last_page_len must have batch_size = .* = 2 "):
+        aotinfer.get_seq_lens(i32(0, 3, 4), i32(5), 16)
+    with pytest.raises(ValueError, match="kv_indptr must have dtype int32, int64, got float32"):
+        aotinfer.get_seq_lens(torch.tensor([0.0, 3.0, 4.0]), i32(5, 16), 16)
+    with pytest.raises(ValueError, match="kv_indptr must be a torch.Tensor, got list"):
+        aotinfer.get_seq_lens([0, 3, 4], i32(5, 16), 16)
+    for bad in (0, -16, 16.0, True):
+        with pytest.raises(ValueError, match=f"page_size must be a positive int, got {bad!r}"):
+            aotinfer.get_seq_lens(i32(0, 3, 4), i32(5, 16), bad)
+
+
+def test_get_batch_indices_positions_leaves_slots_before_indptr_0_empty():
+    # FlashInfer's kernel writes only [indptr[0], indptr[-1]): slots 0-1 stay -1 / 0.
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    b, p = aotinfer.get_batch_indices_positions(i32(2, 3, 5), i32(5, 5), 5)
+    assert b.tolist() == [-1, -1, 0, 1, 1] and p.tolist() == [0, 0, 4, 3, 4]
+    want = ref_page.get_batch_indices_positions(i32(2, 3, 5), i32(5, 5), 5)
+    assert b.tolist() == want[0].tolist() and p.tolist() == want[1].tolist()
+
+
 def test_get_batch_indices_positions_documented_example():
     indptr = torch.tensor([0, 1, 3, 6, 10], dtype=torch.int32)
     b, p = aotinfer.get_batch_indices_positions(indptr, torch.tensor([5, 5, 5, 5]), 10)
@@ -155,6 +178,37 @@ def test_append_writes_where_the_page_table_says(layout, tuple_cache):
     _check_appended(c, layout)
     changed = sum(int((a != b).any(-1).sum()) for a, b in zip(before, _halves(c["cache"])))
     assert changed <= 2 * c["nnz"] * 2  # nothing but the appended slots (k and v, 2 heads)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_skips_what_the_page_table_cannot_place(layout):
+    """As the kernel: the -1 padding slots of get_batch_indices_positions, negative
+    positions, positions past a request's pages and page ids outside the cache are skipped,
+    never written (no IndexError halfway, no write into another request's page)."""
+    c = _append_case(layout, tuple_cache=False)
+    seq_lens = aotinfer.get_seq_lens(c["kv_indptr"], c["last"], c["ps"])
+    nnz = c["nnz"]
+    b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, nnz + 3)
+    assert b[nnz:].tolist() == [-1, -1, -1]  # padding
+    hkv, d = c["k"].shape[1:]
+    # Five bad tokens after the padding: negative position, past request 0's pages, batch
+    # index past the batch, and request 2's last page pointing outside the cache (below).
+    b = torch.cat([b, torch.tensor([1, 0, 3, 2], dtype=torch.int32)])
+    p = torch.cat([p, torch.tensor([-1, 4 * c["ps"], 0, c["seq"][2] - 1], dtype=torch.int32)])
+    k = torch.cat([c["k"], _randn((7, hkv, d), 9).to(c["k"].dtype)])
+    v = torch.cat([c["v"], _randn((7, hkv, d), 10).to(c["v"].dtype)])
+    indices = c["kv_indices"].clone()
+    indices[-1] = c["cache"].size(0) + 5  # request 2's last page: outside the cache
+    before = c["cache"].clone()
+    aotinfer.append_paged_kv_cache(
+        k, v, b, p, c["cache"], indices, c["kv_indptr"], c["last"], kv_layout=layout
+    )
+    # Exactly the placeable tokens landed: those of requests 0 and 1 (request 2's one new
+    # token sits on its last page, which now points outside the cache).
+    c["seq"], c["new"] = c["seq"][:2], c["new"][:2]
+    _check_appended(c, layout)
+    changed = int((before != c["cache"]).any(-1).sum())
+    assert changed == 2 * hkv * sum(c["new"])  # k and v, every head, nothing else
 
 
 def test_append_accepts_strided_keys_and_then_decode_reads_them():
@@ -294,6 +348,8 @@ def test_merge_errors():
         aotinfer.merge_states(v, s)
     with pytest.raises(ValueError, match="v_a must have dtype float16, bfloat16, float32"):
         aotinfer.merge_state(v.double(), s, v.double(), s)
+    with pytest.raises(ValueError, match=r"v must hold num_states >= 1 states to merge, got "):
+        aotinfer.merge_states(_randn((5, 0, 4, 16), 3), _randn((5, 0, 4), 4))
 
 
 def test_merge_provider_path(monkeypatch):

@@ -43,9 +43,9 @@ def test_advance_state_rejects_other_state_sizes():
 
 
 class StandInCudaGenerator:
-    """What get_seed_and_offset uses of a CUDA generator, with torch's rules: the state is
-    [seed, offset] as int64, initial_seed() is the seed as uint64, set_offset() refuses
-    offsets that are not multiples of 4."""
+    """What get_seed_and_offset (its unchecked core, advance_generator) uses of a CUDA
+    generator, with torch's rules: the state is [seed, offset] as int64, initial_seed() is
+    the seed as uint64, set_offset() refuses offsets that are not multiples of 4."""
 
     device = torch.device("cuda", 0)
 
@@ -74,8 +74,8 @@ class StandInCudaGenerator:
 
 def test_get_seed_and_offset_advances_a_cuda_generator():
     g = StandInCudaGenerator(77, 8)
-    assert _rng.get_seed_and_offset(10, g) == (77, 20)
-    assert _rng.get_seed_and_offset(1, g) == (77, 24)
+    assert _rng.advance_generator(10, g) == (77, 20)
+    assert _rng.advance_generator(1, g) == (77, 24)
     assert g.state.view(torch.int64).tolist() == [77, 24]
     assert g.state_round_trips == 0  # the offset calls, no state tensors
     assert aotinfer.sampling.get_seed_and_offset is _rng.get_seed_and_offset
@@ -83,12 +83,12 @@ def test_get_seed_and_offset_advances_a_cuda_generator():
 
 def test_get_seed_and_offset_returns_a_64_bit_seed_as_signed_int64():
     g = StandInCudaGenerator(-(2**63) + 5, 0)
-    assert _rng.get_seed_and_offset(4, g) == (-(2**63) + 5, 4)
+    assert _rng.advance_generator(4, g) == (-(2**63) + 5, 4)
 
 
 def test_get_seed_and_offset_with_an_offset_not_a_multiple_of_4():
     g = StandInCudaGenerator(77, 6)  # only set_state can put it there
-    assert _rng.get_seed_and_offset(1, g) == (77, 10)
+    assert _rng.advance_generator(1, g) == (77, 10)
     assert g.state.view(torch.int64).tolist() == [77, 10]
     assert g.state_round_trips == 1
 
@@ -121,7 +121,7 @@ def _record_increments(monkeypatch):
         calls.append(increment)
         return 11, 0
 
-    monkeypatch.setattr(_rng, "get_seed_and_offset", fake)
+    monkeypatch.setattr(_rng, "advance_generator", fake)
     return calls
 
 
@@ -262,3 +262,19 @@ def test_cpu_path_uses_the_drawn_seed_with_offset_zero():
     got = aotinfer.top_k_sampling_from_probs(probs, 20, generator=g)
     want = ref.sample_from_probs(probs, None, 1, 20, seed=seed, offset=0)[0]
     assert torch.equal(got.long(), want)
+
+
+@pytest.mark.parametrize(
+    "increment, generator, message",
+    [
+        (-1, None, "increment must be an int >= 0, got -1"),
+        ("x", None, "increment must be an int >= 0, got 'x'"),
+        (2.0, None, "increment must be an int >= 0, got 2.0"),
+        (True, None, "increment must be an int >= 0, got True"),
+        (4, 5, "generator must be a torch.Generator or None, got int"),
+    ],
+)
+def test_get_seed_and_offset_checks_its_arguments(increment, generator, message):
+    with pytest.raises(ValueError) as e:
+        aotinfer.sampling.get_seed_and_offset(increment, generator, device="cpu")
+    assert str(e.value) == message

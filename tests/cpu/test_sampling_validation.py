@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,6 +135,29 @@ def test_top_k(use):
     use(torch.tensor([0, -1, 32, 99], dtype=torch.int32))
 
 
+WIDE_K = {  # values past int32 that a wrapping cast would turn into small k
+    "int64": [2**32 + 1, -(2**32) + 2, 2, 1],
+    "uint32": [2**32 - 1, 2**31 + 1, 2, 1],
+    "uint64": [2**63 + 1, 2**32 + 2, 2, 1],
+}
+
+
+@pytest.mark.parametrize("dtype_name", list(WIDE_K))
+def test_wide_per_row_top_k_saturates_instead_of_wrapping(dtype_name):
+    """A wrapping int32 cast turned k = 2**32 + 1 into top-1 and -(2**32) + 2 into top-2;
+    both mean no filter (k >= V, k < 1), as 2**32 + 1 does as a Python int."""
+    dtype = getattr(torch, dtype_name, None)
+    if dtype is None:
+        pytest.skip(f"this torch has no {dtype_name}")
+    p = torch.tensor([[0.4, 0.3, 0.2, 0.1]] * 4)
+    k = torch.tensor(WIDE_K[dtype_name], dtype=dtype)
+    got = aotinfer.top_k_renorm_probs(p, k)
+    assert torch.equal(got[:2], p[:2])  # no filter
+    assert torch.equal(got[2:], aotinfer.top_k_renorm_probs(p[2:], torch.tensor([2, 1])))
+    masked = aotinfer.top_k_mask_logits(p.log(), k)
+    assert torch.isfinite(masked[:2]).all() and int(torch.isfinite(masked[3]).sum()) == 1
+
+
 @pytest.mark.parametrize(
     "name,use",
     [*(("top_p", u) for u in TOP_P_USERS.values()), *(("min_p", u) for u in MIN_P_USERS.values())],
@@ -182,16 +206,31 @@ def test_per_row_length_is_the_number_of_source_rows_not_the_batch():
 
 
 def test_filter_apply_order():
-    with raises("Invalid filter_apply_order: top_p_first"):
+    valid = "; expected one of 'top_k_first', 'joint'"
+    with raises("Invalid filter_apply_order: top_p_first" + valid):
         aotinfer.top_k_top_p_sampling_from_probs(PROBS, 3, 0.5, filter_apply_order="top_p_first")
-    with raises("Invalid filter_apply_order: None"):
+    with raises("Invalid filter_apply_order: None" + valid):
         aotinfer.top_k_top_p_sampling_from_logits(LOGITS, 3, 0.5, filter_apply_order=None)
 
 
 def test_softmax_temperature():
-    for bad in (0, -1.0, float("inf")):
-        with raises(f"temperature must be positive and finite, got {bad!r}"):
+    # Out of range: 1 / temperature would not be a normal float32 (NaN rows, not one-hot).
+    for bad in (0, -1.0, float("inf"), float("nan"), 1e-40, 2.0**-127, 1e39, 2.0**127):
+        with raises(
+            "temperature must be in [2**-126, 2**126] (positive, its reciprocal a normal "
+            f"float32: the kernels scale by 1 / temperature), got {bad!r}"
+        ):
             aotinfer.softmax(LOGITS, bad)
+    for bad in (True, "0.7", [0.7]):
+        with raises("temperature must be a positive float or a 1-D float tensor, got"):
+            aotinfer.softmax(LOGITS, bad)
+    # Edges and numpy scalars are accepted, as for top_p / top_k.
+    ref = aotinfer.softmax(LOGITS, 0.7)
+    assert torch.equal(aotinfer.softmax(LOGITS, np.float32(0.7)), ref)
+    assert torch.equal(aotinfer.softmax(LOGITS, np.int64(2)), aotinfer.softmax(LOGITS, 2.0))
+    small = torch.linspace(-1, 1, 50).expand(2, 50)  # |x| / 2**-126 stays finite
+    for edge in (2.0**-126, 2.0**126):
+        assert not torch.isnan(aotinfer.softmax(small, edge)).any()
     with raises("temperature must have length 4 (one per row), got length 3"):
         aotinfer.softmax(LOGITS, torch.ones(3))
 
@@ -214,21 +253,21 @@ def test_seed_and_offset(name, fn, x):
         fn(x, seed=1)
     with raises("got offset alone"):
         fn(x, offset=i64)
-    with raises("seed tensor must be int64/uint64"):
+    with raises("seed tensor must be int64/uint64, got int32"):
         fn(x, seed=i64.int(), offset=i64)
-    with raises("offset tensor must be int64/uint64"):
+    with raises("offset tensor must be int64/uint64, got float32"):
         fn(x, seed=i64, offset=i64.float())
-    with raises("seed tensor must be 1D"):
+    with raises("seed tensor must be 1D, got 2-D of shape (2, 2)"):
         fn(x, seed=i64.reshape(2, 2), offset=i64)
-    with raises("offset tensor must be 1D"):
+    with raises("offset tensor must be 1D, got 0-D of shape ()"):
         fn(x, seed=i64, offset=i64[0])
-    with raises("seed tensor length must be 1 or 4"):
+    with raises("seed tensor length must be 1 or 4, got 3"):
         fn(x, seed=i64[:3], offset=i64)
-    with raises("offset tensor length must be 1 or 4"):
+    with raises("offset tensor length must be 1 or 4, got 5"):
         fn(x, seed=i64, offset=torch.zeros(5, dtype=torch.int64))
-    with raises("seed tensor must be on cpu"):
+    with raises("seed tensor must be on cpu, got meta"):
         fn(x, seed=i64.to("meta"), offset=i64)
-    with raises("offset tensor must be on cpu"):
+    with raises("offset tensor must be on cpu, got meta"):
         fn(x, seed=i64, offset=i64.to("meta"))
     with raises("seed must be an int or a 1-D int64/uint64 tensor, got 1.0 (float)"):
         fn(x, seed=1.0, offset=0)
@@ -320,6 +359,16 @@ def test_chain_speculative_validation():
         f(d, ids.to("meta"), t)
     with raises("target_probs must be a CUDA or CPU tensor, got device meta"):
         f(d, ids, t.to("meta"))
+    # One buffer for both counters would get both sums in each.
+    counters = torch.zeros(3, dtype=torch.int32)
+    for accepted, emitted in ((counters[:2], counters[:2]), (counters[:2], counters[1:])):
+        with raises(
+            "maybe_output_accepted_token_num and maybe_output_emitted_draft_token_num must be "
+            "separate tensors (both are added to in place), got overlapping ones"
+        ):
+            f(d, ids, t, accepted, emitted, seed=1, offset=0)
+    both = torch.zeros(4, dtype=torch.int32)
+    f(d, ids, t, both[:2], both[2:], seed=1, offset=0)  # adjacent, not overlapping
 
 
 def test_top_k_validation():
@@ -334,3 +383,24 @@ def test_top_k_validation():
     with raises("input must be a 2-D tensor"):
         aotinfer.top_k(LOGITS[0], 2)
     assert aotinfer.top_k(LOGITS, 32)[0].shape == (4, 32)
+    for bad in (3, -1, True, "large"):
+        with raises(f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {bad!r}"):
+            aotinfer.top_k(LOGITS, 2, tie_break=bad)
+
+
+@pytest.mark.parametrize("sorted_", [False, True])
+def test_top_k_tie_break(sorted_):
+    """NONE and SMALL keep the smaller indices of a tie at the k-th value, LARGE the larger
+    ones; FlashInfer's enum values and names; dsa_graph_safe is accepted."""
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [5.0, 4.0, 4.0, 4.0, 4.0, -1.0]])
+    tb = aotinfer.TopKTieBreak
+    assert [int(t) for t in tb] == [0, 1, 2] and str(tb.LARGE) == "large"
+    assert aotinfer.topk.TopKTieBreak is tb
+    for mode in (tb.NONE, tb.SMALL, 0, 1):
+        values, idx = aotinfer.top_k(x, 2, sorted=sorted_, tie_break=mode, dsa_graph_safe=True)
+        assert idx.tolist() == [[1, 2], [0, 1]] and values.tolist() == [[3, 3], [5, 4]]
+    values, idx = aotinfer.top_k(x, 2, sorted=sorted_, tie_break=tb.LARGE)
+    # Unsorted: ascending index order; sorted: descending value, equal values by descending
+    # index (the selection runs on the reversed row).
+    assert idx.tolist() == ([[4, 2], [0, 4]] if sorted_ else [[2, 4], [0, 4]])
+    assert torch.equal(values, x.gather(1, idx))

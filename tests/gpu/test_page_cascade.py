@@ -97,6 +97,37 @@ def test_append_matches_reference(layout, page_size, dtype):
         assert torch.equal(g_half.view(torch.uint8), e_half)
 
 
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_skips_tokens_the_page_table_cannot_place(layout):
+    """Padding slots (-1), a negative position, a position past the request's pages, a batch
+    index past the batch, a page id outside the cache and an indptr past the indices: the
+    kernel skips each, never writes or reads outside, and the cache equals the reference's
+    (which skips the same tokens)."""
+    page_size = 16
+    old, new = [0, 5, 100], [3, 17, 2]
+    c = _append_setup(old, new, page_size, layout, torch.bfloat16, seed=5)
+    seq_lens = aotinfer.get_seq_lens(c["indptr"], c["last"], page_size)
+    b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, c["nnz"] + 4)
+    assert b[c["nnz"] :].tolist() == [-1] * 4
+    bad_b = torch.tensor([1, 0, 3, 2], dtype=torch.int32, device=DEV)
+    bad_p = torch.tensor([-1, 4 * page_size, 0, c["seq"][2] - 1], dtype=torch.int32, device=DEV)
+    b, p = torch.cat([b, bad_b]), torch.cat([p, bad_p])
+    g = _gen(6)
+    k = torch.randn(b.numel(), 8, 128, generator=g, device=DEV).bfloat16()
+    v = torch.randn(b.numel(), 8, 128, generator=g, device=DEV).bfloat16()
+    indices = c["indices"].clone()
+    indices[-1] = 1 << 30  # request 2's last page: outside the cache
+    # Request 3 of a longer indptr claims pages past the end of indices.
+    indptr = torch.cat([c["indptr"], c["indptr"][-1:] + 1000])
+    b[-2] = 3  # (the batch-index-past-the-batch token becomes request 3's)
+    expect = tuple(t.clone() for t in unpack_paged_kv_cache(c["cache"], layout))
+    ref_page.append_paged_kv_cache(k, v, b, p, *expect, indices, indptr, layout)
+    aotinfer.append_paged_kv_cache(k, v, b, p, c["cache"], indices, indptr, c["last"], layout)
+    torch.cuda.synchronize()
+    for got, want in zip(unpack_paged_kv_cache(c["cache"], layout), expect):
+        assert torch.equal(got, want)
+
+
 def test_append_strided_keys_then_decode_reads_them_back():
     page_size, layout = 16, "HND"
     old, new = [0, 40, 300, 2047], [5, 1, 17, 1]

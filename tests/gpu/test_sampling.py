@@ -759,6 +759,34 @@ def test_top_k_select_matches_reference(vocab, batch, k, dtype):
     assert torch.equal(aotinfer.top_k(x, k, sorted=True)[0].float(), tv)
 
 
+@pytest.mark.parametrize("vocab,batch", [(111, 5), (32000, 3)])
+def test_top_k_select_tie_break_large(vocab, batch):
+    """tie_break=LARGE keeps the larger indices of a tie at the k-th value (bfloat16: many
+    ties): against the reference path and against the definition."""
+    x = make_logits(batch, vocab, seed=vocab + 7, dtype=torch.bfloat16)
+    k = 50
+    for sorted_ in (False, True):
+        values, indices = aotinfer.top_k(
+            x, k, sorted=sorted_, tie_break=aotinfer.TopKTieBreak.LARGE
+        )
+        want_v, want_i = aotinfer.top_k(x.cpu(), k, sorted=sorted_, tie_break=2)
+        assert torch.equal(indices.cpu(), want_i) and torch.equal(values.cpu(), want_v)
+    rows = x.float().cpu().tolist()
+    for r, row in enumerate(rows):
+        want = sorted(range(vocab), key=lambda i: (-row[i], -i))[:k]
+        assert sorted(indices[r].tolist()) == sorted(want)
+
+
+def test_wide_per_row_top_k_means_no_filter():
+    """int64 per-row k past int32 saturates (k >= V or k < 1: no filter), as on the CPU."""
+    probs = make_probs(4, 32000, seed=11)
+    k = torch.tensor([2**32 + 1, -(2**32) + 2, 50, 1], device=DEV)
+    out = aotinfer.top_k_renorm_probs(probs, k)
+    want = aotinfer.top_k_renorm_probs(probs.cpu(), k.cpu())
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-9)
+    assert bool((out[:2] > 0).all()) and int((out[3] > 0).sum()) == 1
+
+
 def test_top_k_select_nan_ranks_last():
     x = make_logits(2, 300, seed=1)
     x[0, :290] = NAN  # 10 values left: NaN fills the rest of k = 16

@@ -17,6 +17,7 @@ import torch
 
 from .. import sampling
 from .._sampling_checks import per_row_param
+from .._views import check_tensor
 from .op import ParameterizedOp
 from .types import TaggedTensor, TensorType
 
@@ -44,11 +45,12 @@ def _is_real(value: Any) -> bool:
 
 
 def _temperature(value: Any) -> Union[float, torch.Tensor]:
-    """A tensor as is, or a positive Python float (an int such as ``1`` is refused)."""
+    """A tensor as is, or a positive finite Python float (an int such as ``1`` is refused;
+    inf too, as the fused op refuses it: logits / inf turns a row's -inf entries into NaN)."""
     if isinstance(value, torch.Tensor):
         return value
-    if not isinstance(value, float) or not value > 0:
-        raise ValueError("Temperature must be positive float or a tensor array")
+    if not isinstance(value, float) or not 0 < value < float("inf"):
+        raise ValueError(f"Temperature must be positive float or a tensor array, got {value!r}")
     return value
 
 
@@ -57,7 +59,7 @@ def _top_k(value: Any) -> Union[int, torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError("top_k must be a positive integer or a tensor array")
+        raise ValueError(f"top_k must be a positive integer or a tensor array, got {value!r}")
     return value
 
 
@@ -66,15 +68,21 @@ def _unit_fraction(name: str, value: Any) -> Union[float, torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return value
     if not _is_real(value) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be float in (0, 1] or a tensor array")
+        raise ValueError(f"{name} must be float in (0, 1] or a tensor array, got {value!r}")
     return float(value)
 
 
+def _matrix(tensor: TaggedTensor) -> torch.Tensor:
+    """The data of a torch-only op's input, which must be ``(batch_size, vocab_size)`` as
+    the sampling functions require theirs (a 1-D row would broadcast a per-row parameter
+    into a square matrix)."""
+    return check_tensor("the pipe's input", tensor.data, ndim=2)
+
+
 def _row_column(name: str, value: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
-    """A per-row float parameter as a float32 ``(rows, 1)`` column, for the torch-only ops,
-    checked exactly as the sampling functions check theirs."""
-    rows = data.size(0) if data.dim() > 0 else 1
-    return per_row_param(name, value, rows, data.device, integer=False).unsqueeze(-1)
+    """A per-row float parameter as a float32 ``(rows, 1)`` column, for the torch-only ops
+    (``data`` already 2-D), checked exactly as the sampling functions check theirs."""
+    return per_row_param(name, value, data.size(0), data.device, integer=False).unsqueeze(-1)
 
 
 def _sampling_args(op: ParameterizedOp, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -122,7 +130,7 @@ class TemperatureOp(ParameterizedOp):
     def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
         out_type = self._validate_input_type(tensor)
         temperature = _temperature(self._get_param("temperature", kwargs))
-        data = tensor.data
+        data = _matrix(tensor)
         if isinstance(temperature, torch.Tensor):
             scaled = (data / _row_column("temperature", temperature, data)).to(data.dtype)
         else:
@@ -145,7 +153,7 @@ class SoftmaxOp(ParameterizedOp):
 
     def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
         out_type = self._validate_input_type(tensor)
-        return TaggedTensor(torch.softmax(tensor.data, dim=-1), out_type)
+        return TaggedTensor(torch.softmax(_matrix(tensor), dim=-1), out_type)
 
 
 class ProbsTopKOp(ParameterizedOp):
@@ -238,7 +246,7 @@ class MinPOp(ParameterizedOp):
     def __call__(self, tensor: TaggedTensor, **kwargs: Any) -> TaggedTensor:
         out_type = self._validate_input_type(tensor)
         min_p = _unit_fraction("min_p", self._get_param("min_p", kwargs))
-        probs = tensor.data
+        probs = _matrix(tensor)
         if isinstance(min_p, torch.Tensor):
             min_p = _row_column("min_p", min_p, probs)
         kept = probs >= min_p * probs.amax(dim=-1, keepdim=True)

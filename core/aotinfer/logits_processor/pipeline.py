@@ -93,6 +93,17 @@ class LogitsPipe:
                 f"input_type must be TensorType.LOGITS or TensorType.PROBS, got {input_type!r}"
             )
         self.processors: List[LogitsProcessor] = list(processors)
+        for i, p in enumerate(self.processors):
+            if not isinstance(p, LogitsProcessor):
+                given = (
+                    f"the class {p.__name__} (an instance is {p.__name__}())"
+                    if isinstance(p, type)
+                    else type(p).__name__
+                )
+                raise ValueError(
+                    f"processors[{i}] must be a LogitsProcessor (Temperature(), Softmax(), "
+                    f"TopK(), TopP(), MinP(), Sample()), got {given}"
+                )
         self.compiled_ops: Optional[List[Op]] = None
         try:
             self._initial_type = input_type or infer_initial_type(self.processors)

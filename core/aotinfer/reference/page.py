@@ -55,15 +55,28 @@ def append_paged_kv_cache(
     kv_indptr: torch.Tensor,
     kv_layout: str = "NHD",
 ) -> None:
-    """Write ``append_key/value (nnz, Hkv, D)`` into the 4-D cache halves in place."""
+    """Write ``append_key/value (nnz, Hkv, D)`` into the 4-D cache halves in place.
+
+    As the kernel (append_kv.cuh), a token the page table cannot place is skipped, never
+    written: batch index outside ``[0, batch)`` (the -1 padding slots of
+    get_batch_indices_positions), a negative position, a position past the request's
+    pages, or a page id outside the cache."""
     page_size = k_cache.size(1) if kv_layout == "NHD" else k_cache.size(2)
+    num_pages = k_cache.size(0)
     indices = kv_indices.cpu().tolist()
     indptr = kv_indptr.cpu().tolist()
     batch = batch_indices.cpu().tolist()
     pos = positions.cpu().tolist()
     for t in range(append_key.size(0)):
         b, p = batch[t], pos[t]
-        page = indices[indptr[b] + p // page_size]
+        if b < 0 or b >= len(indptr) - 1 or p < 0:
+            continue
+        entry = indptr[b] + p // page_size
+        if entry < 0 or entry >= indptr[b + 1] or entry >= len(indices):
+            continue
+        page = indices[entry]
+        if page < 0 or page >= num_pages:
+            continue
         slot = p % page_size
         if kv_layout == "NHD":
             k_cache[page, slot] = append_key[t].to(k_cache.dtype)

@@ -522,6 +522,7 @@ void launch_append_paged_kv_cache(const TensorView& key, const TensorView& value
     p.page_size = page_size;
     p.batch = indptr.size(0) - 1;
     p.num_pages = k_cache.size(0);
+    p.num_indices = indices.size(0);
     append_kv_kernel<T><<<static_cast<unsigned>(nnz), 128, 0, st>>>(p);
   };
   switch (key.dtype) {
