@@ -24,7 +24,7 @@ set -euo pipefail
 PROVIDERS=(sm75 sm80 sm90a sm100a sm110a sm120f)  # same table as cmake/arches.cmake
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${AOTINFER_WHEEL_DIR:-$ROOT/dist}"
-PYTHON="${PYTHON:-python}"
+PYTHON="${PYTHON:-python3}"  # (a fresh Debian/Ubuntu has no `python`)
 
 usage() {
   echo "usage: $0 [arch ...]   (arch: ${PROVIDERS[*]}; default: all)" >&2

@@ -16,7 +16,7 @@ $PY -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" build "cmake>=3
 $PY -m pip install -q --no-build-isolation -e core
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm75 sm90a sm110a
+PYTHON=$PY AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm75 sm90a sm110a
 
 # One intra-op thread: the reference kernels on 2 shared cores slow down badly otherwise.
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} AOTINFER_TEST_WHEELHOUSE="$PWD/dist" $PY -m pytest tests -q "$@"

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -71,10 +72,12 @@ class Manifest:
 
 @dataclass(frozen=True)
 class Skipped:
-    """An installed provider left out of the choice, and why."""
+    """An installed provider left out of the choice, and why (``location``: its manifest's
+    folder where one was read, so that two registrations of one arch stay apart)."""
 
     arch: str
     reason: str
+    location: str = ""
 
 
 @dataclass
@@ -106,6 +109,19 @@ def _read_manifest(arch: str, module: str) -> Manifest:
         raise FileNotFoundError(f"package {module!r} not found")
     path = Path(list(spec.submodule_search_locations)[0]) / "manifest.json"
     data = json.loads(path.read_text())
+    # Every field the choice reads is checked here, so that a malformed manifest makes its
+    # provider Skipped instead of failing later in the choice (or in show-config).
+    if data["arch"] != arch:
+        raise ValueError(
+            f"its manifest says arch {data['arch']!r} but it is registered as {arch!r}"
+        )
+    if arch not in _arches.PROVIDERS:
+        raise ValueError(f"{arch!r} is not a provider; valid names: {', '.join(_arches.PROVIDERS)}")
+    for name in ("version", "cuda_version"):
+        if not isinstance(data[name], str) or not data[name]:
+            raise ValueError(f"{name} must be a non-empty string, got {data[name]!r}")
+    if not re.match(r"^\d+\.\d+", data["cuda_version"]):
+        raise ValueError(f"cuda_version must look like '13.0', got {data['cuda_version']!r}")
     manifest = Manifest(
         arch=data["arch"],
         version=data["version"],
@@ -140,8 +156,11 @@ def read_manifests() -> Tuple[List[Manifest], List[Skipped]]:
 def screen(
     manifests: Sequence[Manifest], allow_skew: bool, warn: bool = True
 ) -> Tuple[List[Manifest], List[Skipped]]:
-    """Splits manifests into usable ones and those skipped for ABI or version skew."""
+    """Splits manifests into usable ones and those skipped for ABI or version skew, or as a
+    second usable registration of an arch (the first in entry-point order, which is
+    sys.path order, serves; the warning names both)."""
     usable, skipped = [], []
+    first: Dict[str, Manifest] = {}
     for m in manifests:
         reason = None
         if m.abi_version != ABI_VERSION:
@@ -156,10 +175,16 @@ def screen(
                 f"install matching versions (pip install 'aotinfer[{m.arch}]=={__version__}') "
                 f"or set {ENV_ALLOW_SKEW}=1 to accept it"
             )
+        elif m.arch in first:
+            reason = (
+                f"aotinfer-{m.arch} is registered twice; the one at {first[m.arch].location} "
+                f"serves, this one at {m.location} is not used; uninstall one of them"
+            )
         if reason is None:
             usable.append(m)
+            first[m.arch] = m
         else:
-            skipped.append(Skipped(m.arch, reason))
+            skipped.append(Skipped(m.arch, reason, m.location))
             if warn:
                 warnings.warn(
                     f"aotinfer: skipping provider: {reason}", RuntimeWarning, stacklevel=3
@@ -253,7 +278,17 @@ def env_forced() -> Optional[str]:
 
 
 def env_allow_skew() -> bool:
-    return os.environ.get(ENV_ALLOW_SKEW, "").strip().lower() in ("1", "true", "yes", "on")
+    """AOTINFER_ALLOW_VERSION_SKEW: 1/true/yes/on, or 0/false/no/off/unset; anything else is
+    a ValueError (as the other AOTINFER_* switches), not a silent off."""
+    value = os.environ.get(ENV_ALLOW_SKEW, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(
+        f"{ENV_ALLOW_SKEW}={os.environ[ENV_ALLOW_SKEW]!r} is not a switch; use 1/true/yes/on "
+        "or 0/false/no/off"
+    )
 
 
 def discover(warn: bool = True) -> Discovery:
@@ -271,15 +306,20 @@ class _LoadedProvider:
         self.capability = capability
         try:
             self.kernels = importlib.import_module(f"{manifest.module}._kernels")
-        except ImportError as exc:
+        except Exception as exc:  # a failing module init raises more than ImportError
             raise ProviderError(
                 f"aotinfer-{manifest.arch} is installed but its extension failed to import "
-                f"({exc}); reinstall it: {pip_command(manifest.arch)}"
+                f"({type(exc).__name__}: {exc}); reinstall it: "
+                f"pip install --force-reinstall 'aotinfer[{manifest.arch}]=={__version__}'"
             ) from exc
         abi = getattr(self.kernels, "ABI_VERSION", None)
         if abi != ABI_VERSION:
             raise ProviderError(
-                f"aotinfer-{manifest.arch} extension has ABI {abi}, aotinfer needs {ABI_VERSION}"
+                f"aotinfer-{manifest.arch} {manifest.version} at {manifest.location}: its "
+                f"extension has provider ABI {abi} (its manifest says "
+                f"{manifest.abi_version}), but aotinfer {__version__} needs ABI {ABI_VERSION}; "
+                f"reinstall matching versions: "
+                f"pip install --force-reinstall 'aotinfer[{manifest.arch}]=={__version__}'"
             )
 
 

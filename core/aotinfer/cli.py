@@ -37,9 +37,25 @@ def collect_config() -> dict:
     import torch
 
     manifests, broken = _providers.read_manifests()
-    usable, skewed = _providers.screen(manifests, _providers.env_allow_skew(), warn=False)
+    env_problems = []
+    try:
+        allow_skew = _providers.env_allow_skew()
+    except ValueError as exc:
+        env_problems.append(str(exc))
+        allow_skew = False
+    try:
+        forced = _providers.env_forced()
+        if forced is not None and forced not in _arches.PROVIDERS:
+            raise ValueError(
+                f"{_providers.ENV_PROVIDER}={forced!r} is not a provider; valid names: "
+                f"{', '.join(_arches.PROVIDERS)}"
+            )
+    except ValueError as exc:
+        env_problems.append(str(exc))
+    usable, skewed = _providers.screen(manifests, allow_skew, warn=False)
     discovery = _providers.Discovery(usable, broken + skewed)
-    skipped = {s.arch: s.reason for s in discovery.skipped}
+    # By location, not arch: two registrations of one arch get their own status.
+    skipped = {s.location: s.reason for s in skewed}
     facts = _device_facts.driver_facts()
 
     providers = [
@@ -50,7 +66,7 @@ def collect_config() -> dict:
             "cuda_version": m.cuda_version,
             "sass_targets": list(m.sass_targets),
             "location": m.location,
-            "status": "skipped: " + skipped[m.arch] if m.arch in skipped else "usable",
+            "status": "skipped: " + skipped[m.location] if m.location in skipped else "usable",
         }
         for m in manifests
     ] + [{"arch": s.arch, "status": "broken: " + s.reason} for s in broken]
@@ -66,6 +82,9 @@ def collect_config() -> dict:
             chosen = _providers.choose(
                 g.capability, g.name, discovery, _providers.env_forced(), facts.cuda_version
             )
+            # Import its extension as the first kernel call would (safe without a GPU), so
+            # "served by" is never said of a provider that cannot load.
+            _providers._LoadedProvider(chosen, g.capability)
             entry["provider"] = chosen.arch
         except (ValueError, _providers.ProviderError) as exc:
             entry["provider"] = None
@@ -91,7 +110,18 @@ def collect_config() -> dict:
         "providers": providers,
         "gpus": gpus,
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("AOTINFER_")},
+        "environment_problems": env_problems,
     }
+
+
+def problems(cfg: dict) -> List[str]:
+    """What ``show-config --check`` fails on: a visible GPU not served, a provider skipped
+    or broken, an AOTINFER_* variable that is not valid."""
+    found = [f"cuda:{g['index']} not served" for g in cfg["gpus"] if not g["provider"]]
+    found += [
+        f"aotinfer-{p['arch']} {p['status']}" for p in cfg["providers"] if p["status"] != "usable"
+    ]
+    return found + list(cfg.get("environment_problems", []))
 
 
 def format_config(cfg: dict) -> str:
@@ -134,6 +164,8 @@ def format_config(cfg: dict) -> str:
         lines.append("  no AOTINFER_* variables set")
     for k, v in cfg["environment"].items():
         lines.append(f"  {k}={v}")
+    for problem in cfg.get("environment_problems", []):
+        lines.append(f"  problem: {problem}")
     return "\n".join(lines)
 
 
@@ -142,10 +174,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command")
     show = sub.add_parser("show-config", help="versions, providers, driver and GPUs")
     show.add_argument("--json", action="store_true", help="print as JSON")
+    show.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a visible GPU is not served, a provider is skipped or broken, or an "
+        "AOTINFER_* variable is invalid (for health checks)",
+    )
     args = parser.parse_args(argv)
     if args.command == "show-config":
         cfg = collect_config()
         print(json.dumps(cfg, indent=2) if args.json else format_config(cfg))
-        return 0
+        return 1 if args.check and problems(cfg) else 0
     parser.print_help()
     return 2

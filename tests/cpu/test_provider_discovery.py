@@ -269,17 +269,139 @@ def test_environment_is_read_when_the_provider_is_chosen(site, only_fakes, devic
 
 def test_extension_with_other_abi_is_refused(site, only_fakes, devices):
     _install_fake(site, "sm75", kernels_abi=999)
-    with pytest.raises(ProviderError, match="ABI 999") as info:
-        _providers.provider_for_device(0)
-    assert f"aotinfer needs {_providers.ABI_VERSION}" in str(info.value)
-    assert "aotinfer-sm75" in str(info.value)
-
-
-def test_extension_that_fails_to_import(site, only_fakes, devices):
-    module = _install_fake(site, "sm75")
-    (site / module / "_kernels.py").write_text("raise ImportError('libcuda.so.1: not found')\n")
     with pytest.raises(ProviderError) as info:
         _providers.provider_for_device(0)
-    message = str(info.value)
-    assert "libcuda.so.1: not found" in message
-    assert "pip install 'aotinfer[sm75]'" in message
+    assert str(info.value) == (
+        f"aotinfer-sm75 {__version__} at {site / 'fake_aotinfer_sm75'}: its extension has "
+        f"provider ABI 999 (its manifest says {_providers.ABI_VERSION}), but aotinfer "
+        f"{__version__} needs ABI {_providers.ABI_VERSION}; reinstall matching versions: "
+        f"pip install --force-reinstall 'aotinfer[sm75]=={__version__}'"
+    )
+
+
+@pytest.mark.parametrize(
+    "body, shown",
+    [
+        ("raise ImportError('libcuda.so.1: not found')", "ImportError: libcuda.so.1: not found"),
+        # A pybind11 module whose init throws raises SystemError / RuntimeError, not
+        # ImportError: still a ProviderError naming the provider, not a raw crash.
+        ("raise SystemError('pybind11 init failed')", "SystemError: pybind11 init failed"),
+        ("raise RuntimeError('boom')", "RuntimeError: boom"),
+    ],
+)
+def test_extension_that_fails_to_import(site, only_fakes, devices, body, shown):
+    module = _install_fake(site, "sm75")
+    (site / module / "_kernels.py").write_text(body + "\n")
+    with pytest.raises(ProviderError) as info:
+        _providers.provider_for_device(0)
+    assert str(info.value) == (
+        f"aotinfer-sm75 is installed but its extension failed to import ({shown}); reinstall "
+        f"it: pip install --force-reinstall 'aotinfer[sm75]=={__version__}'"
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, reason",
+    [
+        (dict(arch="sm80"), "its manifest says arch 'sm80' but it is registered as 'sm75'"),
+        (dict(cuda_version=""), "cuda_version must be a non-empty string, got ''"),
+        (dict(cuda_version=13), "cuda_version must be a non-empty string, got 13"),
+        (dict(cuda_version="unknown"), "cuda_version must look like '13.0', got 'unknown'"),
+        (dict(version=None), "version must be a non-empty string, got None"),
+    ],
+)
+def test_manifest_fields_the_choice_reads_are_checked(site, only_fakes, changes, reason):
+    _install_fake(site, "sm75", manifest={**_manifest("sm75"), **changes})
+    discovery = _providers.discover(warn=False)
+    assert not discovery.usable
+    [entry] = discovery.skipped
+    assert entry.reason == f"its manifest could not be read ({reason})"
+
+
+def test_entry_point_not_a_provider_name_is_skipped(site, only_fakes):
+    module = _install_fake(site, "sm75", manifest={**_manifest("sm75"), "arch": "sm90"})
+    info = next(site.glob(f"{module}-*.dist-info"))
+    (info / "entry_points.txt").write_text(f"[aotinfer.providers]\nsm90 = {module}\n")
+    importlib.invalidate_caches()
+    [entry] = _providers.discover(warn=False).skipped
+    assert entry.arch == "sm90" and "'sm90' is not a provider; valid names: sm75" in entry.reason
+
+
+def test_two_registrations_of_one_arch_warn_and_the_first_serves(site, only_fakes):
+    first = _install_fake(site, "sm80")
+    # A second distribution registering sm80 under another package (a local build beside
+    # an index wheel, say).
+    second = _install_fake(site, "sm75", manifest={**_manifest("sm80"), "arch": "sm80"})
+    info = next(site.glob(f"{second}-*.dist-info"))
+    (info / "entry_points.txt").write_text(f"[aotinfer.providers]\nsm80 = {second}\n")
+    importlib.invalidate_caches()
+    order = [ep.value for ep in _providers._entry_points()]
+    with pytest.warns(RuntimeWarning, match="aotinfer-sm80 is registered twice") as record:
+        discovery = _providers.discover()
+    served, unused = (
+        (first, second) if order.index(first) < order.index(second) else (second, first)
+    )
+    [m] = discovery.usable
+    assert m.location == str(site / served)
+    [entry] = discovery.skipped
+    assert entry.location == str(site / unused)
+    message = str(record[0].message)
+    assert f"the one at {site / served} serves, this one at {site / unused}" in message
+
+
+# ---------------------------------------------------------------- show-config over the fakes
+
+
+def test_show_config_does_not_say_served_by_a_provider_that_cannot_load(
+    site, only_fakes, devices, monkeypatch
+):
+    from aotinfer import cli
+
+    monkeypatch.delenv("AOTINFER_PROVIDER", raising=False)
+    monkeypatch.delenv("AOTINFER_ALLOW_VERSION_SKEW", raising=False)
+    module = _install_fake(site, "sm75")
+    (site / module / "_kernels.py").write_text("raise ImportError('undefined symbol: x')\n")
+    cfg = cli.collect_config()
+    [gpu] = [g for g in cfg["gpus"] if g["capability"] == "7.5"]
+    assert gpu["provider"] is None
+    assert "its extension failed to import (ImportError: undefined symbol: x)" in gpu["problem"]
+    assert "cuda:0 not served" in cli.problems(cfg)
+
+
+def test_show_config_statuses_of_two_registrations_stay_apart(site, only_fakes, devices):
+    from aotinfer import cli
+
+    _install_fake(site, "sm80")
+    second = _install_fake(site, "sm75", manifest={**_manifest("sm80"), "arch": "sm80"})
+    info = next(site.glob(f"{second}-*.dist-info"))
+    (info / "entry_points.txt").write_text(f"[aotinfer.providers]\nsm80 = {second}\n")
+    importlib.invalidate_caches()
+    statuses = sorted(p["status"][:10] for p in cli.collect_config()["providers"])
+    assert statuses == ["skipped: a", "usable"]
+
+
+def test_show_config_flags_junk_environment(site, only_fakes, devices, monkeypatch):
+    from aotinfer import cli
+
+    monkeypatch.setenv("AOTINFER_PROVIDER", "junk")
+    monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", "maybe")
+    monkeypatch.setattr(
+        _device_facts,
+        "driver_facts",
+        lambda: _device_facts.DriverFacts(False, None, "no driver", ()),
+    )
+    cfg = cli.collect_config()
+    text = cli.format_config(cfg)
+    assert "  problem: AOTINFER_ALLOW_VERSION_SKEW='maybe' is not a switch" in text
+    assert "  problem: AOTINFER_PROVIDER='junk' is not a provider; valid names: sm75" in text
+    assert len(cli.problems(cfg)) == 2
+    monkeypatch.setattr(cli, "collect_config", lambda: cfg)
+    assert cli.main(["show-config"]) == 0
+    assert cli.main(["show-config", "--check"]) == 1
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "enable"])
+def test_discover_refuses_a_junk_skew_switch(site, monkeypatch, value):
+    monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", value)
+    with pytest.raises(ValueError, match=f"AOTINFER_ALLOW_VERSION_SKEW='{value}' is not a switch"):
+        _providers.discover(warn=False)
