@@ -26,6 +26,9 @@ class TopKTieBreak(IntEnum):
         return self.name.lower()
 
 
+_TIE_BREAKS = frozenset(int(t) for t in TopKTieBreak)  # (IntEnum members hash as ints)
+
+
 def top_k(
     input: torch.Tensor,
     k: int,
@@ -70,7 +73,7 @@ def top_k(
         raise ValueError(f"k must be an int in [1, {x.size(1)}], got {k!r}")
     if not 1 <= int(k) <= x.size(1):
         raise ValueError(f"k must be in [1, {x.size(1)}] (the row length), got {int(k)}")
-    if isinstance(tie_break, bool) or tie_break not in tuple(TopKTieBreak):
+    if isinstance(tie_break, bool) or tie_break not in _TIE_BREAKS:
         raise ValueError(
             f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {tie_break!r}"
         )
