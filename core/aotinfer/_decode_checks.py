@@ -181,7 +181,7 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
     max_page_id = -1
     if indices.device.type == "cpu" and int(indptr_h[-1]) > 0:
         used = indices[: int(indptr_h[-1])]
-        low, high = int(used.min()), int(used.max())
+        low, high = (int(v) for v in torch.aminmax(used))
         if low < 0 or high >= 1 << 31:
             bad_id = low if low < 0 else high
             at = int(torch.nonzero(used == bad_id)[0])
