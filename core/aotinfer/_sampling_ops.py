@@ -13,9 +13,13 @@ break. Sampling ops carry ``torch.Tag.nondeterministic_seeded`` so the compiler 
 merges two identical calls.
 
 In eager mode the public functions call the implementations directly (skipping the
-dispatcher's per-call overhead); under ``torch.compiler.is_compiling()`` they call the ops.
-Both run the same code. Registration happens at import (about half a millisecond per op);
-it imports no provider and initialises no CUDA.
+dispatcher's per-call overhead); under ``torch.compiler.is_compiling()`` or a dispatch mode
+(FakeTensorMode, make_fx) they call the ops. Both run the same code. Registration happens at
+import of this module (about half a millisecond per op; ``aotinfer.sampling`` and
+``aotinfer.topk`` import it, ``import aotinfer`` alone does not, to stay cheap), so a
+``torch.export`` program holding ``aotinfer`` ops loads once ``aotinfer.sampling`` is
+imported. It imports no provider and initialises no CUDA. No autograd formula is
+registered: the outputs of a compiled graph carry no gradient (as FlashInfer's ops).
 
 Every output is allocated here with ``torch.empty`` (the provider never allocates), and
 nothing is launched for an empty batch. The CPU / CUDA split asks ``tensor.is_cpu``, not
@@ -56,8 +60,10 @@ def _define(name: str, schema: str, impl, fake, seeded: bool = False):
 
     def call(*args, **eager_only):
         # eager_only: keyword options of the implementation that the schema does not carry
-        # (the compiled op always takes its defaults)
-        if torch.compiler.is_compiling():
+        # (the compiled op always takes its defaults). Under a dispatch mode (FakeTensorMode,
+        # make_fx, a user's TorchDispatchMode) the op too, so that fake tensors meet the fake
+        # implementation and traces hold the op (70 ns more per eager call to ask).
+        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
             return op(*args)
         return impl(*args, **eager_only)
 
@@ -377,6 +383,13 @@ def _chain_impl(
 ) -> torch.Tensor:
     batch, n, _ = draft_probs.shape
     device = draft_probs.device
+    # Here, not only in the public function, so that a compiled graph checks it too (with
+    # real tensors): both counters are added to in place, so one buffer would get both sums.
+    if batch and abs(accepted.data_ptr() - emitted.data_ptr()) < batch * accepted.element_size():
+        raise ValueError(
+            "maybe_output_accepted_token_num and maybe_output_emitted_draft_token_num must be "
+            "separate tensors (both are added to in place), got overlapping ones"
+        )
     if use_generator:
         seed, offset = _rng.advance_generator(batch * (n + 1), generator, device)
     if draft_probs.is_cpu:

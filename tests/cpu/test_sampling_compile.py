@@ -132,6 +132,50 @@ def test_chain_speculative_under_compile_adds_to_the_counters():
     assert torch.equal(acc, a + 1) and torch.equal(emi, e + 1)
 
 
+def test_chain_speculative_under_compile_refuses_one_tensor_for_both_counters():
+    draft = torch.softmax(torch.randn(3, 2, 10), -1)
+    target = torch.softmax(torch.randn(3, 3, 10), -1)
+    ids = torch.randint(0, 10, (3, 2))
+
+    def spec(counters):
+        return aotinfer.chain_speculative_sampling(
+            draft, ids, target, counters, counters, seed=4, offset=0
+        )
+
+    with pytest.raises(Exception, match="must be separate tensors"):
+        torch.compile(spec, fullgraph=True, backend="aot_eager")(torch.zeros(3, dtype=torch.int32))
+
+
+def test_fake_tensor_mode_and_make_fx_meet_the_ops():
+    """Outside torch.compile, a dispatch mode (FakeTensorMode, make_fx) routes the public
+    functions to the ops, whose fake implementations allocate only (the reference would
+    need real values)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode() as mode:
+        probs = mode.from_tensor(torch.softmax(torch.randn(4, 50), -1))
+        tokens = aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=1, offset=2)
+        assert tokens.shape == (4,) and tokens.dtype == torch.int32
+
+    def draw(p):
+        return aotinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=2)
+
+    graph = make_fx(draw, tracing_mode="fake")(torch.softmax(torch.randn(4, 50), -1))
+    assert "aotinfer.sample" in str(graph.graph)
+
+
+def test_uncompiled_pipe_compiles_with_fullgraph():
+    from aotinfer.logits_processor import LogitsPipe, Sample, TensorType, TopK
+
+    pipe = LogitsPipe([TopK(), Sample()], compile=False, input_type=TensorType.PROBS)
+    probs = torch.softmax(torch.randn(4, 50), -1)
+    compiled = torch.compile(
+        lambda p: pipe(p, top_k=5, seed=3, offset=0), fullgraph=True, backend="eager"
+    )
+    assert torch.equal(compiled(probs), pipe(probs, top_k=5, seed=3, offset=0))
+
+
 def test_explicit_generator_breaks_the_graph_but_stays_correct():
     probs = _inputs()[1]
 

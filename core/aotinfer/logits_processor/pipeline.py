@@ -166,7 +166,8 @@ class LogitsPipe:
             ``"Error executing operator {i} ({Name}): {reason}"`` for any error of op ``i``.
         """
         if self.compiled_ops is None:
-            logger.warning("Pipeline is not compiled, running discrete ops.")
+            if not torch.compiler.is_compiling():  # (dynamo cannot trace a logging call)
+                logger.warning("Pipeline is not compiled, running discrete ops.")
             ops = self.ops
         else:
             ops = self.compiled_ops
