@@ -16,7 +16,7 @@ rm -rf "providers/$arch/build"
 $PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
 $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core
 echo "built and installed aotinfer-$arch in $(( $(date +%s) - start )) s"
-(cd /tmp && aotinfer show-config)
+(cd /tmp && $PY -m aotinfer show-config)
 
 mkdir -p benchmarks/results
 log=$(mktemp)

@@ -21,5 +21,5 @@ if [ -n "$arch" ] && command -v "${CUDACXX:-nvcc}" >/dev/null; then
 elif [ -n "$arch" ]; then
   echo "GPU found but no nvcc: install the prebuilt provider with pip install 'aotinfer[$arch]'" >&2
 fi
-aotinfer show-config
+$PY -m aotinfer show-config  # (the interpreter installed into, not whatever is on PATH)
 $PY examples/quickstart.py
