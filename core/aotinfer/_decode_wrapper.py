@@ -22,11 +22,12 @@ from typing import Optional, Tuple, Union
 
 import torch
 
+from . import _attention_ops as _ops
 from . import _attention_utils as _u
+from . import _custom_ops, _views
 from . import _decode_checks as _c
 from . import _decode_launch as _launch
 from . import _decode_plan as _plan
-from . import _views
 
 _BACKENDS_OURS = ("auto", "fa2")
 _BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
@@ -196,6 +197,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
         _views.check_device_supported("float_workspace_buffer", float_workspace_buffer)
         self.device = float_workspace_buffer.device
+        # For a run() traced by torch.compile: the op's way back to this wrapper, and the
+        # planned output dtype (both read by the traced code, so fixed across re-plans).
+        self._op_key = _ops.register_wrapper(self)
+        self._traced_o_dtype: Optional[torch.dtype] = None
         self._int_workspace_buffer: Optional[torch.Tensor] = None
         self._arrivals: Optional[torch.Tensor] = None
         self._kv_layout = kv_layout
@@ -470,6 +475,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         else:
             plan.cache_tail = (2, num_kv_heads, page_size, head_dim)
         plan.default_scalars = self._scalars(plan, {}, (None, None, None))
+        self._traced_o_dtype = o_dtype
         if not _launch.use_reference(self.device):
             view = _views.view
             plan.kernels = _launch.provider_kernels(self.device)
@@ -628,6 +634,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         torch.Tensor or (torch.Tensor, torch.Tensor)
             ``out`` and, with ``return_lse``, ``lse``.
         """
+        if _custom_ops.tracing():
+            return self._run_traced(
+                q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse,
+                window_left, sinks,
+            )  # fmt: skip
         p = self._plan
         if p is None:
             raise RuntimeError("plan() must be called before run()")
@@ -657,6 +668,28 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return self._run(p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def _run_traced(
+        self, q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse,
+        window_left, sinks,
+    ):  # fmt: skip
+        """run() inside torch.compile or a dispatch mode: the outputs are allocated here from
+        q's shape and the planned dtype, and the op runs the eager run() on them (its checks
+        included). Nothing here reads the plan, so a re-plan between calls keeps the graph."""
+        if args:
+            raise TypeError(f"run() got {len(args)} extra positional argument(s)")
+        if out is None:
+            out = torch.empty(q.shape, dtype=self._traced_o_dtype, device=q.device)
+        if lse is None and return_lse:
+            lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        cache, v_cache = (
+            (paged_kv_cache, None) if isinstance(paged_kv_cache, torch.Tensor) else paged_kv_cache
+        )
+        _ops.batch_decode(
+            q, cache, v_cache, out, lse, self._op_key, q_scale, k_scale, v_scale, window_left,
+            sinks,
+        )  # fmt: skip
+        return (out, lse) if return_lse else out
 
     def _run(self, p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks, prepared=True):
         """run() after its own argument checks; ``scalars`` None: the planned ones, else the

@@ -34,14 +34,12 @@ from typing import Optional
 
 import torch
 
-from . import _rng, _views
+from . import _custom_ops, _rng, _views
 from ._providers import kernels_for, provider_for
 from .reference import sampling as _ref
 from .reference import topk as _ref_topk
 from .reference.philox import MASK64
 from .reference.sampling import FilterMode
-
-_LIB = torch.library.Library("aotinfer", "FRAGMENT")
 
 # The random-number tail shared by the two seeded ops' schemas.
 _RANDOM = (
@@ -52,18 +50,12 @@ _RANDOM = (
 
 def _define(name: str, schema: str, impl, fake, seeded: bool = False):
     """Registers ``aotinfer::name`` and returns the function the public API calls."""
-    tags = (torch.Tag.nondeterministic_seeded,) if seeded else ()
-    _LIB.define(name + schema, tags=tags)
-    _LIB.impl(name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"aotinfer::{name}", fake, lib=_LIB)
-    op = getattr(torch.ops.aotinfer, name).default
+    op = _custom_ops.define(name, schema, impl, fake, seeded)
 
     def call(*args, **eager_only):
         # eager_only: keyword options of the implementation that the schema does not carry
-        # (the compiled op always takes its defaults). Under a dispatch mode (FakeTensorMode,
-        # make_fx, a user's TorchDispatchMode) the op too, so that fake tensors meet the fake
-        # implementation and traces hold the op (70 ns more per eager call to ask).
-        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        # (the compiled op always takes its defaults).
+        if _custom_ops.tracing():
             return op(*args)
         return impl(*args, **eager_only)
 

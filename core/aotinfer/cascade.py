@@ -15,8 +15,9 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _attention_ops as _ops
+from . import _custom_ops, _views
 from . import _decode_launch as _launch
-from . import _views
 from .reference import cascade as _ref
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states"]
@@ -70,6 +71,8 @@ def merge_state(
     --------
     >>> v, s = aotinfer.merge_state(v_prefix, s_prefix, v_suffix, s_suffix)
     """
+    if _custom_ops.tracing():
+        return _ops.merge_state(v_a, s_a, v_b, s_b)
     _check_v("v_a", v_a, 3)
     _views.check_tensor("v_b", v_b, dtypes=(v_a.dtype,), device=v_a.device)
     if v_b.shape != v_a.shape:
@@ -109,6 +112,9 @@ def merge_state_in_place(
         ``(seq_len,)`` bool on v's device; rows where it is False are left untouched (lets
         a CUDA graph merge a varying subset of rows).
     """
+    if _custom_ops.tracing():
+        _ops.merge_state_in_place(v, s, v_other, s_other, mask)
+        return
     _check_v("v", v, 3)
     _views.check_tensor("v_other", v_other, dtypes=(v.dtype,), device=v.device)
     if v_other.shape != v.shape:
@@ -160,6 +166,8 @@ def merge_states(v: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.
     s_merged : torch.Tensor
         ``(seq_len, num_heads)`` float32.
     """
+    if _custom_ops.tracing():
+        return _ops.merge_states(v, s)
     _check_v("v", v, 4)
     _check_s("s", s, v.shape[:3], v.device)
     if v.size(1) == 0:

@@ -33,11 +33,12 @@ from typing import Optional, Tuple, Union
 
 import torch
 
+from . import _attention_ops as _ops
 from . import _attention_utils as _u
+from . import _custom_ops, _views
 from . import _decode_checks as _c
 from . import _decode_launch as _launch
 from . import _decode_plan as _plan
-from . import _views
 from ._decode_wrapper import (
     BatchDecodeWithPagedKVCacheWrapper,
     CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
@@ -120,6 +121,12 @@ def single_decode_with_kv_cache(
     >>> v = torch.randn(2048, 8, 128, dtype=torch.float16, device="cuda")
     >>> out = aotinfer.single_decode_with_kv_cache(q, k, v)
     """
+    if _custom_ops.tracing():
+        out, lse = _ops.single_decode(
+            q, k, v, kv_layout, pos_encoding_mode, use_tensor_cores, q_scale, k_scale, v_scale,
+            window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta,
+        )  # fmt: skip
+        return (out, lse) if return_lse else out
     _u.check_kv_layout(kv_layout)
     _u.check_pos_encoding_mode(pos_encoding_mode)
     _views.check_tensor("q", q, ndim=2)

@@ -12,9 +12,10 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _attention_ops as _ops
 from . import _attention_utils as _u
+from . import _custom_ops, _views
 from . import _decode_launch as _launch
-from . import _views
 from .reference import page as _ref
 
 __all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
@@ -192,6 +193,15 @@ def append_paged_kv_cache(
     >>> aotinfer.append_paged_kv_cache(k_new, v_new, b, p, paged_kv_cache, kv_indices,
     ...                                kv_indptr, kv_last_page_len)
     """
+    if _custom_ops.tracing():
+        k_or_cache, v_cache = (
+            (paged_kv_cache, None) if isinstance(paged_kv_cache, torch.Tensor) else paged_kv_cache
+        )
+        _ops.append_paged_kv_cache(
+            append_key, append_value, batch_indices, positions, k_or_cache, v_cache,
+            kv_indices, kv_indptr, kv_last_page_len, kv_layout,
+        )  # fmt: skip
+        return
     layout_code = _u.check_kv_layout(kv_layout)
     k_cache, v_cache = _u.unpack_paged_kv_cache(paged_kv_cache, kv_layout)
     _, page_size, heads, dim = _u.cache_geometry(k_cache, kv_layout)

@@ -1,0 +1,148 @@
+"""torch.compile(fullgraph=True) over the attention functions, on CPU tensors (the same
+custom ops serve CUDA): each compiled call gives the eager call's result, mutations reach
+the caller's tensors, and re-planning a decode wrapper between calls does not recompile."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from test_decode_api import HKV, HQ, PS, D, make_batch, workspace
+from test_page_cascade_api import _append_case, _check_appended, _halves
+
+import aotinfer
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+BACKENDS = ["eager", "aot_eager"]
+if shutil.which("c++") or shutil.which("g++") or shutil.which("cc"):
+    BACKENDS.append("inductor")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_batch_decode_run_compiles_and_replans_without_recompiling(backend, layout):
+    q, cache, indptr, indices, last = make_batch([1, 17, 40], layout=layout)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout)
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    compiled = torch.compile(
+        lambda q, c: w.run(q, c, return_lse=True), fullgraph=True, backend=backend
+    )
+    out, lse = compiled(q, cache)
+    want_out, want_lse = w.run(q, cache, return_lse=True)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    # A serving loop re-plans every step over the same cache: new lengths and pages (here
+    # 5, 33 and 2 keys on pages 7; 0, 9, 3; 10), new queries, the same graph.
+    i32 = dict(dtype=torch.int32)
+    w.plan(
+        torch.tensor([0, 1, 4, 5], **i32),
+        torch.tensor([7, 0, 9, 3, 10], **i32),
+        torch.tensor([5, 1, 2], **i32),
+        HQ,
+        HKV,
+        D,
+        PS,
+    )
+    q2 = torch.randn_like(q)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        out2, lse2 = compiled(q2, cache)
+    want_out2, want_lse2 = w.run(q2, cache, return_lse=True)
+    assert torch.equal(out2, want_out2) and torch.equal(lse2, want_lse2)
+
+
+def test_batch_decode_run_with_out_scales_window_and_tuple_cache():
+    q, cache, indptr, indices, last = make_batch([9, 17, 40], tuple_cache=True)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    sinks = torch.randn(HQ)
+
+    def run(q, k, v, out):
+        return w.run(q, (k, v), out=out, k_scale=0.5, window_left=4, sinks=sinks)
+
+    out = torch.full_like(q, float("nan"))
+    got = torch.compile(run, fullgraph=True, backend="aot_eager")(q, *cache, out)
+    want = w.run(q, cache, k_scale=0.5, window_left=4, sinks=sinks)
+    assert torch.equal(out, want) and torch.equal(got, want)
+
+
+def test_batch_decode_run_errors_surface_when_the_graph_runs():
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    compiled = torch.compile(lambda q, c: w.run(q, c), fullgraph=True, backend="eager")
+    with pytest.raises(ValueError, match="paged_kv_cache has 8 KV heads"):
+        compiled(q, torch.cat([cache] * 4, dim=3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_single_decode_compiles(backend):
+    q, cache, *_ = make_batch([40])
+    q = q[0]
+    k, v = cache[:3, 0].reshape(-1, HKV, D), cache[:3, 1].reshape(-1, HKV, D)
+
+    def single(q, k, v):
+        return aotinfer.single_decode_with_kv_cache(
+            q, k, v, pos_encoding_mode="ALIBI", window_left=7, return_lse=True
+        )
+
+    out, lse = torch.compile(single, fullgraph=True, backend=backend)(q, k, v)
+    want_out, want_lse = single(q, k, v)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    plain = torch.compile(
+        lambda q, k, v: aotinfer.single_decode_with_kv_cache(q, k, v),
+        fullgraph=True,
+        backend=backend,
+    )
+    assert torch.equal(plain(q, k, v), aotinfer.single_decode_with_kv_cache(q, k, v))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_merges_compile(backend):
+    g = torch.Generator().manual_seed(0)
+    va, vb = torch.randn(4, 2, 8, generator=g), torch.randn(4, 2, 8, generator=g)
+    sa, sb = torch.randn(4, 2, generator=g), torch.randn(4, 2, generator=g)
+    got = torch.compile(aotinfer.merge_state, fullgraph=True, backend=backend)(va, sa, vb, sb)
+    want = aotinfer.merge_state(va, sa, vb, sb)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    vs, ss = torch.randn(4, 3, 2, 8, generator=g), torch.randn(4, 3, 2, generator=g)
+    got = torch.compile(aotinfer.merge_states, fullgraph=True, backend=backend)(vs, ss)
+    want = aotinfer.merge_states(vs, ss)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+    def in_place(v, s, v_other, s_other, mask):
+        aotinfer.merge_state_in_place(v, s, v_other, s_other, mask)
+        return v * 1
+
+    mask = torch.tensor([True, False, True, True])
+    v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
+    torch.compile(in_place, fullgraph=True, backend=backend)(v1, s1, vb, sb, mask)
+    aotinfer.merge_state_in_place(v2, s2, vb, sb, mask)
+    assert torch.equal(v1, v2) and torch.equal(s1, s2)  # the caller's tensors were updated
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tuple_cache", [False, True])
+def test_append_compiles_and_writes_the_callers_cache(backend, tuple_cache):
+    c = _append_case("NHD", tuple_cache)
+    before = [t.clone() for t in _halves(c["cache"])]
+
+    def append(k, v, cache, kv_indices, kv_indptr, last, append_indptr):
+        seq_lens = aotinfer.get_seq_lens(kv_indptr, last, c["ps"])
+        b, p = aotinfer.get_batch_indices_positions(append_indptr, seq_lens, c["nnz"])
+        aotinfer.append_paged_kv_cache(k, v, b, p, cache, kv_indices, kv_indptr, last)
+
+    torch.compile(append, fullgraph=True, backend=backend)(
+        c["k"], c["v"], c["cache"], c["kv_indices"], c["kv_indptr"], c["last"],
+        c["append_indptr"],
+    )  # fmt: skip
+    _check_appended(c, "NHD")
+    changed = sum(int((a != b).any(-1).sum()) for a, b in zip(before, _halves(c["cache"])))
+    assert changed <= 2 * c["nnz"] * 2
