@@ -679,9 +679,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if args:
             raise TypeError(f"run() got {len(args)} extra positional argument(s)")
         if out is None:
-            out = torch.empty(q.shape, dtype=self._traced_o_dtype, device=q.device)
+            out = q.new_empty(q.shape, dtype=self._traced_o_dtype)
         if lse is None and return_lse:
-            lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+            lse = q.new_empty(q.shape[:2], dtype=torch.float32)
         cache, v_cache = (
             (paged_kv_cache, None) if isinstance(paged_kv_cache, torch.Tensor) else paged_kv_cache
         )

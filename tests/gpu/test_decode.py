@@ -795,3 +795,45 @@ def test_single_decode_non_contiguous_q():
     out = aotinfer.single_decode_with_kv_cache(q, k, v)
     check(out[None], None, ref.attention(q[None], k, v, compute_dtype=F64), torch.float16)
     assert math.isfinite(float(out.float().abs().max()))
+
+
+# ---------------------------------------------------------------- torch.compile
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_decode_and_merges(backend):
+    """run(), single decode and a merge in one compiled graph, against the oracle; then a
+    re-plan over the same cache replays the same graph (no recompilation)."""
+    torch._dynamo.reset()
+    q, cache, indptr, indices, last = make_batch([17, 512, 2048], seed=31)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.float16)
+    k_single = cache[:4, 0].reshape(-1, 8, 128)
+    v_single = cache[:4, 1].reshape(-1, 8, 128)
+
+    def step(q, cache):
+        out, lse = w.run(q, cache, return_lse=True)
+        single, single_lse = aotinfer.single_decode_with_kv_cache(
+            q[0], k_single, v_single, return_lse=True
+        )
+        merged, merged_lse = aotinfer.merge_state(out[:1], lse[:1], single[None], single_lse[None])
+        return out, lse, single, merged, merged_lse
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    out, lse, single, merged, merged_lse = compiled(q, cache)
+    check(out, lse, oracle(q, cache, indptr, indices, last), torch.float16)
+    want = aotinfer.single_decode_with_kv_cache(q[0], k_single, v_single, return_lse=True)
+    torch.testing.assert_close(single, want[0], rtol=0, atol=0)
+    eager = aotinfer.merge_state(out[:1], lse[:1], single[None], want[1][None])
+    torch.testing.assert_close(merged, eager[0], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(merged_lse, eager[1], rtol=1e-5, atol=1e-5)
+    # Re-plan over the same cache (other pages, other lengths): the same graph runs.
+    indices2 = torch.randperm(int(indptr[-1]) + 7, generator=_gen(32), device=DEV)
+    indices2 = indices2[: int(indptr[-1])].to(torch.int32)
+    last2 = torch.tensor([3, 16, 9], dtype=torch.int32, device=DEV)
+    w.plan(indptr, indices2, last2, 32, 8, 128, 16, q_data_type=torch.float16)
+    q2 = torch.randn(q.shape, generator=_gen(33), device=DEV).half()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        out2, lse2, *_ = compiled(q2, cache)
+    check(out2, lse2, oracle(q2, cache, indptr, indices2, last2), torch.float16)
+    torch._dynamo.reset()
