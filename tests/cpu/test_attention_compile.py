@@ -4,27 +4,15 @@ the caller's tensors, and re-planning a decode wrapper between calls does not re
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
+from compile_support import BACKENDS, MARKS, fresh_dynamo  # noqa: F401 (the fixture)
 from test_decode_api import HKV, HQ, PS, D, make_batch, workspace
 from test_page_cascade_api import _append_case, _check_appended, _halves
 
 import aotinfer
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-BACKENDS = ["eager", "aot_eager"]
-if shutil.which("c++") or shutil.which("g++") or shutil.which("cc"):
-    BACKENDS.append("inductor")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = MARKS
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,27 +10,14 @@ fails under fullgraph and costs a graph break (still correct) without it.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
+from compile_support import BACKENDS, MARKS, fresh_dynamo  # noqa: F401 (the fixture)
 
 import aotinfer
 from aotinfer import _sampling_ops
 
-# torch's own compile stack warns about torch.jit internals; not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-BACKENDS = ["eager", "aot_eager"]
-if shutil.which("c++") or shutil.which("g++") or shutil.which("cc"):
-    BACKENDS.append("inductor")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = MARKS
 
 
 def everything(logits, probs, k, p):
