@@ -24,10 +24,11 @@ import torch
 
 from . import _attention_ops as _ops
 from . import _attention_utils as _u
-from . import _custom_ops, _views
 from . import _decode_checks as _c
 from . import _decode_launch as _launch
 from . import _decode_plan as _plan
+from . import _views
+from ._custom_ops import tracing as _tracing
 
 _BACKENDS_OURS = ("auto", "fa2")
 _BACKENDS_FLASHINFER = ("fa3", "trtllm-gen", "cute-dsl", "cudnn")
@@ -634,7 +635,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         torch.Tensor or (torch.Tensor, torch.Tensor)
             ``out`` and, with ``return_lse``, ``lse``.
         """
-        if _custom_ops.tracing():
+        if _tracing():
             return self._run_traced(
                 q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse,
                 window_left, sinks,
