@@ -175,6 +175,12 @@ def test_get_seq_lens_and_positions_on_device():
     aotinfer.get_batch_indices_positions(append_indptr, seq, 12, b, p)
     assert b.tolist() == [0, 1, 1, 2, 2, 2, 3, 3, 3, 3, -1, -1]
     assert p.tolist() == [4, 3, 4, 2, 3, 4, 1, 2, 3, 4, 0, 0]
+    # Slots before append_indptr[0] stay empty, as FlashInfer's kernel leaves them.
+    late = torch.tensor([2, 3, 5], dtype=torch.int32, device=DEV)
+    b, p = aotinfer.get_batch_indices_positions(late, seq[:2], 6)
+    assert b.tolist() == [-1, -1, 0, 1, 1, -1] and p.tolist() == [0, 0, 4, 3, 4, 0]
+    with pytest.raises(ValueError, match=r"kv_last_page_len must have batch_size = .* = 4 "):
+        aotinfer.get_seq_lens(indptr, last[:1], 16)
 
 
 # ---------------------------------------------------------------- merges
