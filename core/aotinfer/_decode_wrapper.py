@@ -606,7 +606,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         q : torch.Tensor
             ``(batch_size * q_len_per_req, num_qo_heads, head_dim)`` in the planned
             ``q_data_type``; row ``b * q_len_per_req + r`` is query r of request b. Any
-            strides with a contiguous last dimension (a slice of a fused QKV projection).
+            strides with a contiguous last dimension (a slice of a fused QKV projection
+            passes as it is; strides that are not multiples of 8 elements cost a copy);
+            the first element on a 16-byte boundary (any tensor torch allocates, and
+            slices at multiples of 8 elements).
         paged_kv_cache : torch.Tensor or (torch.Tensor, torch.Tensor)
             5-D ``(max_num_pages, 2, page_size, num_kv_heads, head_dim)`` (NHD) / ``(.., 2,
             num_kv_heads, page_size, head_dim)`` (HND), or a ``(k_cache, v_cache)`` tuple of
@@ -755,8 +758,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         # Both launch paths: q's strides (a slice of a fused QKV projection passes as it is,
         # a non-contiguous last dimension is copied) and whether the launch is eager (the
         # plan may merge split requests differently when it is not captured).
+        # The kernels load q in 16-byte vectors: rows and heads must start 16 bytes apart
+        # (strides in multiples of 8 elements: q is 2-byte), else a copy; a fused-QKV slice
+        # needs none. (q's own start off 16 bytes is the provider's clear error: asking for
+        # the offset too would cost every call 0.1 us for an exotic view.)
         q_strides = q.stride()
-        if q_strides[-1] != 1:
+        if q_strides[-1] != 1 or (q_strides[0] | q_strides[1]) & 7:
             q = q.contiguous()
             q_strides = q.stride()
         eager = p.eager_split_args is not None and not _launch.capturing()

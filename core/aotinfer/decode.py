@@ -78,8 +78,8 @@ def single_decode_with_kv_cache(
     Parameters
     ----------
     q : torch.Tensor
-        ``(num_qo_heads, head_dim)`` float16 or bfloat16; the last dimension contiguous is
-        best (otherwise q is copied).
+        ``(num_qo_heads, head_dim)`` float16 or bfloat16; a contiguous last dimension and
+        heads that start on 16 bytes is best (otherwise q is copied).
     k, v : torch.Tensor
         ``(kv_len, num_kv_heads, head_dim)`` for ``kv_layout="NHD"`` or ``(num_kv_heads,
         kv_len, head_dim)`` for ``"HND"``; q's dtype, float8_e4m3fn or float8_e5m2 (both the
@@ -178,7 +178,9 @@ def single_decode_with_kv_cache(
 
     out = torch.empty(num_qo_heads, head_dim, dtype=q.dtype, device=device)  # ints: see run()
     lse = torch.empty(num_qo_heads, dtype=torch.float32, device=device) if return_lse else None
-    q = q if q.stride(-1) == 1 else q.contiguous()
+    # 16-byte vector loads of q (2-byte): heads on 16-byte boundaries, else a copy.
+    if q.stride(-1) != 1 or (q.stride(0) | q.storage_offset()) & 7:
+        q = q.contiguous()
     k = k if k.stride(-1) == 1 else k.contiguous()
     v = v if v.stride(-1) == 1 else v.contiguous()
     _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse)

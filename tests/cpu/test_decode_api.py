@@ -624,6 +624,25 @@ def test_single_decode_matches_reference(layout):
 # ---------------------------------------------------------------- provider path (simulated)
 
 
+def test_provider_path_copies_a_q_the_kernels_cannot_load(monkeypatch):
+    """The kernels load q in 16-byte vectors (the provider refuses strides or a start that
+    are not multiples of 8 elements): run() copies a q of such strides, single decode any
+    such q, as their docstrings say (run()'s q must start on 16 bytes: the provider's
+    error otherwise, which the simulated provider does not model)."""
+    decode_contract.install(monkeypatch)
+    w, q, cache, indptr, indices, last = planned()
+    k, v = cache[:3, 0].reshape(-1, HKV, D), cache[:3, 1].reshape(-1, HKV, D)
+    want = ref.single_decode(q[0], k, v)[0].to(q.dtype)
+    for width, start in ((D + 4, 0), (D + 8, 4)):  # strides of 68 elements; a start at 4
+        wide = torch.zeros(q.size(0), HQ, width, dtype=q.dtype)
+        wide[:, :, start : start + D] = q
+        q_view = wide[:, :, start : start + D]
+        close(aotinfer.single_decode_with_kv_cache(q_view[0], k, v), None, want, None)
+    q_view = torch.zeros(q.size(0), HQ, D + 4, dtype=q.dtype)[:, :, :D]
+    q_view.copy_(q)
+    close(w.run(q_view, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+
+
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("min_chunk", [1, 256])
 def test_provider_path_splits_and_matches_reference(monkeypatch, layout, min_chunk):
