@@ -32,7 +32,16 @@ def register_wrapper(wrapper) -> int:
     return key
 
 
+def cache_args(paged_kv_cache) -> tuple:
+    """A paged cache as the ops take it: ``(cache, None)`` for one 5-D tensor, ``(k, v)``
+    for a tuple of halves (a schema has no tensor-or-tuple type)."""
+    if isinstance(paged_kv_cache, torch.Tensor):
+        return paged_kv_cache, None
+    return tuple(paged_kv_cache)
+
+
 def _cache(k: torch.Tensor, v):
+    """cache_args undone."""
     return k if v is None else (k, v)
 
 
@@ -141,7 +150,7 @@ single_decode = _custom_ops.define(
 
 
 def _batch_decode_impl(
-    q, cache, v_cache, out, lse, key, q_scale, k_scale, v_scale, window_left, sinks
+    q, cache, v_cache, out, lse, key, q_scale, k_scale, v_scale, window_left, sinks, q_len_per_req
 ):
     wrapper = _WRAPPERS.get(key)
     if wrapper is None:
@@ -159,6 +168,7 @@ def _batch_decode_impl(
         lse=lse,
         window_left=window_left,
         sinks=sinks,
+        q_len_per_req=q_len_per_req,
     )
 
 
@@ -166,7 +176,7 @@ batch_decode = _custom_ops.define(
     "batch_decode",
     "(Tensor q, Tensor paged_kv_cache, Tensor? v_cache, Tensor(a!) out, Tensor(b!)? lse, "
     "int wrapper, float? q_scale, float? k_scale, float? v_scale, int? window_left, "
-    "Tensor? sinks) -> ()",
+    "Tensor? sinks, int? q_len_per_req) -> ()",
     _batch_decode_impl,
     lambda *args: None,
 )

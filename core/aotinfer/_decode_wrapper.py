@@ -638,14 +638,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         torch.Tensor or (torch.Tensor, torch.Tensor)
             ``out`` and, with ``return_lse``, ``lse``.
         """
-        if _tracing():
-            return self._run_traced(
-                q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse,
-                window_left, sinks,
-            )  # fmt: skip
-        p = self._plan
-        if p is None:
-            raise RuntimeError("plan() must be called before run()")
+        # The checks that need no plan come first, so that a traced run() makes them too.
         if args:
             raise TypeError(
                 f"run() got {len(args)} extra positional argument(s); in FlashInfer they feed "
@@ -655,6 +648,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise NotImplementedError("skip_softmax_threshold_scale_factor is not supported")
         if kv_cache_sf is not None:
             raise NotImplementedError("kv_cache_sf (NVFP4 KV cache) is not supported")
+        if _tracing():
+            return self._run_traced(
+                q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse,
+                window_left, sinks, q_len_per_req,
+            )  # fmt: skip
+        p = self._plan
+        if p is None:
+            raise RuntimeError("plan() must be called before run()")
         if q_len_per_req is not None:
             warnings.warn(
                 "run(q_len_per_req=...) is deprecated; set it in plan()",
@@ -674,24 +675,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
     def _run_traced(
-        self, q, paged_kv_cache, args, q_scale, k_scale, v_scale, out, lse, return_lse,
-        window_left, sinks,
+        self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left,
+        sinks, q_len_per_req,
     ):  # fmt: skip
         """run() inside torch.compile or a dispatch mode: the outputs are allocated here from
         q's shape and the planned dtype, and the op runs the eager run() on them (its checks
         included). Nothing here reads the plan, so a re-plan between calls keeps the graph."""
-        if args:
-            raise TypeError(f"run() got {len(args)} extra positional argument(s)")
         if out is None:
             out = q.new_empty(q.shape, dtype=self._traced_o_dtype)
         if lse is None and return_lse:
             lse = q.new_empty(q.shape[:2], dtype=torch.float32)
-        cache, v_cache = (
-            (paged_kv_cache, None) if isinstance(paged_kv_cache, torch.Tensor) else paged_kv_cache
-        )
         _ops.batch_decode(
-            q, cache, v_cache, out, lse, self._op_key, q_scale, k_scale, v_scale, window_left,
-            sinks,
+            q, *_ops.cache_args(paged_kv_cache), out, lse, self._op_key, q_scale, k_scale,
+            v_scale, window_left, sinks, q_len_per_req,
         )  # fmt: skip
         return (out, lse) if return_lse else out
 

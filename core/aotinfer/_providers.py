@@ -90,6 +90,13 @@ class Discovery:
         return sorted({m.arch for m in self.usable} | {s.arch for s in self.skipped})
 
 
+def check_provider_name(name: str, what: str) -> None:
+    """ValueError unless ``name`` is one of the providers; ``what`` says where it was read
+    (``'AOTINFER_PROVIDER=sm9'``, a manifest's ``'sm9'``)."""
+    if name not in _arches.PROVIDERS:
+        raise ValueError(f"{what} is not a provider; valid names: {', '.join(_arches.PROVIDERS)}")
+
+
 def pip_command(arch: str) -> str:
     return f"pip install 'aotinfer[{arch}]'"
 
@@ -115,8 +122,7 @@ def _read_manifest(arch: str, module: str) -> Manifest:
         raise ValueError(
             f"its manifest says arch {data['arch']!r} but it is registered as {arch!r}"
         )
-    if arch not in _arches.PROVIDERS:
-        raise ValueError(f"{arch!r} is not a provider; valid names: {', '.join(_arches.PROVIDERS)}")
+    check_provider_name(arch, repr(arch))
     for name in ("version", "cuda_version"):
         if not isinstance(data[name], str) or not data[name]:
             raise ValueError(f"{name} must be a non-empty string, got {data[name]!r}")
@@ -231,11 +237,7 @@ def choose(
     refused = [Skipped(s.arch, s.reason) for s in discovery.skipped]
 
     if forced is not None:
-        if forced not in _arches.PROVIDERS:
-            raise ValueError(
-                f"{ENV_PROVIDER}={forced!r} is not a provider; valid names: "
-                f"{', '.join(_arches.PROVIDERS)}"
-            )
+        check_provider_name(forced, f"{ENV_PROVIDER}={forced!r}")
         match = [m for m in discovery.usable if m.arch == forced]
         if not match:
             why = "; ".join(s.reason for s in refused if s.arch == forced)

@@ -43,13 +43,10 @@ def collect_config() -> dict:
     except ValueError as exc:
         env_problems.append(str(exc))
         allow_skew = False
+    forced = _providers.env_forced()
     try:
-        forced = _providers.env_forced()
-        if forced is not None and forced not in _arches.PROVIDERS:
-            raise ValueError(
-                f"{_providers.ENV_PROVIDER}={forced!r} is not a provider; valid names: "
-                f"{', '.join(_arches.PROVIDERS)}"
-            )
+        if forced is not None:
+            _providers.check_provider_name(forced, f"{_providers.ENV_PROVIDER}={forced!r}")
     except ValueError as exc:
         env_problems.append(str(exc))
     usable, skewed = _providers.screen(manifests, allow_skew, warn=False)

@@ -194,11 +194,8 @@ def append_paged_kv_cache(
     ...                                kv_indptr, kv_last_page_len)
     """
     if _custom_ops.tracing():
-        k_or_cache, v_cache = (
-            (paged_kv_cache, None) if isinstance(paged_kv_cache, torch.Tensor) else paged_kv_cache
-        )
         _ops.append_paged_kv_cache(
-            append_key, append_value, batch_indices, positions, k_or_cache, v_cache,
+            append_key, append_value, batch_indices, positions, *_ops.cache_args(paged_kv_cache),
             kv_indices, kv_indptr, kv_last_page_len, kv_layout,
         )  # fmt: skip
         return

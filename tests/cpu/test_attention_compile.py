@@ -134,3 +134,18 @@ def test_append_compiles_and_writes_the_callers_cache(backend, tuple_cache):
     _check_appended(c, "NHD")
     changed = sum(int((a != b).any(-1).sum()) for a, b in zip(before, _halves(c["cache"])))
     assert changed <= 2 * c["nnz"] * 2
+
+
+def test_batch_decode_run_traced_keeps_the_eager_checks():
+    """A traced run() makes run()'s own checks: unsupported options raise, and the deprecated
+    q_len_per_req still reaches the plan's check (it was dropped on the way to the op)."""
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    sf = torch.compile(lambda q, c: w.run(q, c, kv_cache_sf=q), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="kv_cache_sf"):
+        sf(q, cache)
+    torch._dynamo.reset()
+    q_len = torch.compile(lambda q, c: w.run(q, c, q_len_per_req=2), backend="eager")
+    with pytest.raises(ValueError, match="q_len_per_req=2 was passed to run"):
+        q_len(q, cache)
