@@ -266,6 +266,35 @@ def test_min_p_semantics():
     torch.testing.assert_close(out, expected)
 
 
+def test_min_p_degenerate_rows_follow_the_renorm_contract():
+    """The unfused MinP op treats NaN, negative and infinite probabilities as 0, as the
+    renorm kernels do, and leaves a row with nothing to keep all zero (not 0 / 0 = NaN);
+    the other rows are untouched by them."""
+    nan, inf = float("nan"), float("inf")
+    probs = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 0.0],
+            [0.5, nan, 0.3, 0.1],
+            [0.2, inf, -0.4, 0.3],
+            [nan, nan, -1.0, inf],
+            [0.1, 0.2, 0.3, 0.4],
+        ]
+    )
+    out = LogitsPipe([MinP()])(probs, min_p=0.5)
+    expected = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 0.0],
+            [0.5 / 0.8, 0.0, 0.3 / 0.8, 0.0],
+            [0.2 / 0.5, 0.0, 0.0, 0.3 / 0.5],
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.2 / 0.9, 0.3 / 0.9, 0.4 / 0.9],
+        ]
+    )
+    torch.testing.assert_close(out, expected)
+    # The same rows through a renorm function: all zero there too.
+    assert torch.equal(out[[0, 3]], sampling.top_k_renorm_probs(probs, 4)[[0, 3]])
+
+
 @pytest.mark.parametrize("compile", [True, False])
 def test_per_row_tensors_everywhere(compile):
     x = _logits(batch=4, vocab=40)

@@ -249,9 +249,13 @@ class MinPOp(ParameterizedOp):
         probs = _matrix(tensor)
         if isinstance(min_p, torch.Tensor):
             min_p = _row_column("min_p", min_p, probs)
+        # The renorm kernels' contract: NaN, negative and infinite probabilities act as 0,
+        # and a row left with nothing stays all zero (0 / 0 would make it NaN).
+        probs = probs.nan_to_num(nan=0.0, posinf=0.0).clamp_min(0)
         kept = probs >= min_p * probs.amax(dim=-1, keepdim=True)
         filtered = probs.masked_fill(~kept, 0)
-        return TaggedTensor(filtered / filtered.sum(dim=-1, keepdim=True), out_type)
+        total = filtered.sum(dim=-1, keepdim=True)
+        return TaggedTensor(filtered / total.masked_fill(total == 0, 1), out_type)
 
 
 class ProbsSampleOp(ParameterizedOp):
