@@ -167,6 +167,16 @@ def test_wheel_size(wheelhouse):
         assert "aotinfer_sm90a/manifest.json" in zf.namelist()
 
 
+@pytest.mark.parametrize("prefix", ["aotinfer", "aotinfer_sm90a"])
+def test_wheels_carry_the_license_text(wheelhouse, prefix):
+    """Both wheels declare Apache-2.0, whose terms ask that the text travel with the code:
+    the repository's LICENSE (core/ and providers/<arch>/ link to it) is in .dist-info."""
+    with zipfile.ZipFile(_wheel(wheelhouse, prefix)) as zf:
+        names = [n for n in zf.namelist() if re.search(r"\.dist-info/(licenses/)?LICENSE$", n)]
+        assert names, f"{prefix}: no LICENSE in {zf.namelist()}"
+        assert zf.read(names[0]) == (ROOT / "LICENSE").read_bytes()
+
+
 # The provider's host-side checks run before any CUDA call, so the installed extension can
 # be asked about bad plan data on a machine without a GPU: views are plain 5-tuples
 # (pointer, dtype code, shape, strides, device), the pointers never dereferenced.
