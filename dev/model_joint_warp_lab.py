@@ -1,6 +1,7 @@
 """A lane-level Python model of lab AOTINFER_LAB_JOINT_WARP (providers/csrc/sampling/
-top_k_set_in_warp.cuh, cluster_local_top_k.cuh's two_search_draw_in_warp), checked on this
-CPU before any GPU could run it (dev/NOTES.md item 77):
+top_k_set_in_warp.cuh, then cluster_local_top_k.cuh's two_search_draw_in_warp), checked on this
+CPU before any GPU could run it (dev/NOTES.md item 77). Adopted in session 47 for top-k then
+top-p only (top_k_then_top_p_draw_in_warp, item 79); the model keeps joint's branch too.
 
 1. check_warp_steps: the warp's copy of the set (ballots), its rank sort, the running exact
    masses, the key reaching a goal and the draw, against direct definitions;

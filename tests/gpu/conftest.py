@@ -32,8 +32,11 @@ def poisoned_outputs(monkeypatch):
     def empty(*args, **kwargs):
         t = real_empty(*args, **kwargs)
         # Tensors that require grad are torch.compile's own (its graph passes allocate them),
-        # never an aotinfer output.
-        if t.is_cuda and not t.requires_grad:
+        # never an aotinfer output; so are traced ones (fake / functional subclasses): AOT
+        # tracing reaches this function from inside torch's own decompositions (new_empty),
+        # below functionalisation, and inductor then refuses the fill's unfunctionalised
+        # copy_. Compiled outputs are poisoned by passing them in (test_decode's compile test).
+        if t.is_cuda and not t.requires_grad and type(t) is torch.Tensor:
             t.fill_(float("nan") if t.is_floating_point() else -1)
         return t
 

@@ -827,6 +827,17 @@ def test_torch_compile_fullgraph_decode_and_merges(backend):
     eager = aotinfer.merge_state(out[:1], lse[:1], single[None], want[1][None])
     torch.testing.assert_close(merged, eager[0], rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(merged_lse, eager[1], rtol=1e-5, atol=1e-5)
+    # Outputs the graph allocates are not poisoned (the conftest leaves traced tensors
+    # alone), so run() once more into NaN-filled out / lse passed in, as a caller would.
+    out_p = torch.full_like(q, float("nan"))
+    lse_p = torch.full(q.shape[:2], float("nan"), device=DEV)
+    into = torch.compile(
+        lambda q, c, o, s: w.run(q, c, out=o, lse=s, return_lse=True),
+        fullgraph=True,
+        backend=backend,
+    )
+    into(q, cache, out_p, lse_p)
+    assert torch.equal(out_p, out) and torch.equal(lse_p, lse)
     # Re-plan over the same cache (other pages, other lengths): the same graph runs.
     indices2 = torch.randperm(int(indptr[-1]) + 7, generator=_gen(32), device=DEV)
     indices2 = indices2[: int(indptr[-1])].to(torch.int32)

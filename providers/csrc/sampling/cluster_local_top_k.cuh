@@ -317,77 +317,43 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
   return ListFilter{max(tp.key, t.key), true};
 }
 
-// Lab AOTINFER_LAB_JOINT_WARP (top_k_set_in_warp.cuh): rank 0's two-search draw with the
-// top-p search and the draw by warp 0 over the top-k set. The block finds t_k by count, as the
-// top-k sampler does (local_top_k_key, finishing in one warp); warp 0 copies the keys >= t_k,
-// sorts them, and settles the kept set with two_search_list_filter's goals (joint: from the
-// slices' sums, within [lo, hi]); only where those bounds leave the kept set open does the
-// block sum the row exactly (exact_row_mass), as there. Returns the token in thread 0 (-1:
-// nothing kept), or kSetUndecided in every thread where the set is too large or too deep for
-// exact masses (the searches then decide).
+// Top-k then top-p (FlashInfer's default filter_apply_order) by rank 0's warp 0 over the top-k
+// set (top_k_set_in_warp.cuh). The block finds t_k by count, as the top-k sampler does
+// (local_top_k_key, finishing in one warp); warp 0 copies the keys >= t_k, sorts them, takes
+// the largest key whose running mass reaches p times the set's mass (an exact goal) and draws.
+// Returns the token in thread 0 (-1: nothing kept), or kSetUndecided in every thread where the
+// set is too large or too deep for exact masses (two_search_list_filter then decides).
 constexpr std::int64_t kSetUndecided = -3;
-enum WarpSetStatus : int { kSetDrawn, kSetNeedsExactMass, kSetLeftToSearches };
 
 template <int kCtas, typename Sh>
-__device__ __noinline__ std::int64_t two_search_draw_in_warp(const float* list_keys,
-                                                             const std::uint32_t* list_positions, const float* x,
-                                                             std::int64_t n, const FilterParams& f, std::int64_t row,
-                                                             std::int32_t k, double row_sum, const RowRandom& rng,
-                                                             Sh& sh) {
+__device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* list_keys,
+                                                                   const std::uint32_t* list_positions,
+                                                                   std::int64_t n, const FilterParams& f,
+                                                                   std::int64_t row, std::int32_t k,
+                                                                   const RowRandom& rng, Sh& sh) {
   __shared__ WarpSet ws;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-  const float fraction = fmaxf(p, 0.f);
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
   const std::uint32_t set_floor = max(local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), 1u);
   std::int64_t token = -1;
-  CopiedSet set{};
-  std::uint64_t mass_k = 0;
   if (threadIdx.x < 32) {
-    set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
-    const int size = set.size;
-    WarpSetStatus status = kSetDrawn;
+    const CopiedSet set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
+    bool left_to_searches = set.size > kWarpSetMax;
     std::uint32_t min_key = set_floor;
-    if (size > kWarpSetMax) {
-      status = kSetLeftToSearches;
-    } else if (size > 0) {
+    if (!left_to_searches && set.size > 0 && p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing
       const int base = search_mass_base(set.largest >> 23, n);
-      if (threadIdx.x == 0) ws.base = base;
-      if (p < 1.f && FixedPointScale::biased_exponent(set.smallest) + base < 0) {
-        status = kSetLeftToSearches;
-      } else if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing
-        mass_k = warp_sort_set(ws, size, base);
-        std::uint64_t lo = mass_k, hi = mass_k;  // top-k then top-p: the goal is exact
-        if (f.mode == FilterMode::kJoint) {  // two_search_list_filter's bounds on the row's total
-          const double r = ldexp(row_sum, 150 + base);
-          const double slack = r * 0x1p-36;
-          hi = __double2ull_ru(r + slack);
-          lo = __double2ull_rd(fmax(r - slack - Sh::kBins, 1.0));
-        }
-        const std::uint64_t goal_lo = mass_goal(fraction, lo), goal_hi = mass_goal(fraction, hi);
-        if (mass_k >= goal_lo) {  // else the top-k set is kept whole
-          // Every goal in [goal_lo, goal_hi] keeps the same set where both ends do.
-          if (mass_k < goal_hi || warp_key_reaching(ws, goal_lo) != warp_key_reaching(ws, goal_hi)) {
-            status = kSetNeedsExactMass;
-          } else {
-            min_key = warp_key_reaching(ws, goal_hi);
-          }
-        }
+      left_to_searches = FixedPointScale::biased_exponent(set.smallest) + base < 0;
+      if (!left_to_searches) {
+        const std::uint64_t mass_k = warp_sort_set(ws, set.size, base);
+        const std::uint64_t goal = mass_goal(fmaxf(p, 0.f), mass_k);
+        if (mass_k >= goal) min_key = warp_key_reaching(ws, goal);  // else the set is kept whole
       }
     }
-    if (status == kSetDrawn && size > 0) token = warp_draw_from_set(ws, size, min_key, set.largest, n, rng);
-    if (threadIdx.x == 0) ws.status = status;
+    if (!left_to_searches && set.size > 0) token = warp_draw_from_set(ws, set.size, min_key, set.largest, n, rng);
+    if (threadIdx.x == 0) ws.left_to_searches = left_to_searches;
   }
   __syncthreads();
-  const int status = ws.status;
-  if (status == kSetLeftToSearches) return kSetUndecided;
-  if (status == kSetNeedsExactMass) {
-    const std::uint64_t goal = mass_goal(fraction, exact_row_mass(x, n, ws.base, sh));
-    if (threadIdx.x < 32) {
-      const std::uint32_t min_key = mass_k < goal ? set_floor : warp_key_reaching(ws, goal);
-      token = warp_draw_from_set(ws, set.size, min_key, set.largest, n, rng);
-    }
-  }
-  return token;
+  return ws.left_to_searches ? kSetUndecided : token;
 }
 
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
@@ -502,10 +468,12 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
     double row_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
-    if constexpr (kLabJointWarp) {
-      const std::int64_t token =
-          two_search_draw_in_warp<kCtas>(list_keys, list_positions, x, n, f, row, k, row_sum, rng, sh);
-      if (token != kSetUndecided) return token;
+    if constexpr (!kLabTopKFirstSearches) {
+      if (f.mode == FilterMode::kTopKThenTopP) {
+        const std::int64_t token =
+            top_k_then_top_p_draw_in_warp<kCtas>(list_keys, list_positions, n, f, row, k, rng, sh);
+        if (token != kSetUndecided) return token;
+      }
     }
     const ListFilter kept = two_search_list_filter(local_list_scope<false, kCtas>(list_keys), x, n, f, row, k, row_sum, sh);
     return kept.any ? draw_from_local_list<kCtas>(list_keys, list_positions, n, kept.min_key, rng) : -1;

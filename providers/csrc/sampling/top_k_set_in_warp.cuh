@@ -1,10 +1,18 @@
-// Lab AOTINFER_LAB_JOINT_WARP (session 45, compiled, not yet run on a GPU; dev/NOTES.md item
-// 77): in the two-search list kernels (cluster_local_top_k.cuh), rank 0 copies the row's top-k
-// set (at most 64 keys) out of its list and finds the top-p set within it, and draws, with
-// warp 0 alone. Today rank 0 runs a top-k search with masses and a top-p search over the list,
-// each up to three block-wide levels of about six block barriers, then a block-wide draw over
-// the whole list; that is most of the ~3 us joint takes beyond the top-k sampler at 1 x 32000
-// (13.6 against 10.4 us; FlashInfer 9.87).
+// Top-k then top-p (FlashInfer's default filter_apply_order "top_k_first") in the two-search
+// list kernels (cluster_local_top_k.cuh, 1-16 rows below 262144, k <= 64): rank 0 copies the
+// row's top-k set (at most 64 keys) out of its list, finds the top-p set within it and draws,
+// with warp 0 alone, where two_search_list_filter runs a top-k search with masses and a top-p
+// search over the list (each up to three block-wide levels of about six block barriers) and
+// the block-wide list draw follows.
+//
+// Measured (session 47, dev/NOTES.md item 79; A B A B in one machine start, graph us,
+// history/ab-sampling-top-k-first-in-warp-7f4181d.txt): top-k then top-p 0.82-0.95x at 1 and
+// 16 rows of 32000 and 128256 (1 x 32000 flat 17.9 -> 15.5 us, 16 x 128256 flat 37.5 -> 31.1);
+// the top-k sampler 0.98-0.99x. Joint top-k / top-p stays on the searches: through this path it
+// ran 1.09-1.20x at 1 row and 16 x 32000 flat (its top-k search with masses usually ends the
+// row at once, the whole set kept, which is cheaper than the copy and sort here), 0.85x only at
+// 16 x 32000 peaked. AOTINFER_LAB_TOP_K_FIRST_SEARCHES builds the searches for it again (the
+// A/B's other side).
 //
 // Why the tokens stay the searches' (the reference's too): a search's bin mass is the bin's
 // mantissa sum shifted once by (exponent field + base). Where that shift is not negative for
@@ -29,10 +37,10 @@
 
 namespace aotinfer::sampling {
 
-#ifdef AOTINFER_LAB_JOINT_WARP
-constexpr bool kLabJointWarp = true;
+#ifdef AOTINFER_LAB_TOP_K_FIRST_SEARCHES
+constexpr bool kLabTopKFirstSearches = true;
 #else
-constexpr bool kLabJointWarp = false;
+constexpr bool kLabTopKFirstSearches = false;
 #endif
 
 // Two keys a lane; the list path serves k <= 64 (kLocalListRegion / 2).
@@ -44,8 +52,7 @@ struct WarpSet {
   std::uint32_t positions[kWarpSetMax];
   std::uint32_t sorted[kWarpSetMax];  // the keys, descending
   std::uint64_t cum[kWarpSetMax];     // the exact masses of sorted[0 .. i]; from the set's size on, its mass
-  int base;                           // the searches' unit (search_mass_base), for exact_row_mass
-  int status;                         // the warp's verdict, for the block
+  bool left_to_searches;              // the warp's verdict, for the block
 };
 
 namespace detail {
