@@ -157,10 +157,13 @@ struct RowScope {
   }
 };
 
-// Lab AOTINFER_LAB_FEWER_BARRIERS (compiled, not yet run on a GPU; dev/NOTES.md item 76): the
-// start barriers that load_slice's barrier phase made redundant go (the cluster searches'
-// level 0, cluster_local_top_k.cuh's arrive / wait before the list exchange), and the list
-// kernels' rank 0 draws by warp 0 and lists two groups a thread per block scan.
+// Lab AOTINFER_LAB_FEWER_BARRIERS (dev/NOTES.md items 76, 79): the start barriers that
+// load_slice's barrier phase made redundant go (the cluster searches' level 0,
+// cluster_local_top_k.cuh's arrive / wait before the list exchange), and the list kernels'
+// rank 0 draws by warp 0 and lists two groups a thread per block scan. Measured as a whole in
+// session 47 (history/ab-sampling-fewer-barriers-7f4181d.txt): mixed, so not adopted: top-k
+// 0.925-0.961x at 16 rows and renorm / mask 0.97-0.99x, but joint 1.12x, top-k then top-p
+// 1.09x and top-k 1.04x at 1 x 128256. Its four parts have not been measured one by one.
 #ifdef AOTINFER_LAB_FEWER_BARRIERS
 constexpr bool kLabFewerBarriers = true;
 #else
