@@ -6,13 +6,14 @@
 // the block-wide list draw follows.
 //
 // Measured (session 47, dev/NOTES.md item 79; A B A B in one machine start, graph us,
-// history/ab-sampling-top-k-first-in-warp-7f4181d.txt): top-k then top-p 0.82-0.95x at 1 and
-// 16 rows of 32000 and 128256 (1 x 32000 flat 17.9 -> 15.5 us, 16 x 128256 flat 37.5 -> 31.1);
-// the top-k sampler 0.98-0.99x. Joint top-k / top-p stays on the searches: through this path it
-// ran 1.09-1.20x at 1 row and 16 x 32000 flat (its top-k search with masses usually ends the
-// row at once, the whole set kept, which is cheaper than the copy and sort here), 0.85x only at
-// 16 x 32000 peaked. AOTINFER_LAB_TOP_K_FIRST_SEARCHES builds the searches for it again (the
-// A/B's other side).
+// history/ab-sampling-top-k-first-adopted-b5695fa.txt): top-k then top-p 0.79-0.94x at 1 and
+// 16 rows of 32000 and 128256 (1 x 32000 flat 18.0 -> 15.2 us, 16 x 128256 flat 37.2 -> 30.7),
+// joint 0.99-1.01x and top-k 0.98-1.00x in the same kernels. Joint top-k / top-p stays on the
+// searches: through this path (lab AOTINFER_LAB_JOINT_WARP, ab-sampling-top-k-first-in-warp-
+// 7f4181d.txt) it ran 1.09-1.20x at 1 row and 16 x 32000 flat (its top-k search with masses
+// usually ends the row at once, the whole set kept, which is cheaper than the copy and sort
+// here), 0.85x only at 16 x 32000 peaked. AOTINFER_LAB_TOP_K_FIRST_SEARCHES builds the
+// searches for top-k then top-p again (the A/B's other side).
 //
 // Why the tokens stay the searches' (the reference's too): a search's bin mass is the bin's
 // mantissa sum shifted once by (exponent field + base). Where that shift is not negative for
