@@ -494,11 +494,11 @@ def test_cluster_two_search_samplers_on_top_k_sets_many_binades_deep(
     reaches far below its largest key (a search's bin sums floor keys more than S - 24
     binades below the largest, 24 at vocab 32000 and 22 at 128256, where each key's own mass
     would not: top-k then top-p's warp path, top_k_set_in_warp.cuh, leaves such a row to the
-    searches and settles the others in one warp; joint takes the searches). Row 0: the top 50 are 2^-1 .. 2^-50, one a
-    binade, with p = 0.9 (the threshold 2^-4 is shallow, the set 49 binades deep). Row 1: the
-    top 50 span 20 binades, distinct, with p = 0.99999, so that the threshold lies some 17
-    binades down and every mass in the set counts. The rest of each row is far smaller, at
-    random places. Tokens equal the reference's."""
+    searches and settles the others in one warp; joint takes the searches). Row 0: the top
+    50 are 2^-1 .. 2^-50, one a binade, with p = 0.9 (the threshold 2^-4 is shallow, the set
+    49 binades deep). Row 1: the top 50 span 20 binades, distinct, with p = 0.99999, so that
+    the threshold lies some 17 binades down and every mass in the set counts. The rest of each
+    row is far smaller, at random places. Tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     g = gen(75)
     probs = torch.rand(2, vocab, device=DEV, generator=g, dtype=torch.float64)
