@@ -54,6 +54,17 @@ constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 constexpr int kLocalListRegion = 128;
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
+// Lab AOTINFER_LAB_TOP_K_LIST_PARTS (session 47, compiled, not yet run on a GPU; dev/NOTES.md
+// item 79): the two parts of lab AOTINFER_LAB_FEWER_BARRIERS that the top-k list kernels alone
+// take (the packed listing, two groups a thread per block scan, and rank 0's draw by warp 0),
+// without its barrier removals and without the warp draw in the two-search kernels. That lab as
+// a whole gave top-k 0.925-0.961x at 16 rows but 1.04x at 1 x 128256, and joint / top-k then
+// top-p up to 1.12x: this one separates what the top-k sampler gains.
+#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS
+constexpr bool kLabTopKListParts = true;
+#else
+constexpr bool kLabTopKListParts = false;
+#endif
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
 // clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
 // (37.4-37.9 / 44.4-44.9 / 35.4-35.8 KB at sm_90a, ptxas -v), rounded up.
@@ -211,11 +222,11 @@ __device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
 // nothing to draw.
-template <int kCtas>
+template <int kCtas, bool kByWarp = kLabFewerBarriers>
 __device__ __forceinline__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions,
                                                              std::int64_t n, std::uint32_t min_key,
                                                              const RowRandom& rng) {
-  if constexpr (kLabFewerBarriers) return draw_from_local_list_warp<kCtas>(keys, positions, n, min_key, rng);
+  if constexpr (kByWarp) return draw_from_local_list_warp<kCtas>(keys, positions, n, min_key, rng);
   return draw_from_local_list_block<kCtas>(keys, positions, n, min_key, rng);
 }
 
@@ -399,11 +410,11 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   double sum = 0.0;
   // The slice's keys >= t_c in row order. A trip covers kTrip blockDim groups, thread t taking
   // groups base + t, base + blockDim + t, ...: one block scan of their counts, packed in one
-  // word (each part's total is at most 4 blockDim), gives each thread its places. The lab
-  // takes two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
+  // word (each part's total is at most 4 blockDim), gives each thread its places. The labs
+  // take two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
   // (at 1 x 32000 one trip instead of two); the two-search kernels' registers spill more with
   // two (ptxas: 68 B of spill stores against 32).
-  constexpr int kTrip = kLabFewerBarriers && !kTwoSearches ? 2 : 1;
+  constexpr int kTrip = (kLabFewerBarriers || kLabTopKListParts) && !kTwoSearches ? 2 : 1;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
   auto part = [](std::uint64_t word, int h) -> std::uint64_t {
@@ -462,8 +473,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list<kCtas>(list_keys, list_positions, n,
-                                       local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
+    return draw_from_local_list<kCtas, kLabFewerBarriers || kLabTopKListParts>(
+        list_keys, list_positions, n, local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;
 #pragma unroll
