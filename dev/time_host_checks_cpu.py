@@ -7,21 +7,13 @@ Each line times its alternatives in one process, so only their ratios mean anyth
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.compiler
+from best_of import best_seconds
 
 
-def best_ns(f, n=20000, rounds=5) -> float:
-    f()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
-            f()
-        best = min(best, (time.perf_counter() - t) / n * 1e9)
-    return best
+def best_ns(f, n=20000) -> float:
+    return best_seconds(f, n) * 1e9
 
 
 def main() -> None:

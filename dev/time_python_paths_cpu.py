@@ -15,28 +15,21 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "cpu"))
 
 import decode_contract  # noqa: E402
+from best_of import best_seconds  # noqa: E402
 from test_decode_api import HKV, HQ, PS, D, make_batch, workspace  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _sampling_ops, _views  # noqa: E402
 
 
-def best_us(f, n=20000, rounds=5) -> float:
-    f()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
-            f()
-        best = min(best, (time.perf_counter() - t) / n * 1e6)
-    return best
+def best_us(f, n=20000) -> float:
+    return best_seconds(f, n) * 1e6
 
 
 class _NoKernels:

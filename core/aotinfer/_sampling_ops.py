@@ -13,13 +13,14 @@ break. Sampling ops carry ``torch.Tag.nondeterministic_seeded`` so the compiler 
 merges two identical calls.
 
 In eager mode the public functions call the implementations directly (skipping the
-dispatcher's per-call overhead); under ``torch.compiler.is_compiling()`` or a dispatch mode
-(FakeTensorMode, make_fx) they call the ops. Both run the same code. Registration happens at
-import of this module (about half a millisecond per op; ``aotinfer.sampling`` and
-``aotinfer.topk`` import it, ``import aotinfer`` alone does not, to stay cheap), so a
-``torch.export`` program holding ``aotinfer`` ops loads once ``aotinfer.sampling`` is
-imported. It imports no provider and initialises no CUDA. No autograd formula is
-registered: the outputs of a compiled graph carry no gradient (as FlashInfer's ops).
+dispatcher's per-call overhead); while dynamo traces them or under a dispatch mode
+(FakeTensorMode, make_fx; ``_custom_ops.tracing()``) they call the ops. Both run the same
+code. Registration happens at import of this module (about half a millisecond per op;
+``aotinfer.sampling`` and ``aotinfer.topk`` import it, ``import aotinfer`` alone does not,
+to stay cheap), so a ``torch.export`` program holding ``aotinfer`` ops loads once
+``aotinfer.sampling`` is imported. It imports no provider and initialises no CUDA. No
+autograd formula is registered: the outputs of a compiled graph carry no gradient (as
+FlashInfer's ops).
 
 Every output is allocated here with ``torch.empty`` (the provider never allocates), and
 nothing is launched for an empty batch. The CPU / CUDA split asks ``tensor.is_cpu``, not
