@@ -54,16 +54,23 @@ constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 constexpr int kLocalListRegion = 128;
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS (session 47, compiled, not yet run on a GPU; dev/NOTES.md
-// item 79): the two parts of lab AOTINFER_LAB_FEWER_BARRIERS that the top-k list kernels alone
-// take (the packed listing, two groups a thread per block scan, and rank 0's draw by warp 0),
-// without its barrier removals and without the warp draw in the two-search kernels. That lab as
-// a whole gave top-k 0.925-0.961x at 16 rows but 1.04x at 1 x 128256, and joint / top-k then
-// top-p up to 1.12x: this one separates what the top-k sampler gains.
-#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS
-constexpr bool kLabTopKListParts = true;
+// Lab AOTINFER_LAB_TOP_K_LIST_PARTS (session 47; dev/NOTES.md items 79-80): the two parts of
+// lab AOTINFER_LAB_FEWER_BARRIERS that the top-k list kernels alone take (the packed listing,
+// two groups a thread per block scan, and rank 0's draw by warp 0), without its barrier
+// removals and without the warp draw in the two-search kernels. Run in session 48: top-k
+// 0.955-0.965x at 16 rows but 1.03x at 1 x 32000 and 1.07x at 1 x 128256
+// (history/ab-sampling-top-k-list-parts-9eb985d.txt). AOTINFER_LAB_TOP_K_PACKED_LISTING and
+// AOTINFER_LAB_TOP_K_WARP_LIST_DRAW take one part each, to tell which part gains and which
+// costs at one row.
+#if defined(AOTINFER_LAB_TOP_K_LIST_PARTS) || defined(AOTINFER_LAB_TOP_K_PACKED_LISTING)
+constexpr bool kLabTopKPackedListing = true;
 #else
-constexpr bool kLabTopKListParts = false;
+constexpr bool kLabTopKPackedListing = false;
+#endif
+#if defined(AOTINFER_LAB_TOP_K_LIST_PARTS) || defined(AOTINFER_LAB_TOP_K_WARP_LIST_DRAW)
+constexpr bool kLabTopKWarpListDraw = true;
+#else
+constexpr bool kLabTopKWarpListDraw = false;
 #endif
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
 // clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
@@ -414,7 +421,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // take two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
   // (at 1 x 32000 one trip instead of two); the two-search kernels' registers spill more with
   // two (ptxas: 68 B of spill stores against 32).
-  constexpr int kTrip = (kLabFewerBarriers || kLabTopKListParts) && !kTwoSearches ? 2 : 1;
+  constexpr int kTrip = (kLabFewerBarriers || kLabTopKPackedListing) && !kTwoSearches ? 2 : 1;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
   auto part = [](std::uint64_t word, int h) -> std::uint64_t {
@@ -473,7 +480,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list<kCtas, kLabFewerBarriers || kLabTopKListParts>(
+    return draw_from_local_list<kCtas, kLabFewerBarriers || kLabTopKWarpListDraw>(
         list_keys, list_positions, n, local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;
