@@ -72,6 +72,16 @@ constexpr bool kLabTopKWarpListDraw = true;
 #else
 constexpr bool kLabTopKWarpListDraw = false;
 #endif
+// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (session 48, compiled, not yet run): both
+// parts in top-k list kernels of their own, launched for batches of N rows or more (the
+// launcher's launch_top_k_list_parts), the default kernels below N: the gain at 16 rows
+// without the cost at one. N is set where the two labs above, timed at 1, 4, 8 and 16 rows,
+// put the crossing (dev/NOTES.md item 80).
+#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
+constexpr std::int64_t kLabTopKListPartsFromRows = AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS;
+#else
+constexpr std::int64_t kLabTopKListPartsFromRows = 0;  // 0: no such kernels
+#endif
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
 // clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
 // (37.4-37.9 / 44.4-44.9 / 35.4-35.8 KB at sm_90a, ptxas -v), rounded up.
@@ -386,10 +396,15 @@ __device__ __noinline__ std::int64_t cluster_wide_draw(const Scope& scope, std::
 // kTwoSearches the draw of top-k then top-p and of joint top-k / top-p: the token in rank 0,
 // -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list
 // or a region overflows, filtered_draw's result (the cluster-wide search).
-template <bool kTwoSearches, int kCtas, typename Sh>
+// kListParts (top-k only; lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS): the packed listing and
+// the warp draw whatever the lab macros say.
+template <bool kTwoSearches, bool kListParts, int kCtas, typename Sh>
 __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const float* x, std::int64_t n,
                                         const FilterParams& f, std::int64_t row, const RowRandom& rng, Sh& sh) {
   constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
+  static_assert(!(kListParts && kTwoSearches), "the list parts are the top-k kernels' alone");
+  constexpr bool kPackedListing = kLabFewerBarriers || kLabTopKPackedListing || kListParts;
+  constexpr bool kWarpListDraw = kLabFewerBarriers || kLabTopKWarpListDraw || kListParts;
   __shared__ __align__(16) float list_keys[kLocalListEntries<kCtas>];
   __shared__ std::uint32_t list_positions[kLocalListEntries<kCtas>];
   __shared__ int overflowed[kCtas];
@@ -421,7 +436,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // take two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
   // (at 1 x 32000 one trip instead of two); the two-search kernels' registers spill more with
   // two (ptxas: 68 B of spill stores against 32).
-  constexpr int kTrip = (kLabFewerBarriers || kLabTopKPackedListing) && !kTwoSearches ? 2 : 1;
+  constexpr int kTrip = kPackedListing && !kTwoSearches ? 2 : 1;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
   auto part = [](std::uint64_t word, int h) -> std::uint64_t {
@@ -480,7 +495,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list<kCtas, kLabFewerBarriers || kLabTopKWarpListDraw>(
+    return draw_from_local_list<kCtas, kWarpListDraw>(
         list_keys, list_positions, n, local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;
