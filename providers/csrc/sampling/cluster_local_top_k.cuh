@@ -72,16 +72,8 @@ constexpr bool kLabTopKWarpListDraw = true;
 #else
 constexpr bool kLabTopKWarpListDraw = false;
 #endif
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (session 48, compiled, not yet run): both
-// parts in top-k list kernels of their own, launched for batches of N rows or more (the
-// launcher's launch_top_k_list_parts), the default kernels below N: the gain at 16 rows
-// without the cost at one. N is set where the two labs above, timed at 1, 4, 8 and 16 rows,
-// put the crossing (dev/NOTES.md item 80).
-#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-constexpr std::int64_t kLabTopKListPartsFromRows = AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS;
-#else
-constexpr std::int64_t kLabTopKListPartsFromRows = 0;  // 0: no such kernels
-#endif
+// AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N takes both from N rows on only (slice_kernels.cuh's
+// top_k_list_parts_slice_kernel).
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
 // clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
 // (37.4-37.9 / 44.4-44.9 / 35.4-35.8 KB at sm_90a, ptxas -v), rounded up.

@@ -406,11 +406,10 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
 }
 
 #ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (dev/NOTES.md item 80): the top-k sampler's
-// list kernels with the packed listing and the warp draw, for batches of N rows or more
-// (session 48, both parts in every list kernel: 0.955-0.965x at 16 rows, 1.03-1.07x at one row).
-// Under the macro only, and launched from its own branch in launch_sample: where the default
-// build instantiates a kernel moved ptxas's register allocation in the two-search kernels.
+// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (slice_kernels.cuh): the top-k sampler's list
+// kernels with both list parts, launched from launch_sample's own branch for batches of N rows
+// or more. Under the macro only: where the default build instantiates a kernel moved ptxas's
+// register allocation in the two-search kernels (dev/NOTES.md item 80).
 cudaError_t launch_top_k_list_parts(const SampleParams& p, std::int64_t batch, int device, int smem_limit,
                                     cudaStream_t stream) {
   return launch_slices<top_k_list_parts_slice_kernel<kNarrowSliceCtas>, top_k_list_parts_slice_kernel<kSliceCtas>,
@@ -685,7 +684,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
 #ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-    if (local_list && !two_searches && batch >= kLabTopKListPartsFromRows) {
+    if (local_list && !two_searches && batch >= (AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS)) {
       finish(launch_top_k_list_parts(p, batch, input.device, smem, cuda_stream), op, input.device);
       return;
     }

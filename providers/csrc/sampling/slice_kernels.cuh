@@ -94,12 +94,14 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 }
 
 #ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS (dev/NOTES.md item 80): sample_slice_kernel<
-// kOneSearch, true, kCtas> with local_list_draw's packed listing and warp draw, for the
-// launcher's batches of N rows or more. A copy of that kernel's body rather than a template
-// argument more or a shared inline body: either moved ptxas's register allocation in the
-// default two-search list kernels (session 48), which are to stay those that were measured.
-// Keep the two bodies in step while the lab lives.
+// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (session 48, compiled, not yet run; dev/NOTES.md
+// item 80): sample_slice_kernel<kOneSearch, true, kCtas> with local_list_draw's packed listing
+// and warp draw, for the launcher's batches of N rows or more, the default kernels below: the
+// gain of both parts at 16 rows (0.955-0.965x) without their cost at one (1.03-1.07x), N set
+// where the one-part labs, timed at 1, 4, 8 and 16 rows, put the crossing. A copy of that
+// kernel's body rather than a template argument more or a shared inline body: either moved
+// ptxas's register allocation in the default two-search list kernels (session 48), which are
+// to stay those that were measured. Keep the two bodies in step while the lab lives.
 template <int kCtas>
 __global__ void __launch_bounds__(kSliceThreads, 2)
     top_k_list_parts_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
