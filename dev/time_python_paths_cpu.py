@@ -67,6 +67,10 @@ def main() -> None:
     out = torch.empty_like(q)
     cases["decode run()"] = lambda: w.run(q, cache)
     cases["decode run(out=)"] = lambda: w.run(q, cache, out=out)
+    lse = torch.empty(q.shape[:2])
+    cases["decode run_return_lse(out=, lse=)"] = lambda: w.run_return_lse(
+        q, cache, out=out, lse=lse
+    )
     print(" | ".join(f"{name} {best_us(f):.2f}" for name, f in cases.items()))
 
 

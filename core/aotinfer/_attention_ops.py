@@ -149,16 +149,21 @@ single_decode = _custom_ops.define(
 )
 
 
-def _batch_decode_impl(
-    q, cache, v_cache, out, lse, key, q_scale, k_scale, v_scale, window_left, sinks, q_len_per_req
-):
+def _wrapper(key: int):
+    """The wrapper a traced run() or forward() passed by its key."""
     wrapper = _WRAPPERS.get(key)
     if wrapper is None:
         raise RuntimeError(
-            "the BatchDecodeWithPagedKVCacheWrapper this compiled run() was traced with no "
+            "the BatchDecodeWithPagedKVCacheWrapper this compiled call was traced with no "
             "longer exists"
         )
-    wrapper.run(
+    return wrapper
+
+
+def _batch_decode_impl(
+    q, cache, v_cache, out, lse, key, q_scale, k_scale, v_scale, window_left, sinks, q_len_per_req
+):
+    _wrapper(key).run(
         q,
         _cache(cache, v_cache),
         q_scale=q_scale,
@@ -178,5 +183,28 @@ batch_decode = _custom_ops.define(
     "int wrapper, float? q_scale, float? k_scale, float? v_scale, int? window_left, "
     "Tensor? sinks, int? q_len_per_req) -> ()",
     _batch_decode_impl,
+    lambda *args: None,
+)
+
+
+def _batch_decode_forward_impl(
+    q, cache, v_cache, out, lse, key, pos_encoding_mode, q_scale, k_scale, v_scale,
+    window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta,
+):  # fmt: skip
+    _wrapper(key)._forward_into(
+        q, _cache(cache, v_cache), out, lse, pos_encoding_mode, q_scale, k_scale, v_scale,
+        window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta,
+    )  # fmt: skip
+
+
+# The deprecated forward(): run()'s op with the per-call options of forward() in place of
+# run()'s (the options follow the key in forward()'s order).
+batch_decode_forward = _custom_ops.define(
+    "batch_decode_forward",
+    "(Tensor q, Tensor paged_kv_cache, Tensor? v_cache, Tensor(a!) out, Tensor(b!)? lse, "
+    "int wrapper, str pos_encoding_mode, float? q_scale, float? k_scale, float? v_scale, "
+    "int window_left, float? logits_soft_cap, float? sm_scale, float? rope_scale, "
+    "float? rope_theta) -> ()",
+    _batch_decode_forward_impl,
     lambda *args: None,
 )

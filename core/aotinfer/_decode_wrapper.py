@@ -16,6 +16,7 @@ FlashInfer); CUDA-graph mode is the one whose graphs survive new page tables.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
@@ -131,6 +132,29 @@ def _eager_merges_in_grid(batch: int) -> bool:
     batch 1, kv 1024). Inside a CUDA graph there is no launch cost, so captures keep the merge
     kernel. Both merges combine the same partial states in the same order."""
     return batch == 1
+
+
+def _returning_lse(method, return_lse: bool, name: str):
+    """``method`` with ``return_lse`` defaulting to ``return_lse``, as FlashInfer's
+    ``functools.partialmethod`` aliases (``run_return_lse``, ``forward``...) are, with the
+    same signature; but a plain function, which torch.compile traces (it stops at a
+    partialmethod's descriptor: "Observed exception" under fullgraph=True)."""
+
+    def alias(self, *args, **kwargs):
+        kwargs.setdefault("return_lse", return_lse)
+        return method(self, *args, **kwargs)
+
+    functools.update_wrapper(alias, method)
+    alias.__name__ = name
+    alias.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.{name}"
+    signature = inspect.signature(method)
+    alias.__signature__ = signature.replace(
+        parameters=[
+            p.replace(default=return_lse) if p.name == "return_lse" else p
+            for p in signature.parameters.values()
+        ]
+    )
+    return alias
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -672,7 +696,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             scalars = _c.call_scalars(p.default_scalars, window_left, q_scale, k_scale, v_scale)
         return self._run(p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks)
 
-    run_return_lse = functools.partialmethod(run, return_lse=True)
+    run_return_lse = _returning_lse(run, True, "run_return_lse")
 
     def _run_traced(
         self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left,
@@ -874,7 +898,29 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return_lse: bool = False,
     ):
         """Deprecated ``forward``/``forward_return_lse``: ``run`` with these options in place
-        of the planned ones, for this call only."""
+        of the planned ones, for this call only (FlashInfer's forward() also keeps them for
+        later run() calls; here a call's options never change the plan's: re-plan instead).
+        Under ``torch.compile`` it is an op of its own, as run() is."""
+        options = (
+            pos_encoding_mode, q_scale, k_scale, v_scale, window_left, logits_soft_cap,
+            sm_scale, rope_scale, rope_theta,
+        )  # fmt: skip
+        if not _tracing():
+            return self._forward_into(
+                q, paged_kv_cache, None, None, *options, return_lse=return_lse
+            )
+        out = q.new_empty(q.shape, dtype=self._traced_o_dtype)
+        lse = q.new_empty(q.shape[:2], dtype=torch.float32) if return_lse else None
+        _ops.batch_decode_forward(
+            q, *_ops.cache_args(paged_kv_cache), out, lse, self._op_key, *options
+        )  # fmt: skip
+        return (out, lse) if return_lse else out
+
+    def _forward_into(
+        self, q, paged_kv_cache, out, lse, pos_encoding_mode, q_scale, k_scale, v_scale,
+        window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, return_lse=False,
+    ):  # fmt: skip
+        """forward() into ``out``/``lse`` where given (the traced op's eager part)."""
         p = self._plan
         if p is None:
             raise RuntimeError("plan() must be called before forward()")
@@ -887,10 +933,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
             rope_theta=rope_theta,
         )
         scalars = self._scalars(p, opts, (q_scale, k_scale, v_scale))
-        return self._run(p, q, paged_kv_cache, scalars, None, None, return_lse, None, False)
+        return self._run(p, q, paged_kv_cache, scalars, out, lse, return_lse, None, False)
 
-    forward = functools.partialmethod(_forward, return_lse=False)
-    forward_return_lse = functools.partialmethod(_forward, return_lse=True)
+    forward = _returning_lse(_forward, False, "forward")
+    forward_return_lse = _returning_lse(_forward, True, "forward_return_lse")
 
     def end_forward(self) -> None:
         """Does nothing (kept for compatibility)."""

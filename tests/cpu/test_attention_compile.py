@@ -61,6 +61,59 @@ def test_batch_decode_run_with_out_scales_window_and_tuple_cache():
     assert torch.equal(out, want) and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_decode_aliases_and_deprecated_forward_compile(backend):
+    """run_return_lse and the deprecated forward() / forward_return_lse() trace too (as
+    partialmethods they stopped dynamo: "Observed exception" under fullgraph=True);
+    forward()'s per-call options reach the graph, and the plan's stay as they were."""
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:2], float("nan"))
+    alias = torch.compile(
+        lambda q, c, o, s: w.run_return_lse(q, c, out=o, lse=s), fullgraph=True, backend=backend
+    )
+    alias(q, cache, out, lse)
+    want_out, want_lse = w.run(q, cache, return_lse=True)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    opts = ("ALIBI", None, 0.5, 2.0, 7, 5.0)  # mode, q / k / v scales, window, soft cap
+    fwd = torch.compile(
+        lambda q, c: w.forward_return_lse(q, c, *opts), fullgraph=True, backend=backend
+    )
+    got = fwd(q, cache)
+    want = w.forward_return_lse(q, cache, *opts)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(got[0], want_out)  # the options took effect
+    plain = torch.compile(lambda q, c: w.forward(q, c), fullgraph=True, backend=backend)
+    assert torch.equal(plain(q, cache), want_out)
+    assert torch.equal(w.run(q, cache), want_out)  # forward() left the plan's options alone
+
+
+def test_batch_decode_alias_signatures_match_flashinfers_partialmethods():
+    """The aliases are plain functions now, with the signatures the partialmethods had."""
+    import inspect
+
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper
+    for name, default in [
+        ("run_return_lse", True),
+        ("forward", False),
+        ("forward_return_lse", True),
+    ]:
+        alias = getattr(w, name)
+        assert alias.__name__ == name
+        assert inspect.signature(alias).parameters["return_lse"].default is default
+    assert list(inspect.signature(w.forward).parameters)[:4] == [
+        "self",
+        "q",
+        "paged_kv_cache",
+        "pos_encoding_mode",
+    ]
+    q, cache, indptr, indices, last = make_batch([3, 9])
+    planned = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    planned.plan(indptr, indices, last, HQ, HKV, D, PS)
+    assert isinstance(planned.run_return_lse(q, cache, return_lse=False), torch.Tensor)
+
+
 def test_batch_decode_run_errors_surface_when_the_graph_runs():
     q, cache, indptr, indices, last = make_batch([1, 17, 40])
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())

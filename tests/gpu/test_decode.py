@@ -848,3 +848,31 @@ def test_torch_compile_fullgraph_decode_and_merges(backend):
         out2, lse2, *_ = compiled(q2, cache)
     check(out2, lse2, oracle(q2, cache, indptr, indices2, last2), torch.float16)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_run_return_lse_and_forward(backend):
+    """The aliases compile too: run_return_lse and the deprecated forward() /
+    forward_return_lse() (an op of their own, with forward()'s per-call options), against
+    the oracle, into NaN-poisoned outputs where the caller passes them."""
+    torch._dynamo.reset()
+    q, cache, indptr, indices, last = make_batch([9, 700, 2048], seed=41)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.float16)
+    out_p = torch.full_like(q, float("nan"))
+    lse_p = torch.full(q.shape[:2], float("nan"), device=DEV)
+    alias = torch.compile(
+        lambda q, c, o, s: w.run_return_lse(q, c, out=o, lse=s), fullgraph=True, backend=backend
+    )
+    alias(q, cache, out_p, lse_p)
+    check(out_p, lse_p, oracle(q, cache, indptr, indices, last), torch.float16)
+    opts = dict(pos_encoding_mode="ALIBI", logits_soft_cap=30.0, window_left=300)
+    fwd = torch.compile(
+        lambda q, c: w.forward_return_lse(q, c, **opts), fullgraph=True, backend=backend
+    )
+    out, lse = fwd(q, cache)
+    want = oracle(q, cache, indptr, indices, last, alibi_slopes=get_alibi_slopes(32), **opts)
+    check(out, lse, want, torch.float16)
+    plain = torch.compile(lambda q, c: w.forward(q, c), fullgraph=True, backend=backend)
+    check(plain(q, cache), None, oracle(q, cache, indptr, indices, last), torch.float16)
+    torch._dynamo.reset()
