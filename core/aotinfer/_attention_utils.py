@@ -132,6 +132,19 @@ def resolve_dtype(name: str, value) -> torch.dtype:
     raise ValueError(f"{name} must be a torch.dtype or its name (e.g. 'float16'), got {value!r}")
 
 
+# The kernels take scales as float32: a larger finite double would reach them as inf (and
+# inf * tanh(0) or inf * 0 as NaN in every output).
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def as_int(value):
+    """``value`` as a Python int where it is an integer other than bool (a NumPy integer
+    from a model config, say); anything else unchanged, for the caller's check to refuse."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def scale_value(name: str, value) -> float:
     """A positive finite scale given as None (1.0), a number or a one-element CPU tensor.
 
@@ -153,8 +166,8 @@ def scale_value(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a float, got {value!r}")
     value = float(value)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    if not (0 < value <= FLOAT32_MAX):
+        raise ValueError(f"{name} must be positive and finite as a float32, got {value!r}")
     return value
 
 
@@ -180,9 +193,12 @@ def check_heads(num_qo_heads: int, num_kv_heads: int) -> None:
 
 
 def check_window_left(window_left) -> int:
+    """An int >= -1 (NumPy integers too). Above 2**63 - 1 (the kernels' int64) it is clamped
+    there: a window wider than any cache means the same, every key."""
+    window_left = as_int(window_left)
     if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
         raise ValueError(f"window_left must be an int >= -1 (-1: no window), got {window_left!r}")
-    return window_left
+    return min(window_left, 2**63 - 1)
 
 
 def _real(name: str, value) -> float:
@@ -199,9 +215,10 @@ def soft_cap_value(logits_soft_cap: Optional[float]) -> float:
     if logits_soft_cap is None:
         return 0.0
     cap = _real("logits_soft_cap", logits_soft_cap)
-    if not (cap >= 0 and math.isfinite(cap)):
+    if not (0 <= cap <= FLOAT32_MAX):
         raise ValueError(
-            f"logits_soft_cap must be >= 0 and finite (0 or None: off), got {logits_soft_cap!r}"
+            "logits_soft_cap must be >= 0 and finite as a float32 (0 or None: off), got "
+            f"{logits_soft_cap!r}"
         )
     return cap
 
@@ -210,8 +227,8 @@ def positive_float(name: str, value: Optional[float], default: float) -> float:
     if value is None:
         return default
     v = _real(name, value)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    if not (0 < v <= FLOAT32_MAX):
+        raise ValueError(f"{name} must be positive and finite as a float32, got {value!r}")
     return v
 
 

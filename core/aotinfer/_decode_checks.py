@@ -149,7 +149,7 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
     -------
     (indptr, last_page_len, pages, kv_lens, max_page_id)
         int64 CPU tensors: ``(B+1,)``, ``(B,)``, pages and keys per request; the largest
-        page id the table uses, or -1 where ``indices`` is on the device (unchecked).
+        page id the table uses, or 0 where ``indices`` is on the device (unchecked).
     """
     _int_vector("indptr", indptr)
     _int_vector("indices", indices)
@@ -178,7 +178,9 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
         raise ValueError(
             f"indptr[-1] = {int(indptr_h[-1])} pages but indices has only {indices.numel()} entries"
         )
-    max_page_id = -1
+    # A table on the device is not read, but every request has a page: the cache must hold
+    # at least page 0 for the kernels' clamp of an id into [0, num_pages) to land in it.
+    max_page_id = 0
     if indices.device.type == "cpu" and int(indptr_h[-1]) > 0:
         used = indices[: int(indptr_h[-1])]
         low, high = (int(v) for v in torch.aminmax(used))
@@ -307,6 +309,22 @@ def check_q(p, q, device: torch.device) -> None:
         )
 
 
+def check_rows_aligned(half_strides: tuple, v_offset: int, itemsize: int, what: str) -> None:
+    """The decode kernels read the cache in 16-byte rows: every stride of a 4-D half but the
+    last, and (a 5-D cache) the v half's offset from the k half, must be a multiple of 16
+    bytes. The provider path only; unlike q, a cache is not copied per call (it is the
+    whole KV memory), so it is refused here, naming the strides, before the provider's
+    shorter message."""
+    step = 16 // itemsize
+    if any(s % step for s in half_strides[:-1]) or v_offset % step:
+        raise ValueError(
+            f"{what} must have every stride but the last a multiple of 16 bytes ({step} "
+            f"elements of {itemsize} byte(s)): the decode kernels read 16-byte rows; got "
+            f"strides {tuple(half_strides)}"
+            + (f" and the v half {v_offset} elements after the k half" if v_offset else "")
+        )
+
+
 def check_cache(
     p, paged_kv_cache, kv_layout: str, device: torch.device
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -343,7 +361,11 @@ def check_cache(
     if k_cache.size(0) <= p.max_page_id:
         raise ValueError(
             f"paged_kv_cache has {k_cache.size(0)} pages but the page table of plan() uses "
-            f"page id {p.max_page_id}"
+            + (
+                f"page id {p.max_page_id}"
+                if p.page_ids_read
+                else "pages (its ids, on the device, go unread)"
+            )
         )
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("paged_kv_cache must have a contiguous last (head_dim) dimension")

@@ -79,16 +79,20 @@ def prepared_launches_on() -> bool:
     return value != "off"
 
 
+def half_strides(strides: tuple) -> tuple:
+    """The strides of ``cache[:, 0]`` (and ``cache[:, 1]``) of a 5-D paged cache."""
+    return (strides[0], strides[2], strides[3], strides[4])
+
+
 def cache_half_views(
     ptr: int, shape: tuple, strides: tuple, code: int, itemsize: int, device: int
 ) -> Tuple[tuple, tuple]:
     """Provider views of ``cache[:, 0]`` and ``cache[:, 1]`` of a 5-D paged cache from its
     pointer, shape, strides, dtype code, element size and device index (slicing the tensor
     costs microseconds per call; run() has all of these from its checks)."""
-    half = (shape[0], shape[2], shape[3], shape[4])
-    half_strides = (strides[0], strides[2], strides[3], strides[4])
+    half, strides_of_half = (shape[0], shape[2], shape[3], shape[4]), half_strides(strides)
     v_ptr = ptr + strides[1] * itemsize
-    return (ptr, code, half, half_strides, device), (v_ptr, code, half, half_strides, device)
+    return (ptr, code, half, strides_of_half, device), (v_ptr, code, half, strides_of_half, device)
 
 
 # kernels.batch_decode's arguments, in the header's order, come in groups: q, k_cache,

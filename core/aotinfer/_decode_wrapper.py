@@ -65,7 +65,10 @@ class _Plan:
     indices: torch.Tensor
     last_page_len: torch.Tensor
     alibi_slopes: torch.Tensor
-    max_page_id: int = -1  # the table's largest page id; -1: on the device, unchecked
+    # The table's largest page id; where the table is on the device (page_ids_read False)
+    # 0: its ids go unread, but it uses a page, so the cache must hold one.
+    max_page_id: int = 0
+    page_ids_read: bool = True
     partial_out: Optional[torch.Tensor] = None
     partial_lse: Optional[torch.Tensor] = None
     # Precomputed for run()'s hot path: expected shapes, the scalars without per-call
@@ -295,7 +298,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 self._plan = None
                 raise ValueError(
                     f"the new float_workspace_buffer holds {have} bytes but the current plan "
-                    f"needs {need}; call plan() again"
+                    f"needs {need}: the buffers were swapped and the plan dropped; call plan() "
+                    "again"
                 )
             p.partial_out, p.partial_lse = _plan.carve_partials(
                 float_workspace_buffer, p.rows, p.split.max_splits, p.num_qo_heads, p.head_dim
@@ -411,6 +415,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """
         opts = _c.plan_options(deprecated_positional_args, kwargs)
         opts["window_right"] = window_right
+        num_qo_heads, num_kv_heads, head_dim, page_size = map(
+            _u.as_int, (num_qo_heads, num_kv_heads, head_dim, page_size)
+        )
         q_dtype, kv_dtype, o_dtype, q_len = _c.check_plan_options(
             num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
         )
@@ -461,9 +468,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
             d_indices[:used].copy_(indices[:used], non_blocking=non_blocking)
             d_last.copy_(last_page_len, non_blocking=non_blocking)
         else:
-            d_indptr = indptr.to(self.device, torch.int32, non_blocking=non_blocking)
-            d_indices = indices.to(self.device, torch.int32, non_blocking=non_blocking)
+            # (contiguous: a strided int32 table already on the device would reach the
+            # kernels as it is, and they read it densely)
+            d_indptr = indptr.to(self.device, torch.int32, non_blocking=non_blocking).contiguous()
+            d_indices = indices.to(self.device, torch.int32, non_blocking=non_blocking).contiguous()
             d_last = last_page_len.to(self.device, torch.int32, non_blocking=non_blocking)
+            d_last = d_last.contiguous()
 
         plan = _Plan(
             batch=batch,
@@ -488,6 +498,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             last_page_len=d_last,
             alibi_slopes=_c.alibi_slopes(num_qo_heads, self.device),
             max_page_id=max_page_id,
+            page_ids_read=indices.device.type == "cpu",
         )
         if split.max_splits > 1:
             plan.partial_out, plan.partial_lse = _plan.carve_partials(
@@ -591,6 +602,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """``(float_bytes, int_bytes)`` this wrapper's ``plan`` would use for these
         arguments if the workspace were unlimited (int_bytes is 0: no int workspace)."""
         opts = _c.plan_options((), kwargs, "BatchDecodeWithPagedKVCacheWrapper.workspace_size()")
+        num_qo_heads, num_kv_heads, head_dim, page_size = map(
+            _u.as_int, (num_qo_heads, num_kv_heads, head_dim, page_size)
+        )
         _, _, _, q_len = _c.check_plan_options(
             num_qo_heads, num_kv_heads, head_dim, page_size, opts, self._use_tensor_cores
         )
@@ -802,11 +816,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
                         p, q, q_strides, eager, cache, shape, strides, out, lse, scalars, sinks
                     )
                     return (out, lse) if return_lse else out
+                _c.check_rows_aligned(
+                    _launch.half_strides(strides), strides[1], p.kv_itemsize, "paged_kv_cache"
+                )
                 k_view, v_view = _launch.cache_half_views(
                     cache.data_ptr(), shape, strides, p.kv_code, p.kv_itemsize, index
                 )
         if k_view is None:
             k_cache, v_cache = _c.check_cache(p, cache, self._kv_layout, dev)
+            for name, half in (("paged_kv_cache[0]", k_cache), ("paged_kv_cache[1]", v_cache)):
+                _c.check_rows_aligned(half.stride(), 0, p.kv_itemsize, name)
             k_view, v_view = _views.view(k_cache), _views.view(v_cache)
         lse_view = None
         if lse is not None:
@@ -866,6 +885,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         the plan fixes them (their pointers are per call), the cache's halves with these
         strides."""
         index = p.device_index
+        _c.check_rows_aligned(
+            _launch.half_strides(strides), strides[1], p.kv_itemsize, "paged_kv_cache"
+        )
         k_view, v_view = _launch.cache_half_views(
             0, shape, strides, p.kv_code, p.kv_itemsize, index
         )

@@ -79,12 +79,26 @@ def default_generator(device: Union[torch.device, str, None]) -> torch.Generator
 
 
 def _default_generator(device: Union[torch.device, str, None]) -> torch.Generator:
-    dev = torch.device("cuda") if device is None else torch.device(device)
+    # (Not the hot path: a sampling call's device is cached by default_generator.)
+    given = device
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = f"cuda:{device}"  # what torch.device(index) means where CUDA is the accelerator
+    try:
+        dev = torch.device("cuda") if device is None else torch.device(device)
+    except (RuntimeError, TypeError):  # a bad string, a negative index, a float...
+        raise ValueError(
+            f"device must be a CUDA or CPU device (torch.device, str or int), got {given!r}"
+        ) from None
     if dev.type == "cpu":
         return torch.default_generator
     if dev.type != "cuda":
         raise ValueError(f"device must be a CUDA or CPU device, got {dev}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"device is {dev}, but this torch sees no CUDA device")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
+    if index >= count:
+        raise ValueError(f"device is {dev}, but this torch sees {count} CUDA device(s)")
     return torch.cuda.default_generators[index]
 
 

@@ -92,6 +92,7 @@ def per_row_param(
     """A per-row sampling parameter (``top_k``, ``top_p``, ``min_p``, the LogitsPipe's
     ``temperature``): 1-D of length ``rows`` on ``device``, with FlashInfer's texts; returned
     contiguous as int32 (``integer``) or float32."""
+    _views.check_dense(name, value)
     if value.dim() == 0:
         raise ValueError(
             f"{name}: Expected a 1D tensor of shape (batch_size,) or scalar for the sampling "
@@ -233,6 +234,7 @@ USE_GENERATOR = RandomArgs(use_generator=True)  # frozen: one instance serves ev
 
 
 def _seed_tensor(name: str, t: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
+    _views.check_dense(name, t)
     # FlashInfer's texts, then what was given.
     if t.device != device:
         raise ValueError(f"{name} tensor must be on {device}, got {t.device}")

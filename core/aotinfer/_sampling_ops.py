@@ -31,7 +31,7 @@ results/history/device-type-checks-cpu-session24.txt: the eager path's host time
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -361,6 +361,34 @@ top_k_select = _define(
 # chain speculative sampling (adds into accepted / emitted in place)
 
 
+def _extent(t: torch.Tensor) -> Tuple[int, int]:
+    """The bytes [start, end) a non-empty tensor's elements span (strides >= 0)."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _check_counters_apart(counters, inputs) -> None:
+    """chain_speculative_sampling adds into its counters while it reads its inputs: a
+    counter sharing memory with one (the caller's draft_token_ids[:, 0] passed as
+    maybe_output_accepted_token_num, say) would race with the kernel's reads on the GPU.
+    Bytes spanned are compared, so a counter interleaved with an input's elements is
+    refused too."""
+    names = ("maybe_output_accepted_token_num", "maybe_output_emitted_draft_token_num")
+    for counter_name, counter in zip(names, counters):
+        start, end = _extent(counter)
+        for name, t in inputs.items():
+            if t is None or t.numel() == 0:
+                continue
+            if t.untyped_storage().data_ptr() != counter.untyped_storage().data_ptr():
+                continue
+            t_start, t_end = _extent(t)
+            if start < t_end and t_start < end:
+                raise ValueError(
+                    f"{counter_name} must not share memory with {name} (it is added to in "
+                    "place while the inputs are read)"
+                )
+
+
 def _chain_impl(
     draft_probs: torch.Tensor,
     draft_ids: torch.Tensor,
@@ -383,6 +411,14 @@ def _chain_impl(
             "maybe_output_accepted_token_num and maybe_output_emitted_draft_token_num must be "
             "separate tensors (both are added to in place), got overlapping ones"
         )
+    if batch:
+        _check_counters_apart(
+            (accepted, emitted),
+            dict(
+                draft_probs=draft_probs, draft_token_ids=draft_ids, target_probs=target_probs,
+                seed=seed_arr, offset=offset_arr,
+            ),
+        )  # fmt: skip
     if use_generator:
         seed, offset = _rng.advance_generator(batch * (n + 1), generator, device)
     if draft_probs.is_cpu:

@@ -88,6 +88,7 @@ def check_tensor(
     """Checks a tensor argument and returns it; raises ValueError naming ``name`` otherwise."""
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    check_dense(name, value)
     if ndim is not None and value.dim() != ndim:
         raise ValueError(
             f"{name} must be a {ndim}-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}"
@@ -102,6 +103,14 @@ def check_tensor(
     return value
 
 
+def check_dense(name: str, value: torch.Tensor) -> None:
+    """A sparse, nested or MKL-DNN tensor would fail deep inside torch, or at data_ptr():
+    refused here, naming the argument."""
+    if value.layout is not torch.strided or value.is_nested:
+        kind = "nested" if value.is_nested else str(value.layout).replace("torch.", "")
+        raise ValueError(f"{name} must be a dense (strided) tensor, got a {kind} tensor")
+
+
 def check_device_supported(name: str, t: torch.Tensor) -> None:
     """Only CPU (reference path) and CUDA (provider path) tensors are served. (is_cuda and
     is_cpu, not device.type: this runs on every call; 0.15 against 0.60 us on the CI
@@ -114,6 +123,7 @@ def per_row_tensor(
     name: str, value: torch.Tensor, rows: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
     """A per-row parameter: 1-D of length ``rows`` on ``device``, as contiguous ``dtype``."""
+    check_dense(name, value)
     if value.dim() != 1:
         raise ValueError(
             f"{name} must be a scalar or a 1-D tensor of shape ({rows},), got a {value.dim()}-D "

@@ -178,13 +178,21 @@ def single_decode_with_kv_cache(
 
     out = torch.empty(num_qo_heads, head_dim, dtype=q.dtype, device=device)  # ints: see run()
     lse = torch.empty(num_qo_heads, dtype=torch.float32, device=device) if return_lse else None
-    # 16-byte vector loads of q (2-byte): heads on 16-byte boundaries, else a copy.
-    if q.stride(-1) != 1 or (q.stride(0) | q.storage_offset()) & 7:
-        q = q.contiguous()
-    k = k if k.stride(-1) == 1 else k.contiguous()
-    v = v if v.stride(-1) == 1 else v.contiguous()
+    # The kernels read q, k and v in 16-byte rows: anything else is copied (a clone, since
+    # contiguous() keeps a contiguous view whose start is off a 16-byte boundary). Torch's
+    # allocations are 16-byte aligned, so the storage offset stands for the start.
+    q, k, v = (
+        t if _rows_aligned(t) else t.clone(memory_format=torch.contiguous_format) for t in (q, k, v)
+    )
     _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse)
     return (out, lse) if return_lse else out
+
+
+def _rows_aligned(t: torch.Tensor) -> bool:
+    step = 16 // t.element_size()
+    if t.stride(-1) != 1 or t.storage_offset() % step:
+        return False
+    return not any(s % step for s in t.stride()[:-1])
 
 
 def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse):

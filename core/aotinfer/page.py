@@ -56,12 +56,15 @@ def get_seq_lens(
     _views.check_tensor(
         "kv_last_page_len", kv_last_page_len, ndim=1, dtypes=_INT_DTYPES, device=kv_indptr.device
     )
+    if kv_indptr.numel() == 0:
+        raise ValueError("kv_indptr must have batch_size + 1 >= 1 entries, got 0")
     batch = kv_indptr.numel() - 1
     if kv_last_page_len.numel() != batch:
         raise ValueError(
             f"kv_last_page_len must have batch_size = len(kv_indptr) - 1 = {batch} entries, "
             f"got {kv_last_page_len.numel()}"
         )
+    page_size = _u.as_int(page_size)
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, got {page_size!r}")
     return torch.clamp(kv_indptr[1:] - kv_indptr[:-1] - 1, min=0) * page_size + kv_last_page_len
@@ -105,8 +108,11 @@ def get_batch_indices_positions(
     """
     _views.check_tensor("append_indptr", append_indptr, ndim=1, dtypes=_INT_DTYPES)
     _views.check_tensor("seq_lens", seq_lens, ndim=1, device=append_indptr.device)
+    nnz = _u.as_int(nnz)
     if isinstance(nnz, bool) or not isinstance(nnz, int) or nnz < 0:
         raise ValueError(f"nnz must be an int >= 0, got {nnz!r}")
+    if append_indptr.numel() == 0:
+        raise ValueError("append_indptr must have batch_size + 1 >= 1 entries, got 0")
     batch = append_indptr.numel() - 1
     if seq_lens.numel() != batch:
         raise ValueError(

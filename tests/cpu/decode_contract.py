@@ -156,6 +156,7 @@ class FakeKernels:
         assert k_cache.dim() == 4 and v_cache.shape == k_cache.shape
         assert k_cache.dtype == v_cache.dtype and k_cache.dtype in (q.dtype, *FP8)
         assert k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+        assert k_cache.size(0) >= 1  # the kernels clamp page ids into the cache
         assert kv_layout in (0, 1)
         layout = LAYOUTS[kv_layout]
         cache_ps = k_cache.size(1) if layout == "NHD" else k_cache.size(2)

@@ -455,7 +455,9 @@ def test_run_output_and_option_errors():
         w.run(q, cache, window_left=-3)
     with pytest.raises(ValueError, match="q_scale must be a float, got 'x'"):
         w.run(q, cache, q_scale="x")
-    with pytest.raises(ValueError, match="v_scale must be positive and finite, got inf"):
+    with pytest.raises(
+        ValueError, match="v_scale must be positive and finite as a float32, got inf"
+    ):
         w.run(q, cache, v_scale=float("inf"))
     with pytest.raises(ValueError, match="window_left must be an int >= -1"):
         w.run(q, cache, window_left=True)
@@ -998,3 +1000,106 @@ def test_cache_half_views_equal_the_sliced_views(dtype):
         want = _views.view(half)
         assert (got[0], got[1], tuple(got[2]), tuple(got[3])) == want[:4]
         assert got[4] == (-1 if want[4] is None else want[4])  # CPU: no index
+
+
+# ---------------------------------------------------------------- input edges (session 49)
+
+
+def test_a_device_page_table_still_needs_a_cache_of_one_page(monkeypatch):
+    """A table on the device goes unread by plan(), but every request has a page: run()
+    refuses an empty cache (the kernels clamp ids into [0, num_pages), so 0 pages would put
+    page -1 before the cache's start), on the provider path before any launch."""
+    i32 = dict(dtype=torch.int32)
+    on_device = torch.zeros(5, device="meta", **i32)  # stands for a CUDA tensor: not read
+    *_, max_page_id = aotinfer._decode_checks.host_page_table(
+        torch.tensor([0, 2, 5], **i32), on_device, torch.tensor([3, 16], **i32), PS, 1
+    )
+    assert max_page_id == 0
+    fake = decode_contract.install(monkeypatch)
+    w, q, cache, *_ = planned()
+    w._plan.max_page_id, w._plan.page_ids_read = 0, False  # as plan() leaves a device table
+    calls = len(fake.calls)
+    with pytest.raises(ValueError, match="0 pages but .* uses pages \\(its ids, on the device"):
+        w.run(q, cache[:0])
+    assert len(fake.calls) == calls
+    w.run(q, cache)  # one page or more: the kernels' clamp lands in the cache
+
+
+def test_scales_must_fit_float32():
+    """The kernels take float32 scales: a larger finite double would arrive as inf and turn
+    every output to NaN (inf * tanh(0))."""
+    for opt in ("logits_soft_cap", "sm_scale", "rope_theta"):
+        with pytest.raises(ValueError, match=f"{opt} must be .*finite as a float32.*got 1e"):
+            planned(**{opt: 1e39})
+    w, q, cache, *_ = planned(logits_soft_cap=3e38)  # float32's largest range: accepted
+    assert not torch.isnan(w.run(q, cache)).any()
+    k = v = cache[:3, 0].reshape(-1, HKV, D)
+    with pytest.raises(ValueError, match="v_scale must be positive and finite as a float32"):
+        aotinfer.single_decode_with_kv_cache(q[0], k, v, v_scale=1e39)
+
+
+def test_numpy_integers_and_huge_windows_are_ints():
+    """Geometry from a model config often arrives as NumPy integers; a window past int64
+    (the kernels' type) means what any window wider than the cache means: every key."""
+    np = pytest.importorskip("numpy")
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, np.int64(HQ), np.int32(HKV), np.int64(D), np.int64(PS))
+    close(w.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+    assert w.workspace_size(indptr, indices, last, np.int64(HQ), HKV, D, np.int64(PS))[1] == 0
+    w.plan(indptr, indices, last, HQ, HKV, D, PS, window_left=2**70)
+    assert w._plan.default_scalars.window_left == 2**63 - 1
+    close(w.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+    with pytest.raises(ValueError, match="window_left must be an int >= -1"):
+        w.run(q, cache, window_left=np.float64(3.0))
+
+
+def test_strided_page_tables_on_the_wrappers_device_reach_the_kernels_dense(monkeypatch):
+    """int32 tables already on the wrapper's device pass plan() as they are; strided ones
+    (a column of a larger tensor) are made contiguous there, as the launcher needs."""
+    fake = decode_contract.install(monkeypatch)
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    ip, ix, lp = (torch.stack([t, t], 1)[:, 0] for t in (indptr, indices, last))
+    assert not ip.is_contiguous()
+    w.plan(ip, ix, lp, HQ, HKV, D, PS)
+    close(w.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+    assert fake.calls[-1][0] == "batch_decode"
+
+
+def test_a_cache_of_unaligned_strides_is_refused_naming_it(monkeypatch):
+    """The kernels read the cache in 16-byte rows. A cache whose strides are not multiples
+    of 16 bytes (a head_dim slice of a wider buffer) is refused on the provider path with
+    its strides, 5-D or tuple, prepared or not; single decode copies such k / v instead,
+    as it copies q."""
+    fake = decode_contract.install(monkeypatch)
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    wide = torch.zeros(*cache.shape[:-1], D + 4, dtype=cache.dtype)
+    wide[..., :D] = cache
+    sliced = wide[..., :D]
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    calls = len(fake.calls)
+    for c in (sliced, (sliced[:, 0], sliced[:, 1])):
+        with pytest.raises(ValueError, match="paged_kv_cache.* must have every stride but the"):
+            w.run(q, c)
+    with pytest.raises(ValueError, match="every stride but the last a multiple of 16 bytes"):
+        w.forward(q, sliced)  # the full call (not prepared)
+    assert len(fake.calls) == calls
+    k, v = wide[:3, 0].reshape(-1, HKV, D + 4), wide[:3, 1].reshape(-1, HKV, D + 4)
+    k, v = k[..., :D], v[..., :D]
+    want = ref.single_decode(q[0], k, v)[0].to(q.dtype)
+    close(aotinfer.single_decode_with_kv_cache(q[0], k, v), None, want, None)
+    offset = torch.zeros(q[0].numel() + 4, dtype=q.dtype)[4:].view(HQ, D)  # off 16 bytes
+    offset.copy_(q[0])
+    close(aotinfer.single_decode_with_kv_cache(offset, k, v), None, want, None)
+
+
+def test_a_refused_workspace_swap_says_what_it_did():
+    w, q, cache, indptr, indices, last = planned(kv_lens=(4000,), fixed_split_size=None)
+    if w._plan.split.max_splits == 1:
+        pytest.skip("the plan did not split; nothing to carve")
+    with pytest.raises(ValueError, match="the buffers were swapped and the plan dropped"):
+        w.reset_workspace_buffer(torch.zeros(64, dtype=torch.uint8), None)
+    with pytest.raises(RuntimeError, match="plan\\(\\) must be called"):
+        w.run(q, cache)

@@ -369,6 +369,17 @@ def test_chain_speculative_validation():
             f(d, ids, t, accepted, emitted, seed=1, offset=0)
     both = torch.zeros(4, dtype=torch.int32)
     f(d, ids, t, both[:2], both[2:], seed=1, offset=0)  # adjacent, not overlapping
+    # A counter in an input's memory would be added to while the kernel reads it.
+    buf = torch.zeros(8, dtype=torch.int32)
+    draft_ids = buf[:6].view(2, 3)
+    draft_ids.copy_(ids)
+    with raises(
+        "maybe_output_accepted_token_num must not share memory with draft_token_ids (it is "
+        "added to in place while the inputs are read)"
+    ):
+        f(d, draft_ids, t, buf[4:6], None, seed=1, offset=0)
+    assert torch.equal(draft_ids, ids.to(torch.int32))  # refused before anything was added
+    f(d, draft_ids, t, buf[6:8], None, seed=1, offset=0)  # the same buffer, apart
 
 
 def test_top_k_validation():
@@ -404,3 +415,57 @@ def test_top_k_tie_break(sorted_):
     # index (the selection runs on the reversed row).
     assert idx.tolist() == ([[4, 2], [0, 4]] if sorted_ else [[2, 4], [0, 4]])
     assert torch.equal(values, x.gather(1, idx))
+
+
+# ----------------------------------------------------------------------------------------
+# sparse and nested tensors; get_seed_and_offset's device (session 49)
+
+
+def test_sparse_and_nested_tensors_are_refused_naming_the_argument():
+    """They failed deep inside torch before ("unsupported memory format option
+    Contiguous", aten::clamp not on SparseCPU, "dimension -1 is irregular")."""
+    sparse = PROBS.to_sparse()
+    with raises("probs must be a dense (strided) tensor, got a sparse_coo tensor"):
+        aotinfer.sampling_from_probs(sparse, seed=1, offset=1)
+    with raises("logits must be a dense (strided) tensor, got a sparse_csr tensor"):
+        aotinfer.softmax(LOGITS.to_sparse_csr())
+    with pytest.warns(UserWarning):  # torch: nested tensors are a prototype
+        nested = torch.nested.nested_tensor([PROBS[0], PROBS[1, :5]])
+    with raises("probs must be a dense (strided) tensor, got a nested tensor"):
+        aotinfer.top_k_renorm_probs(nested, 3)
+    rows = torch.tensor([1, 2, 3, 4])
+    with raises("top_k must be a dense (strided) tensor, got a sparse_coo tensor"):
+        aotinfer.top_k_sampling_from_probs(PROBS, rows.to_sparse(), seed=1, offset=1)
+    with raises("top_p must be a dense (strided) tensor"):
+        aotinfer.top_p_renorm_probs(PROBS, torch.ones(4).to_sparse())
+    with raises("temperature must be a dense (strided) tensor"):
+        aotinfer.softmax(LOGITS, temperature=torch.ones(4).to_sparse())
+    with raises("indices must be a dense (strided) tensor"):
+        aotinfer.sampling_from_probs(
+            PROBS, indices=torch.tensor([0, 1]).to_sparse(), seed=1, offset=1
+        )
+    with raises("seed must be a dense (strided) tensor"):
+        aotinfer.sampling_from_probs(
+            PROBS, seed=torch.tensor([1]).to_sparse(), offset=torch.tensor([1])
+        )
+    with raises("input must be a dense (strided) tensor"):
+        aotinfer.top_k(PROBS.to_sparse(), 3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the messages of a torch without CUDA")
+def test_get_seed_and_offset_refuses_a_device_it_cannot_serve():
+    """Before: IndexError (an index past device_count), AssertionError (a torch without
+    CUDA), or torch.device's own RuntimeError / TypeError, none naming the argument."""
+    g = aotinfer.sampling.get_seed_and_offset
+    for device, text in [
+        ("cuda:1", "device is cuda:1, but this torch sees no CUDA device"),
+        (None, "device is cuda, but this torch sees no CUDA device"),
+        (0, "device is cuda:0, but this torch sees no CUDA device"),
+        ("bogus", "device must be a CUDA or CPU device (torch.device, str or int), got 'bogus'"),
+        (3.5, "device must be a CUDA or CPU device (torch.device, str or int), got 3.5"),
+        (-1, "got -1"),
+        ("meta", "device must be a CUDA or CPU device, got meta"),
+    ]:
+        with raises(text):
+            g(4, device=device)
+    assert isinstance(g(4, device="cpu")[0], int)

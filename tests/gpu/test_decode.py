@@ -876,3 +876,31 @@ def test_torch_compile_fullgraph_run_return_lse_and_forward(backend):
     plain = torch.compile(lambda q, c: w.forward(q, c), fullgraph=True, backend=backend)
     check(plain(q, cache), None, oracle(q, cache, indptr, indices, last), torch.float16)
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------- input edges (session 49)
+
+
+def test_input_edges_on_the_device():
+    """A table on the device with an empty cache, a cache of unaligned strides: ValueErrors
+    before any launch. Strided tables on the device and an unaligned single-decode k / v
+    (copied): the oracle's answer, into poisoned outputs."""
+    q, cache, indptr, indices, last = make_batch([9, 700, 2048], seed=51)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    ip, ix, lp = (torch.stack([t, t], 1)[:, 0] for t in (indptr, indices, last))
+    assert not ix.is_contiguous() and ix.is_cuda
+    w.plan(ip, ix, lp, 32, 8, 128, 16, q_data_type=torch.float16)
+    with pytest.raises(ValueError, match="has 0 pages but the page table of plan\\(\\) uses pages"):
+        w.run(q, cache[:0])
+    out = torch.full_like(q, float("nan"))
+    w.run(q, cache, out=out)
+    check(out, None, oracle(q, cache, indptr, indices, last), torch.float16)
+    wide = torch.zeros(*cache.shape[:-1], 132, dtype=cache.dtype, device=DEV)
+    wide[..., :128] = cache
+    with pytest.raises(ValueError, match="paged_kv_cache must have every stride but the last"):
+        w.run(q, wide[..., :128])
+    k = wide[:40, 0].reshape(-1, 8, 132)[..., :128]
+    v = wide[:40, 1].reshape(-1, 8, 132)[..., :128]
+    got = aotinfer.single_decode_with_kv_cache(q[0], k, v)
+    want = ref.attention(q[:1], k, v, compute_dtype=F64)
+    check(got[None], None, want, torch.float16)

@@ -1055,6 +1055,19 @@ def test_validation_on_cuda_happens_before_launch():
         aotinfer.sampling_from_probs(probs, generator=torch.Generator())
     with pytest.raises(ValueError, match="indices must be on cuda:0"):
         aotinfer.sampling_from_probs(probs, torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="probs must be a dense \\(strided\\) tensor"):
+        aotinfer.sampling_from_probs(probs.to_sparse(), seed=1, offset=1)
+    beyond = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ValueError, match=f"device is {beyond}, but this torch sees"):
+        aotinfer.sampling.get_seed_and_offset(4, device=beyond)
+    # A counter in draft_token_ids' memory would race with the kernel's reads of it.
+    buf = torch.zeros(8, dtype=torch.int32, device=DEV)
+    draft_probs = make_probs(6, 50, seed=23).view(2, 3, 50)
+    target_probs = make_probs(8, 50, seed=24).view(2, 4, 50)
+    with pytest.raises(ValueError, match="must not share memory with draft_token_ids"):
+        aotinfer.chain_speculative_sampling(
+            draft_probs, buf[:6].view(2, 3), target_probs, buf[4:6], seed=1, offset=1
+        )
 
 
 def test_rows_of_2_to_the_31_elements_are_refused_before_launch():

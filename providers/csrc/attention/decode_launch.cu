@@ -342,6 +342,8 @@ void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::u
   REQUIRE(c.q % 16 == 0 && c.k % 16 == 0 && c.v % 16 == 0 && c.q_stride_row % 8 == 0 && c.q_stride_head % 8 == 0,
           "batch_decode: q and the KV cache must be 16-byte aligned");
   if (p.batch == 0) return;
+  // The kernels clamp page ids into [0, num_pages): an empty cache has no page to land on.
+  REQUIRE(c.num_pages >= 1, "batch_decode: the paged KV cache holds no pages");
   RawDecode r = p.r;
   r.q = reinterpret_cast<const void*>(c.q);
   r.q_stride_row = c.q_stride_row;
