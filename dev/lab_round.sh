@@ -5,7 +5,8 @@
 # and 16 rows; $OUT/ab-NAME.txt, which also says whether both drew the same tokens) and the
 # sampling tests under the lab's wheel ($OUT/lab-N.txt); the default wheel is reinstalled after
 # each. Each argument is NAME=MACRO[:OPS], OPS the ops to time, comma-separated (default: all);
-# LAB_BATCHES the batch sizes to time (default "1 16").
+# LAB_BATCHES the batch sizes to time (default "1 16"); LAB_DISTS the row kinds
+# (dev/time_sampling_graph.py; default "flat peaked").
 #   dev/lab_round.sh fewer=AOTINFER_LAB_FEWER_BARRIERS:top_k,joint,top_p \
 #                    warp=AOTINFER_LAB_JOINT_WARP:joint,top_k_first,top_k
 set -uo pipefail
@@ -18,6 +19,7 @@ for spec in "$@"; do
   [ "$rest" != "$macro" ] && ops=${rest#*:}
   only=""
   [ -n "$ops" ] && only="LAB_OPS='${ops//,/ }' "
+  [ -n "${LAB_DISTS:-}" ] && only+="LAB_DISTS='$LAB_DISTS' "
   builds+=("$name=.:-DCMAKE_CUDA_FLAGS=-D$macro")
   cmds+=("WAIT_FOR=/tmp/$name-wheel.done LABEL_A=default LABEL_B=$name AB_NAME=ab-$name \
 ${only}dev/ab_wheels.sh - /tmp/$name-wheel dev/time_sampling_graph.py ${LAB_BATCHES:-1 16} \

@@ -3,7 +3,11 @@ and 128 and 512 (one CTA per row), vocab 32000 and 128256, bench_sampling's flat
 rows, explicit seed, rotating inputs, the launcher's kernel choice. Writes {case: us} as
 JSON to the path given, with the first tokens per sampler so that two builds can be checked
 for the same tokens, and prints the table. LAB_VOCABS="32000 65536 ..." times other
-vocabularies (e.g. for a crossover between the two); LAB_OPS="top_p ..." only those ops.
+vocabularies (e.g. for a crossover between the two); LAB_OPS="top_p ..." only those ops;
+LAB_DISTS="flat peaked sharp" the row kinds (default flat and peaked; "sharp" rows are
+softmax(8 x randn), whose top 50 hold nearly all the mass, as a confident model's do: joint
+and top-k then top-p then need their top-p search, where the benchmark's rows keep the
+top-k set whole).
 
     python dev/time_sampling_graph.py OUT.json [BATCH ...]   (GPU machine, provider installed)
 """
@@ -36,19 +40,27 @@ OPS = {
 }
 
 
+def make_rows(batch, vocab, dist, seed):
+    """bench_sampling's flat or peaked rows, or sharp ones (softmax of 8 x randn)."""
+    if dist != "sharp":
+        return make_probs(batch, vocab, dist == "peaked", seed)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.softmax(8 * torch.randn(batch, vocab, device="cuda", generator=g), -1)
+
+
 def main():
     times, tokens = {}, {}
     batches = [int(b) for b in sys.argv[2:]] or [1, 16, 128, 512]
     vocabs = [int(v) for v in os.environ.get("LAB_VOCABS", "32000 128256").split()]
     ops = {k: v for k, v in OPS.items() if k in os.environ.get("LAB_OPS", " ".join(OPS)).split()}
+    dists = os.environ.get("LAB_DISTS", "flat peaked").split()
     for vocab in vocabs:
         for batch in batches:
-            for peaked in (False, True):
+            for dist in dists:
                 sets = rotations(
-                    lambda i, b=batch, v=vocab, pk=peaked: (make_probs(b, v, pk, i),),
+                    lambda i, b=batch, v=vocab, d=dist: (make_rows(b, v, d, i),),
                     batch * vocab * 4,
                 )
-                dist = "peaked" if peaked else "flat"
                 for name, fn in ops.items():
                     case = f"{name} {batch}x{vocab} {dist}"
                     times[case] = rotation_graph_us(fn, sets)

@@ -376,6 +376,78 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
   return ws.left_to_searches ? kSetUndecided : token;
 }
 
+#ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
+// Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49, compiled, not yet run; dev/NOTES.md item
+// 81): joint's common verdict, "the top-k set's mass is below p times the row's, so the kept
+// set is the top-k set" (two_search_list_filter's first return; the benchmark's rows, whose
+// top-50 mass is ~0.74 at p = 0.9), reached the top-k sampler's way: t_k by count, finishing
+// in one warp (local_top_k_key), and the mass of the set summed by the draw itself, per key,
+// instead of the top-k search with masses. Joint at 1 x 32000 peaked took 13.7 us against
+// the top-k sampler's 10.3 in the same kernels' record (FlashInfer 9.7), so the guess is
+// ~11-11.5 us: the top-k sampler's path plus the slices' double sums (unmeasured alone).
+// The same token as the default path: the per-key masses add up to the search's mass of the
+// set where no kept key's mass is floored (exponent field + base >= 0 for every kept key:
+// then each level-0 bin's sum is the sum of its keys' masses), with the same unit (the
+// row's largest key normal); the count search and the masses search give keys between which
+// no element lies, so the same kept set; and the draw is draw_from_local_list_block's, the
+// same integer prefix sums. Anything else returns kSetUndecided and the default path runs:
+// a floored key, a subnormal largest key, and the rows whose top-k set reaches the goal's
+// lower bound (then this lab's count search and scan are time lost: rows of realistic
+// peakedness may lose here, which the call's A/B must time).
+template <int kCtas, typename Sh>
+__device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
+                                                          std::int64_t n, const FilterParams& f, std::int64_t row,
+                                                          std::int32_t k, double row_sum, const RowRandom& rng,
+                                                          Sh& sh) {
+  __shared__ std::int64_t found_token;
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  // t_k, or 0 where fewer than k keys take part (then the set is all of them).
+  const std::uint32_t min_key = local_top_k_key(local_list_scope<true, kCtas>(keys), k, sh);
+  constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
+  static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
+  const int first = threadIdx.x * kPerThread;
+  std::uint32_t mx = 0u;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+  mx = block_reduce(mx, MaxOp{}, 0u);
+  if (mx == 0u) return -1;  // no participant: the default path's verdict too
+  const FixedPointScale fx = FixedPointScale::of(mx, n);
+  std::uint64_t q[kPerThread], own = 0;
+  bool floored = false;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const std::uint32_t key = prob_key(keys[first + i]);
+    q[i] = fx.kept_mass(key, min_key);
+    own += q[i];
+    floored |= key != 0u && key >= min_key && FixedPointScale::biased_exponent(key) + fx.base < 0;
+  }
+  if (__syncthreads_or(floored || (mx >> 23) == 0u)) return kSetUndecided;
+  std::uint64_t total;
+  const std::uint64_t before = block_exclusive_scan(own, &total);
+  if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing, and the set is the top-k set
+    // two_search_list_filter's lower bound of the row's total (keep the two in step).
+    const double r = ldexp(row_sum, 150 + fx.base);
+    const std::uint64_t base_lo = __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
+    if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) return kSetUndecided;
+  }
+  const Philox4 w = rng.words(0);
+  const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
+  if (target >= before && target - before < own) {  // exactly one thread
+    std::uint64_t rest = target - before;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (rest < q[i]) {
+        found_token = positions[first + i];
+        break;
+      }
+      rest -= q[i];
+    }
+  }
+  __syncthreads();
+  return found_token;
+}
+#endif
+
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
 // local path spill.
 template <FilterFamily kFamily, typename Scope, typename Sh>
@@ -493,6 +565,13 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
     double row_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
+#ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
+    if (f.mode == FilterMode::kJoint) {
+      const std::int64_t token =
+          joint_top_k_set_draw<kCtas>(list_keys, list_positions, n, f, row, k, row_sum, rng, sh);
+      if (token != kSetUndecided) return token;
+    }
+#endif
     if constexpr (!kLabTopKFirstSearches) {
       if (f.mode == FilterMode::kTopKThenTopP) {
         const std::int64_t token =
