@@ -179,8 +179,7 @@ def single_decode_with_kv_cache(
     out = torch.empty(num_qo_heads, head_dim, dtype=q.dtype, device=device)  # ints: see run()
     lse = torch.empty(num_qo_heads, dtype=torch.float32, device=device) if return_lse else None
     # The kernels read q, k and v in 16-byte rows: anything else is copied (a clone, since
-    # contiguous() keeps a contiguous view whose start is off a 16-byte boundary). Torch's
-    # allocations are 16-byte aligned, so the storage offset stands for the start.
+    # contiguous() keeps a contiguous view whose start is off a 16-byte boundary).
     q, k, v = (
         t if _rows_aligned(t) else t.clone(memory_format=torch.contiguous_format) for t in (q, k, v)
     )
@@ -189,8 +188,9 @@ def single_decode_with_kv_cache(
 
 
 def _rows_aligned(t: torch.Tensor) -> bool:
+    """Whether every row of ``t`` (its last dimension) starts on a 16-byte boundary."""
     step = 16 // t.element_size()
-    if t.stride(-1) != 1 or t.storage_offset() % step:
+    if t.stride(-1) != 1 or t.data_ptr() % 16:
         return False
     return not any(s % step for s in t.stride()[:-1])
 
