@@ -137,6 +137,19 @@ def _eager_merges_in_grid(batch: int) -> bool:
     return batch == 1
 
 
+def _device_copy(table: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    """plan()'s own contiguous int32 copy of a page-table tensor on ``device``. Never the
+    caller's tensor, which .to() returns where it already is int32 on the device: run()
+    must read the table plan() analysed (a caller rewriting its tensor before run(), as a
+    loop reusing one buffer does, would otherwise hand the kernels an indptr whose ranges
+    the plan never saw: reads past ``indices``), and a strided one would reach the
+    launcher as it is."""
+    copy = table.to(device, torch.int32, non_blocking=non_blocking)
+    if copy is table:
+        return table.clone(memory_format=torch.contiguous_format)
+    return copy.contiguous()
+
+
 def _returning_lse(method, return_lse: bool, name: str):
     """``method`` with ``return_lse`` defaulting to ``return_lse``, as FlashInfer's
     ``functools.partialmethod`` aliases (``run_return_lse``, ``forward``...) are, with the
@@ -468,12 +481,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
             d_indices[:used].copy_(indices[:used], non_blocking=non_blocking)
             d_last.copy_(last_page_len, non_blocking=non_blocking)
         else:
-            # (contiguous: a strided int32 table already on the device would reach the
-            # kernels as it is, and they read it densely)
-            d_indptr = indptr.to(self.device, torch.int32, non_blocking=non_blocking).contiguous()
-            d_indices = indices.to(self.device, torch.int32, non_blocking=non_blocking).contiguous()
-            d_last = last_page_len.to(self.device, torch.int32, non_blocking=non_blocking)
-            d_last = d_last.contiguous()
+            d_indptr, d_indices, d_last = (
+                _device_copy(t, self.device, non_blocking) for t in (indptr, indices, last_page_len)
+            )
 
         plan = _Plan(
             batch=batch,

@@ -32,6 +32,25 @@ def _nvml_driver_version() -> Optional[str]:
         return None
 
 
+def _core_switch_problems() -> List[str]:
+    """The AOTINFER_* switches the core reads, each through its own reader (README's switch
+    table). The provider's switches are read, and refused, by the kernels that use them, at
+    their first launch: show-config runs no kernel."""
+    from . import _decode_launch, _decode_plan, _sampling_ops
+
+    found = []
+    for read in (
+        _decode_launch.prepared_launches_on,
+        _decode_plan.work_runs_mode,
+        _sampling_ops._top_p_draw,
+    ):
+        try:
+            read()
+        except ValueError as exc:
+            found.append(str(exc))
+    return found
+
+
 def collect_config() -> dict:
     """Everything show-config reports, as plain data."""
     import torch
@@ -49,6 +68,7 @@ def collect_config() -> dict:
             _providers.check_provider_name(forced, f"{_providers.ENV_PROVIDER}={forced!r}")
     except ValueError as exc:
         env_problems.append(str(exc))
+    env_problems += _core_switch_problems()
     usable, skewed = _providers.screen(manifests, allow_skew, warn=False)
     discovery = _providers.Discovery(usable, broken + skewed)
     # By location, not arch: two registrations of one arch get their own status.

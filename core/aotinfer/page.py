@@ -21,6 +21,7 @@ from .reference import page as _ref
 __all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
 
 _INT_DTYPES = (torch.int32, torch.int64)
+_INT32_MAX = 2**31 - 1
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, *_u.FP8_DTYPES)
 
 
@@ -107,7 +108,9 @@ def get_batch_indices_positions(
      tensor([4, 3, 4, 2, 3, 4, 1, 2, 3, 4], dtype=torch.int32))
     """
     _views.check_tensor("append_indptr", append_indptr, ndim=1, dtypes=_INT_DTYPES)
-    _views.check_tensor("seq_lens", seq_lens, ndim=1, device=append_indptr.device)
+    _views.check_tensor(
+        "seq_lens", seq_lens, ndim=1, dtypes=_INT_DTYPES, device=append_indptr.device
+    )
     nnz = _u.as_int(nnz)
     if isinstance(nnz, bool) or not isinstance(nnz, int) or nnz < 0:
         raise ValueError(f"nnz must be an int >= 0, got {nnz!r}")
@@ -131,7 +134,9 @@ def get_batch_indices_positions(
         bc = b.clamp(max=batch - 1)
         pos = seq_lens.to(torch.int64)[bc] - ends[bc] + token
         b_out = torch.where(valid, b, torch.full_like(b, -1)).to(torch.int32)
-        pos_out = torch.where(valid, pos, torch.zeros_like(pos)).to(torch.int32)
+        # (saturated: a position past int32 lands past every page, so append skips it)
+        pos_out = torch.where(valid, pos, torch.zeros_like(pos)).clamp(-1, _INT32_MAX)
+        pos_out = pos_out.to(torch.int32)
     else:
         b_out = torch.full((nnz,), -1, dtype=torch.int32, device=device)
         pos_out = torch.zeros((nnz,), dtype=torch.int32, device=device)
@@ -150,9 +155,11 @@ def _index_vector(name: str, t, device: torch.device, min_len: int) -> torch.Ten
     _views.check_tensor(name, t, ndim=1, dtypes=_INT_DTYPES, device=device)
     if t.numel() < min_len:
         raise ValueError(f"{name} must have at least {min_len} entries, got {t.numel()}")
-    if t.dtype != torch.int32 or not t.is_contiguous():
-        t = t.to(torch.int32).contiguous()
-    return t
+    if t.dtype != torch.int32:
+        # Saturated, not wrapped: an int64 2**32 + 1 would become 1, a slot the caller never
+        # named; -1 and 2**31 - 1 are out of every range, so such a token is skipped.
+        t = t.clamp(-1, _INT32_MAX).to(torch.int32)
+    return t.contiguous()
 
 
 def append_paged_kv_cache(
@@ -208,6 +215,10 @@ def append_paged_kv_cache(
     layout_code = _u.check_kv_layout(kv_layout)
     k_cache, v_cache = _u.unpack_paged_kv_cache(paged_kv_cache, kv_layout)
     _, page_size, heads, dim = _u.cache_geometry(k_cache, kv_layout)
+    if page_size < 1:  # (the kernel divides positions by it)
+        raise ValueError(
+            f"paged_kv_cache must have a page_size >= 1 ({kv_layout}), got {page_size}"
+        )
     _views.check_tensor("append_key", append_key, ndim=3)
     _views.check_device_supported("append_key", append_key)
     device = append_key.device

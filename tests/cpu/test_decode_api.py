@@ -1103,3 +1103,16 @@ def test_a_refused_workspace_swap_says_what_it_did():
         w.reset_workspace_buffer(torch.zeros(64, dtype=torch.uint8), None)
     with pytest.raises(RuntimeError, match="plan\\(\\) must be called"):
         w.run(q, cache)
+
+
+def test_plan_keeps_its_own_copy_of_the_page_table():
+    """run() reads the table plan() analysed, not the caller's tensors (which .to() would
+    have returned as they were, being int32 on the wrapper's device already): a caller that
+    rewrites them before run() changes nothing until it plans again."""
+    w, q, cache, indptr, indices, last = planned()
+    want = w.run(q, cache)
+    indptr.fill_(1 << 30)  # ranges past the indices: a read past them if the kernels saw it
+    indices.fill_(5)
+    last.fill_(1)
+    close(w.run(q, cache), None, want, None)
+    assert w._plan.indptr.data_ptr() != indptr.data_ptr()

@@ -244,9 +244,9 @@ def test_per_row_temperature(compile, dtype):
         probs.double(), expected, atol=2e-3 if dtype != torch.float32 else 1e-6, rtol=0
     )
     scaled = LogitsPipe([Temperature()])(x, temperature=t)
-    assert scaled.dtype == dtype
+    assert scaled.dtype == torch.float32  # (divided in float32: fp16 would overflow)
     for row in range(3):
-        torch.testing.assert_close(scaled[row], (x[row].float() / t[row]).to(dtype))
+        torch.testing.assert_close(scaled[row], x[row].float() / t[row])
 
 
 def test_per_row_min_p_matches_scalar_rows():
@@ -644,3 +644,19 @@ def test_compiled_and_uncompiled_sample_the_same_distribution(processors, kwargs
     used = both > 0
     stat = ((counts[0][used] - counts[1][used]) ** 2 / both[used]).sum().item()
     assert stat < _chi_square_bound(int(used.sum()) - 1)
+
+
+def test_unfused_temperature_divides_in_float32_within_softmax_range():
+    """fp16 logits over a small temperature overflowed to inf in the logits' dtype, and the
+    sampler took the first inf instead of the largest logit; the unfused op now divides in
+    float32 and refuses what the fused softmax refuses."""
+    logits = (torch.randn(4, 32, generator=torch.Generator().manual_seed(3)) * 3).half()
+    pipe = LogitsPipe([Temperature(), Sample()])
+    got = pipe(logits, temperature=1e-5, seed=0, offset=0)
+    assert got.tolist() == logits.float().argmax(-1).tolist()
+    scaled = LogitsPipe([Temperature()])(torch.tensor([[1, 2, 3]]), temperature=torch.tensor([0.3]))
+    assert scaled.dtype == torch.float32
+    torch.testing.assert_close(scaled, torch.tensor([[1.0, 2.0, 3.0]]) / 0.3)
+    unfused = LogitsPipe([Temperature(), Softmax()], compile=False)
+    with pytest.raises(ValueError, match="temperature must be in \\[2\\*\\*-126, 2\\*\\*126\\]"):
+        unfused(logits.float(), temperature=1e-40)

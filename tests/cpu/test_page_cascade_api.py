@@ -367,3 +367,46 @@ def test_merge_provider_path(monkeypatch):
     mask = torch.tensor([True, False, True, True, False])
     aotinfer.merge_state_in_place(va, sa, vb, sb, mask)
     assert fake.calls[-1][1]["mask"] is mask
+
+
+def test_append_saturates_int64_indices_instead_of_wrapping():
+    """int64 batch indices, positions, page ids or indptr past int32 are skipped, as any
+    out-of-range value is, not wrapped into another slot (2**32 + 1 used to become 1)."""
+    c = _append_case("NHD", False)
+    before = c["cache"].clone()
+    seq_lens = aotinfer.get_seq_lens(c["kv_indptr"], c["last"], c["ps"])
+    b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, c["nnz"])
+    wraps = 2**32 + 1
+    for name, bi, pos, idx in [
+        ("batch index", b.long() + wraps, p.long(), c["kv_indices"]),
+        ("negative batch index", b.long() - wraps, p.long(), c["kv_indices"]),
+        ("position", b.long(), p.long() + 2**32, c["kv_indices"]),
+        ("page id", b.long(), p.long(), c["kv_indices"].long() + 2**32),
+    ]:
+        aotinfer.append_paged_kv_cache(
+            c["k"], c["v"], bi, pos, c["cache"], idx, c["kv_indptr"], c["last"]
+        )
+        assert torch.equal(c["cache"], before), name
+
+
+def test_positions_saturate_and_seq_lens_must_be_integers():
+    indptr = torch.tensor([0, 2], dtype=torch.int32)
+    b, p = aotinfer.get_batch_indices_positions(indptr, torch.tensor([2**40]), 2)
+    assert b.tolist() == [0, 0] and p.tolist() == [2**31 - 1, 2**31 - 1]
+    with pytest.raises(ValueError, match="seq_lens must have dtype int32, int64, got float32"):
+        aotinfer.get_batch_indices_positions(indptr, torch.tensor([5.7]), 2)
+
+
+def test_append_refuses_a_cache_of_page_size_0():
+    """The kernel divides positions by the page size (a division by zero on the GPU, then a
+    write into a cache of no elements)."""
+    c = _append_case("NHD", True)
+    k0 = torch.empty(4, 0, 2, 8, dtype=torch.float16)
+    with pytest.raises(
+        ValueError, match="paged_kv_cache must have a page_size >= 1 \\(NHD\\), got 0"
+    ):
+        aotinfer.append_paged_kv_cache(
+            c["k"][:1], c["v"][:1], torch.zeros(1, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32), (k0, k0.clone()), c["kv_indices"],
+            c["kv_indptr"], c["last"],
+        )  # fmt: skip

@@ -400,6 +400,27 @@ def test_show_config_flags_junk_environment(site, only_fakes, devices, monkeypat
     assert cli.main(["show-config", "--check"]) == 1
 
 
+def test_show_config_flags_the_core_switches(site, only_fakes, devices, monkeypatch):
+    """The switches the core itself reads, each refused by its own reader (they passed
+    --check before, and then failed the first call that read them)."""
+    from aotinfer import cli
+
+    monkeypatch.setenv("AOTINFER_DECODE_PREPARED", "maybe")
+    monkeypatch.setenv("AOTINFER_DECODE_WORK_RUNS", "x")
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "bogus")
+    monkeypatch.setattr(
+        _device_facts,
+        "driver_facts",
+        lambda: _device_facts.DriverFacts(False, None, "no driver", ()),
+    )
+    found = cli.problems(cli.collect_config())
+    assert found == [
+        "AOTINFER_DECODE_PREPARED must be on or off, got 'maybe'",
+        "AOTINFER_DECODE_WORK_RUNS must be auto, always or off, got 'x'",
+        "AOTINFER_SAMPLING_TOP_P must be rejection, threshold or auto, got 'bogus'",
+    ]
+
+
 @pytest.mark.parametrize("value", ["maybe", "2", "enable"])
 def test_discover_refuses_a_junk_skew_switch(site, monkeypatch, value):
     monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", value)

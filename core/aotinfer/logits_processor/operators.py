@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from .. import sampling
-from .._sampling_checks import per_row_param
+from .._sampling_checks import TEMPERATURE_MAX, TEMPERATURE_MIN, per_row_param
 from .._views import check_tensor
 from .op import ParameterizedOp
 from .types import TaggedTensor, TensorType
@@ -45,12 +45,19 @@ def _is_real(value: Any) -> bool:
 
 
 def _temperature(value: Any) -> Union[float, torch.Tensor]:
-    """A tensor as is, or a positive finite Python float (an int such as ``1`` is refused;
-    inf too, as the fused op refuses it: logits / inf turns a row's -inf entries into NaN)."""
+    """A tensor as is, or a positive Python float (an int such as ``1`` is refused, as in
+    FlashInfer) in softmax's range [2**-126, 2**126], so that the unfused op refuses what
+    the fused one refuses (inf: logits / inf turns a row's -inf entries into NaN; below
+    2**-126 rows of inf and NaN)."""
     if isinstance(value, torch.Tensor):
         return value
     if not isinstance(value, float) or not 0 < value < float("inf"):
         raise ValueError(f"Temperature must be positive float or a tensor array, got {value!r}")
+    if not TEMPERATURE_MIN <= value <= TEMPERATURE_MAX:
+        raise ValueError(
+            "temperature must be in [2**-126, 2**126] (positive, its reciprocal a normal "
+            f"float32, as softmax requires), got {value!r}"
+        )
     return value
 
 
@@ -119,9 +126,12 @@ class TemperatureOp(ParameterizedOp):
 
     Notes
     -----
-    The result keeps the dtype of the logits. A per-row tensor divides each row by its own
-    value (FlashInfer's op broadcasts it against the last dimension instead, which only
-    works by accident; here it means one temperature per request, as in ``softmax``).
+    The result is float32 (float64 logits stay float64), as the fused temperature-softmax
+    computes: FlashInfer's op divides in the logits' dtype, where fp16 logits of 3 over a
+    temperature of 1e-5 overflow to inf and a sampler then takes the first inf, not the
+    largest logit. A per-row tensor divides each row by its own value (FlashInfer's op
+    broadcasts it against the last dimension instead, which only works by accident; here
+    it means one temperature per request, as in ``softmax``).
     """
 
     IN = TensorType.LOGITS
@@ -131,8 +141,10 @@ class TemperatureOp(ParameterizedOp):
         out_type = self._validate_input_type(tensor)
         temperature = _temperature(self._get_param("temperature", kwargs))
         data = _matrix(tensor)
+        if data.dtype != torch.float64:
+            data = data.float()
         if isinstance(temperature, torch.Tensor):
-            scaled = (data / _row_column("temperature", temperature, data)).to(data.dtype)
+            scaled = data / _row_column("temperature", temperature, data).to(data.dtype)
         else:
             scaled = data / temperature
         return TaggedTensor(scaled, out_type)

@@ -485,6 +485,7 @@ void launch_append_paged_kv_cache(const TensorView& key, const TensorView& value
   const std::int64_t heads = nhd ? k_cache.size(2) : k_cache.size(1);
   REQUIRE(key.size(1) == heads && key.size(2) == k_cache.size(3), "append_paged_kv_cache: heads/head_dim mismatch");
   REQUIRE((nhd ? k_cache.size(1) : k_cache.size(2)) == page_size, "append_paged_kv_cache: page_size mismatch");
+  REQUIRE(page_size >= 1, "append_paged_kv_cache: page_size must be at least 1");  // (positions / page_size)
   for (const TensorView* t : {&batch_indices, &positions, &indices, &indptr}) {
     check_rank(*t, 1, op, "page table");
     check_dtype(*t, DType::kInt32, op, "page table");
