@@ -134,6 +134,7 @@ REFINE_SIZES = 4
 RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
+MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
 ALIGN = 256  # bytes between carved buffers
 
 
@@ -465,6 +466,12 @@ def plan_fixed(max_pages: int, chunk_pages: int, max_splits_allowed: int) -> Spl
             f"fixed_split_size={chunk_pages} pages cuts the longest request ({max_pages} pages) "
             f"into {splits} splits, but the float workspace holds partial results for at most "
             f"{max_splits_allowed}; pass a larger fixed_split_size or a larger workspace"
+        )
+    if splits > MAX_GRID_SPLITS:
+        raise ValueError(
+            f"fixed_split_size={chunk_pages} pages cuts the longest request ({max_pages} pages) "
+            f"into {splits} splits, but the kernels launch at most {MAX_GRID_SPLITS} per request "
+            "(the grid's z dimension); pass a larger fixed_split_size"
         )
     return SplitPlan(chunk_pages=chunk_pages, max_splits=max(splits, 1))
 

@@ -51,6 +51,8 @@ def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Te
     """
     _views.check_tensor(name, value, ndim=ndim)
     _views.check_device_supported(name, value)
+    if value.size(0) > INT32_MAX:  # the kernels launch a block (or a cluster) per row
+        raise ValueError(f"{name} has {value.size(0)} rows; at most 2**31 - 1 are served")
     if float32:
         if not value.is_floating_point():
             raise ValueError(
@@ -79,6 +81,8 @@ def indices_arg(indices, rows: int, device: torch.device) -> Optional[torch.Tens
     if indices is None:
         return None
     _views.check_tensor("indices", indices, ndim=1, dtypes=(torch.int32, torch.int64))
+    if indices.numel() > INT32_MAX:  # one output row, so one block, per entry
+        raise ValueError(f"indices has {indices.numel()} entries; at most 2**31 - 1 are served")
     if indices.device != device:
         raise ValueError(f"indices must be on {device}, like the input, got {indices.device}")
     if rows == 0 and indices.numel() > 0:

@@ -29,9 +29,19 @@ def _kernels(device: torch.device):
     return _launch.provider_kernels(device)
 
 
+# The merge kernels launch one block per (position, head): grid.x positions, grid.y heads.
+_MAX_POSITIONS, _MAX_HEADS = 2**31 - 1, 65535
+
+
 def _check_v(name: str, v, ndim: int) -> torch.Tensor:
     _views.check_tensor(name, v, ndim=ndim, dtypes=V_DTYPES)
     _views.check_device_supported(name, v)
+    positions, heads = v.size(0), v.size(ndim - 2)
+    if positions > _MAX_POSITIONS or heads > _MAX_HEADS:
+        raise ValueError(
+            f"{name} has {positions} positions and {heads} heads; the merge kernels take at "
+            f"most {_MAX_POSITIONS} and {_MAX_HEADS} (one block per position and head)"
+        )
     return v
 
 

@@ -355,3 +355,11 @@ def test_work_runs_switch_rejects_other_values(monkeypatch):
     message = "AOTINFER_DECODE_WORK_RUNS must be auto, always or off, got 'yes'"
     with pytest.raises(ValueError, match=message):
         work_plan(SKEWED_16x4096)
+
+
+def test_fixed_split_size_within_the_grids_z_dimension():
+    """A request's splits are grid.z of the launch (at most 65535): a fixed_split_size that
+    cuts more is refused at plan time, not at launch (cudaErrorInvalidConfiguration)."""
+    assert dp.plan_fixed(65535, 1, 10**6).max_splits == 65535
+    with pytest.raises(ValueError, match="into 65536 splits, but the kernels launch at most 65535"):
+        dp.plan_fixed(65536, 1, 10**6)

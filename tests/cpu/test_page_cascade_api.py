@@ -410,3 +410,14 @@ def test_append_refuses_a_cache_of_page_size_0():
             torch.zeros(1, dtype=torch.int32), (k0, k0.clone()), c["kv_indices"],
             c["kv_indptr"], c["last"],
         )  # fmt: skip
+
+
+def test_merges_refuse_more_heads_than_a_grid_holds():
+    """The merge kernels launch a block per (position, head), heads in grid.y (65535)."""
+    v, s = torch.zeros(1, 65536, 4), torch.zeros(1, 65536)
+    with pytest.raises(ValueError, match="v_a has 1 positions and 65536 heads; the merge"):
+        aotinfer.merge_state(v, s, v, s)
+    with pytest.raises(ValueError, match="v has 1 positions and 65536 heads"):
+        aotinfer.merge_states(v[:, None], s[:, None])
+    out, lse = aotinfer.merge_state(v[:, :65535], s[:, :65535], v[:, :65535], s[:, :65535])
+    assert out.shape == (1, 65535, 4)

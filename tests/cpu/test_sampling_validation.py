@@ -469,3 +469,18 @@ def test_get_seed_and_offset_refuses_a_device_it_cannot_serve():
         with raises(text):
             g(4, device=device)
     assert isinstance(g(4, device="cpu")[0], int)
+
+
+def test_more_rows_than_a_grid_holds_are_refused():
+    """One block (or cluster) per row: 2**31 rows or indices would wrap the grid's x
+    (expanded views here: no memory behind them)."""
+    rows = torch.zeros(1, 4).expand(2**31, 4)
+    with raises(f"probs has {2**31} rows; at most 2**31 - 1 are served"):
+        aotinfer.sampling_from_probs(rows, seed=1, offset=1)
+    with raises(f"logits has {2**31} rows; at most 2**31 - 1 are served"):
+        aotinfer.softmax(rows)
+    with raises(f"input has {2**31} rows"):
+        aotinfer.top_k(rows, 2)
+    many = torch.zeros(1, dtype=torch.int32).expand(2**31)
+    with raises(f"indices has {2**31} entries; at most 2**31 - 1 are served"):
+        aotinfer.sampling_from_probs(PROBS, indices=many, seed=1, offset=1)

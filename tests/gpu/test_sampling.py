@@ -836,6 +836,20 @@ def test_chain_speculative_matches_reference(batch, n, vocab, ids_dtype):
         assert 0 < float((emi - emi0).float().mean()) < n
 
 
+def test_chain_speculative_without_drafts_draws_the_bonus_token():
+    """n = 0: the kernel's bonus-token draw alone (the provider refused it before, its empty
+    draft tensors having torch's strides for an empty dimension), as the reference draws."""
+    g = gen(77)
+    target = torch.softmax(torch.randn(99, 1, 32000, device=DEV, generator=g) * 2, -1)
+    draft = torch.empty(99, 0, 32000, device=DEV)
+    ids = torch.empty(99, 0, dtype=torch.int32, device=DEV)
+    acc = torch.zeros(99, dtype=torch.int32, device=DEV)
+    out, a, e = aotinfer.chain_speculative_sampling(draft, ids, target, acc, seed=9, offset=4)
+    w_out, w_acc, w_emi = ref.chain_speculative_sampling(draft, ids, target, seed=9, offset=4)
+    assert out.shape == (99, 1) and torch.equal(out, w_out)
+    assert not a.any() and not e.any() and not w_acc.any() and not w_emi.any()
+
+
 def test_chain_speculative_edge_cases():
     draft, ids, target = chain_inputs(6, 3, 111, seed=1)
     ids[0, 0] = -1  # out of range: rejected, never read
@@ -1071,15 +1085,23 @@ def test_validation_on_cuda_happens_before_launch():
 
 
 def test_rows_of_2_to_the_31_elements_are_refused_before_launch():
-    """The kernels index a row's elements in 32 bits (segment_pass.cuh): a longer row is a
-    ValueError naming probs, raised before any launch (the input alone is 8 GiB)."""
-    probs = torch.empty(1, 2**31, device=DEV)
-    message = r"probs rows must have at most 2147483647 elements, got 2147483648"
+    """The kernels index a row's elements in 32 bits and count its groups of four as (n + 3)
+    / 4 in int (segment_pass.cuh, row_access.cuh): a row longer than 2**31 - 4 is a
+    ValueError naming the input, raised before any launch, for top_k and top_k_mask_logits
+    too (they had no check: a row of 2**31 became INT_MIN elements). 8 GiB, then 4 GiB x 2."""
+    probs = torch.empty(1, 2**31 - 3, device=DEV)
+    message = r"probs rows must have at most 2147483644 elements, got 2147483645"
     with pytest.raises(ValueError, match=message):
         aotinfer.top_p_sampling_from_probs(probs, 0.9, seed=0, offset=0)
     with pytest.raises(ValueError, match=message):
         aotinfer.top_p_renorm_probs(probs, 0.9)
     del probs
+    logits = torch.empty(1, 2**31, device=DEV, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"top_k: input rows must have at most 2147483644"):
+        aotinfer.top_k(logits, 5)
+    with pytest.raises(ValueError, match=r"top_k_mask_logits: logits rows must have at most"):
+        aotinfer.top_k_mask_logits(logits, 5)
+    del logits
     torch.cuda.empty_cache()
 
 

@@ -85,8 +85,10 @@ void check_matrix(const TensorView& v, const char* op, const char* name) {
   check_rows_dense(v, op, name);
 }
 
-// The draw's segment pass (segment_pass.cuh) indexes a row's groups in 32 bits.
-constexpr std::int64_t kMaxRowLength = (std::int64_t{1} << 31) - 1;
+// The row kernels index a row's elements in 32 bits (segment_pass.cuh, row_access.cuh), and
+// count its groups of four as (n + 3) / 4 in int: 2^31 - 4 is the longest row that neither
+// overflows.
+constexpr std::int64_t kMaxRowLength = (std::int64_t{1} << 31) - 4;
 
 void check_row_length(const TensorView& v, const char* op, const char* name) {
   if (v.size(1) > kMaxRowLength) {
@@ -748,6 +750,7 @@ void launch_top_k_mask(const TensorView& logits, const TensorView& out, const Fi
                        std::uintptr_t stream) {
   const char* op = "top_k_mask_logits";
   check_matrix(logits, op, "logits");
+  check_row_length(logits, op, "logits");
   check_matrix(out, op, "out");
   check_same_shape(out, logits, op, "out", "logits");
   if (out.dtype != logits.dtype) fail_argument("top_k_mask_logits: out must have the dtype of logits");
@@ -764,6 +767,7 @@ void launch_top_k_select(const TensorView& input, std::int64_t k, const TensorVi
                          const TensorView& indices, std::uintptr_t stream) {
   const char* op = "top_k";
   check_matrix(input, op, "input");
+  check_row_length(input, op, "input");
   if (k < 1 || k > input.size(1)) {
     fail_argument("top_k: k must be in [1, " + std::to_string(input.size(1)) + "], got " + std::to_string(k));
   }
@@ -807,11 +811,14 @@ void launch_chain_speculative(const TensorView& draft_probs, const TensorView& d
     fail_argument("chain_speculative_sampling: shapes must be draft_probs (B, n, V), draft_token_ids (B, n), "
                   "target_probs (B, n+1, V)");
   }
+  // n = 0 (no drafts: the kernel draws the bonus token alone) leaves draft_probs and
+  // draft_token_ids empty and never read, with whatever strides torch gave them.
   const auto contiguous3 = [](const TensorView& v) {
-    return v.stride(2) == 1 && v.stride(1) == v.size(2) && v.stride(0) == v.size(1) * v.size(2);
+    return v.size(1) == 0 ||
+           (v.stride(2) == 1 && v.stride(1) == v.size(2) && v.stride(0) == v.size(1) * v.size(2));
   };
-  if (!contiguous3(draft_probs) || !contiguous3(target_probs) || draft_ids.stride(1) != 1 ||
-      draft_ids.stride(0) != n) {
+  if (!contiguous3(draft_probs) || !contiguous3(target_probs) ||
+      (n > 0 && (draft_ids.stride(1) != 1 || draft_ids.stride(0) != n))) {
     fail_argument("chain_speculative_sampling: inputs must be contiguous");
   }
   check_rank(out_ids, 2, op, "output_token_ids");
