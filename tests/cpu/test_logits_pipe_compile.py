@@ -585,3 +585,20 @@ def test_custom_fusion_rule_example():
     assert _names(pipe.compiled_ops) == ["CustomTemperatureSoftmaxOp", "ProbsSampleOp"]
     tokens = pipe(torch.randn(4, 9), generator=torch.Generator().manual_seed(0))
     assert tokens.shape == (4,) and tokens.dtype == torch.int32
+
+
+def test_bad_pipe_arguments_and_rules_are_value_errors():
+    """They failed inside the constructor or the compiler before (TypeError 'not
+    iterable', AttributeError 'prio'), a self-matching one-op rule hung, and a build that
+    returned a non-Op failed only when the pipe ran."""
+    with pytest.raises(ValueError, match="processors must be a list of LogitsProcessors"):
+        LogitsPipe(Softmax())
+    for rules, text in [
+        (5, "custom_fusion_rules must be a list, got 5"),
+        ([5], "a fusion rule must be a FusionRule"),
+        ([FusionRule((SoftmaxOp,), lambda w: True, lambda w: SoftmaxOp(), "high")], "int prio"),
+        ([FusionRule((SoftmaxOp,), lambda w: True, lambda w: 5, 1)], "built 5, not an Op"),
+        ([FusionRule((SoftmaxOp,), lambda w: True, lambda w: SoftmaxOp(), 1)], "did not settle"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            LogitsPipe([Softmax(), Sample()], custom_fusion_rules=rules)

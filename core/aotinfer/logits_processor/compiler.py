@@ -47,6 +47,15 @@ class Compiler:
 
     def register_fusion_rule(self, rule: FusionRule) -> None:
         """Adds ``rule`` after the rules of equal or higher priority."""
+        if (
+            not isinstance(rule, FusionRule)
+            or isinstance(rule.prio, bool)
+            or not isinstance(rule.prio, int)
+        ):
+            raise ValueError(
+                "a fusion rule must be a FusionRule(pattern, guard, build, prio) with an int "
+                f"prio, got {rule!r}"
+            )
         self.fusion_rules.append(rule)
         self.fusion_rules.sort(key=lambda r: -r.prio)  # stable: ties keep their order
 
@@ -89,15 +98,28 @@ class Compiler:
                 )
             current = op.OUT
 
+    # A rule of one op whose build matches its own pattern again would rewrite forever;
+    # any chain of real rules settles long before this many rewrites.
+    MAX_REWRITES = 1000
+
     def _fuse_all(self, ops: List[Op]) -> List[Op]:
-        i = 0
+        i = rewrites = 0
         while i < len(ops):
             for rule in self.fusion_rules:
                 span = len(rule.pattern)
                 window = ops[i : i + span]
                 if span and len(window) == span and self._matches(window, rule):
-                    ops[i : i + len(window)] = [rule.build(window)]
+                    built = rule.build(window)
+                    if not isinstance(built, Op):
+                        raise CompileError(f"fusion rule {rule.pattern} built {built!r}, not an Op")
+                    ops[i : i + len(window)] = [built]
                     i = max(i - 1, 0)
+                    rewrites += 1
+                    if rewrites > self.MAX_REWRITES:
+                        raise CompileError(
+                            f"fusion did not settle after {self.MAX_REWRITES} rewrites: rule "
+                            f"{rule.pattern} keeps matching what it builds"
+                        )
                     break
             else:
                 i += 1
@@ -132,6 +154,12 @@ def compile_pipeline(
         The fused chain.
     """
     compiler = Compiler()
+    for name, given in (
+        ("custom_fusion_rules", custom_fusion_rules),
+        ("custom_validity_checks", custom_validity_checks),
+    ):
+        if given is not None and not isinstance(given, (list, tuple)):
+            raise ValueError(f"{name} must be a list, got {given!r}")
     for rule in custom_fusion_rules or ():
         compiler.register_fusion_rule(rule)
     for check in custom_validity_checks or ():

@@ -86,6 +86,11 @@ class LogitsPipe:
         custom_fusion_rules: Optional[List[FusionRule]] = None,
         custom_validity_checks: Optional[List[ValidityCheck]] = None,
     ) -> None:
+        if isinstance(processors, LogitsProcessor) or not isinstance(processors, (list, tuple)):
+            raise ValueError(
+                f"processors must be a list of LogitsProcessors, got {processors!r} (a single "
+                "processor P is passed as [P])"
+            )
         if not processors:
             raise ValueError("Pipeline cannot be empty")
         if input_type is not None and not isinstance(input_type, TensorType):
