@@ -380,16 +380,20 @@ def test_show_config_statuses_of_two_registrations_stay_apart(site, only_fakes, 
     assert statuses == ["skipped: a", "usable"]
 
 
-def test_show_config_flags_junk_environment(site, only_fakes, devices, monkeypatch):
-    from aotinfer import cli
-
-    monkeypatch.setenv("AOTINFER_PROVIDER", "junk")
-    monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", "maybe")
+def _no_driver(monkeypatch):
     monkeypatch.setattr(
         _device_facts,
         "driver_facts",
         lambda: _device_facts.DriverFacts(False, None, "no driver", ()),
     )
+
+
+def test_show_config_flags_junk_environment(site, only_fakes, devices, monkeypatch):
+    from aotinfer import cli
+
+    monkeypatch.setenv("AOTINFER_PROVIDER", "junk")
+    monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", "maybe")
+    _no_driver(monkeypatch)
     cfg = cli.collect_config()
     text = cli.format_config(cfg)
     assert "  problem: AOTINFER_ALLOW_VERSION_SKEW='maybe' is not a switch" in text
@@ -408,11 +412,7 @@ def test_show_config_flags_the_core_switches(site, only_fakes, devices, monkeypa
     monkeypatch.setenv("AOTINFER_DECODE_PREPARED", "maybe")
     monkeypatch.setenv("AOTINFER_DECODE_WORK_RUNS", "x")
     monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", "bogus")
-    monkeypatch.setattr(
-        _device_facts,
-        "driver_facts",
-        lambda: _device_facts.DriverFacts(False, None, "no driver", ()),
-    )
+    _no_driver(monkeypatch)
     found = cli.problems(cli.collect_config())
     assert found == [
         "AOTINFER_DECODE_PREPARED must be on or off, got 'maybe'",

@@ -393,7 +393,9 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
 // same integer prefix sums. Anything else returns kSetUndecided and the default path runs:
 // a floored key, a subnormal largest key, and the rows whose top-k set reaches the goal's
 // lower bound (then this lab's count search and scan are time lost: rows of realistic
-// peakedness may lose here, which the call's A/B must time).
+// peakedness may lose here, which the call's A/B must time). Its scan and draw are a copy of
+// draw_from_local_list_block's, the verdict between them: a body shared with the default
+// kernels would move their register allocation (dev/NOTES.md item 80). Keep them in step.
 template <int kCtas, typename Sh>
 __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
                                                           std::int64_t n, const FilterParams& f, std::int64_t row,
