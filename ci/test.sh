@@ -16,6 +16,10 @@ $PY -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" build "cmake>=3
 $PY -m pip install -q --no-build-isolation -e core
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+# The wheels' timestamps from the last commit, as a distribution's build would set them: the
+# packaging test builds sm90a again at another path and expects the same bytes.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
+export SOURCE_DATE_EPOCH
 PYTHON=$PY AOTINFER_BUILD_ISOLATION=0 ci/build-wheels.sh sm75 sm90a sm110a
 
 # One intra-op thread: the reference kernels on 2 shared cores slow down badly otherwise.

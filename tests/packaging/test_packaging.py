@@ -5,11 +5,13 @@ from the folder named by AOTINFER_TEST_WHEELHOUSE so that CI does not build twic
 installs them, as the air-gapped user does, into a fresh venv that sees the system's torch
 and cuda-python, and checks the installed provider: discovered by `aotinfer show-config`,
 no link-time dependency on PyTorch or the CUDA runtime/driver, sm_90a SASS only (no PTX),
-compressed, and a small wheel.
+compressed, and a small wheel; and, where SOURCE_DATE_EPOCH is set, that the sm90a wheel
+builds again, from a copy of the tree at another path, to the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -281,3 +283,40 @@ def test_softmax_refuses_a_short_workspace_before_any_launch(venv):
         "a tensor view is a 5-tuple",
     ]
     _assert_refusals(venv, _SOFTMAX_REFUSALS, expected)
+
+
+def _members(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        return {
+            i.filename: (i.date_time, hashlib.sha256(z.read(i)).hexdigest()) for i in z.infolist()
+        }
+
+
+def test_provider_wheel_is_reproducible(wheelhouse, tmp_path):
+    """DESIGN.md's packager: an offline build is reproducible under SOURCE_DATE_EPOCH. The
+    sm90a wheel built again from a copy of the tree at another path, with the same
+    SOURCE_DATE_EPOCH and source revision (which build_info records), is the same bytes."""
+    if not os.environ.get("SOURCE_DATE_EPOCH"):
+        pytest.skip("SOURCE_DATE_EPOCH is not set (ci/test.sh sets it for its wheelhouse)")
+    if _nvcc() is None:
+        pytest.skip("nvcc not found (CUDACXX, PATH, /usr/local/cuda/bin): cannot build sm90a")
+    built = _wheel(wheelhouse, "aotinfer_sm90a")
+    tree = tmp_path / "elsewhere"
+    ignore = shutil.ignore_patterns(".git", "build", "dist", ".whl", "*.egg-info", "__pycache__")
+    shutil.copytree(ROOT, tree, ignore=ignore)
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    env = dict(os.environ, AOTINFER_SOURCE_REVISION=revision or "unknown")
+    out = tmp_path / "out"
+    _run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
+         str(tree / "providers" / "sm90a")],
+        env=env, cwd=tree,
+    )  # fmt: skip
+    again = _wheel(out, "aotinfer_sm90a")
+    assert again.name == built.name
+    first, second = _members(built), _members(again)
+    differ = sorted(n for n in first.keys() | second.keys() if first.get(n) != second.get(n))
+    assert not differ, f"members that differ between the two builds: {differ}"
+    assert again.read_bytes() == built.read_bytes()
