@@ -41,7 +41,9 @@ _LAZY_NAMES = {
     "merge_state_in_place": "cascade",
     "merge_states": "cascade",
 }
-_SUBMODULES = ("cascade", "decode", "logits_processor", "page", "reference", "sampling", "topk")
+_SUBMODULES = (
+    "cascade", "decode", "logits_processor", "page", "reference", "sampling", "topk", "utils",
+)  # fmt: skip
 
 __all__ = ["__version__", *_SUBMODULES, *_LAZY_NAMES]
 

@@ -607,11 +607,35 @@ class BatchDecodeWithPagedKVCacheWrapper:
         num_kv_heads: int,
         head_dim: int,
         page_size: int,
-        **kwargs,
+        pos_encoding_mode: str = "NONE",
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        q_data_type="float16",
+        kv_data_type=None,
+        o_data_type=None,
+        data_type=None,
+        sm_scale: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        block_tables=None,
+        seq_lens=None,
+        fixed_split_size: Optional[int] = None,
+        disable_split_kv: bool = False,
+        q_len_per_req: int = 1,
     ) -> Tuple[int, int]:
         """``(float_bytes, int_bytes)`` this wrapper's ``plan`` would use for these
-        arguments if the workspace were unlimited (int_bytes is 0: no int workspace)."""
-        opts = _c.plan_options((), kwargs, "BatchDecodeWithPagedKVCacheWrapper.workspace_size()")
+        arguments if the workspace were unlimited (int_bytes is 0: no int workspace). The
+        options are FlashInfer's, in its order (plan()'s without ``non_blocking``), and
+        positional after ``page_size`` as there."""
+        opts = dict(_c.PLAN_OPTIONS)
+        opts.update(
+            pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+            logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
+            kv_data_type=kv_data_type, o_data_type=o_data_type, data_type=data_type,
+            sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta,
+            block_tables=block_tables, seq_lens=seq_lens, fixed_split_size=fixed_split_size,
+            disable_split_kv=disable_split_kv, q_len_per_req=q_len_per_req,
+        )  # fmt: skip
         num_qo_heads, num_kv_heads, head_dim, page_size = map(
             _u.as_int, (num_qo_heads, num_kv_heads, head_dim, page_size)
         )

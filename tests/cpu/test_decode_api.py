@@ -301,6 +301,21 @@ def test_workspace_size_names_itself_in_its_errors():
         w.workspace_size(indptr, indices, last, HQ, HKV, D, PS, windw_left=3)
 
 
+def test_workspace_size_takes_flashinfers_options_positionally():
+    """FlashInfer's workspace_size names its options after page_size (no non_blocking, unlike
+    plan()'s legacy order), so they pass positionally too."""
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    _, _, indptr, indices, last = make_batch([1, 17, 400])
+    by_keyword = w.workspace_size(
+        indptr, indices, last, HQ, HKV, D, PS, window_left=7, fixed_split_size=2
+    )
+    positional = w.workspace_size(
+        indptr, indices, last, HQ, HKV, D, PS, "NONE", 7, None, "float16", None, None, None,
+        None, None, None, None, None, 2,
+    )  # fmt: skip
+    assert positional == by_keyword and by_keyword[0] > 0
+
+
 def test_plan_seq_lens_must_agree_and_block_tables_are_ignored():
     _, _, indptr, indices, last = make_batch([1, 17, 40])
     w = _plan(seq_lens=torch.tensor([1, 17, 40]), block_tables=torch.zeros(3, 3))
@@ -1116,3 +1131,16 @@ def test_plan_keeps_its_own_copy_of_the_page_table():
     last.fill_(1)
     close(w.run(q, cache), None, want, None)
     assert w._plan.indptr.data_ptr() != indptr.data_ptr()
+
+
+def test_utils_enums_name_the_strings_the_functions_take():
+    """aotinfer.utils holds FlashInfer's enums (API.md 3.1): their names are the strings the
+    functions take, their values the codes the kernels get."""
+    from aotinfer import _attention_utils, utils
+
+    assert {m.name: m.value for m in utils.PosEncodingMode} == _attention_utils.POS_ENCODING_MODES
+    assert {m.name: m.value for m in utils.TensorLayout} == _attention_utils.KV_LAYOUTS
+    assert [m.value for m in utils.MaskMode] == [0, 1, 2, 3]
+    assert utils.get_alibi_slopes is _attention_utils.get_alibi_slopes
+    w, q, cache, *_ = planned(pos_encoding_mode=utils.PosEncodingMode.ALIBI.name)
+    assert w.run(q, cache).shape == q.shape
