@@ -42,6 +42,12 @@ def _kind(value) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
+class UnsupportedDtypeError(ValueError, AssertionError):
+    """FlashInfer's top_k_renorm_probs / top_k_mask_logits assert their dtype
+    (AssertionError, API.md 1.3); here a ValueError as every argument error is, that
+    ``except AssertionError`` written for FlashInfer still catches."""
+
+
 def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Tensor:
     """A floating-point ``ndim``-D input on CPU or CUDA with a non-empty last dimension.
 
@@ -62,7 +68,7 @@ def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Te
         if value.dtype != torch.float32:
             value = value.to(torch.float32)
     elif value.dtype not in _views.FLOAT_DTYPES:
-        raise ValueError(
+        raise UnsupportedDtypeError(
             f"{name}: Unsupported dtype {_dtype_name(value.dtype)}, expected float32, "
             f"float16, or bfloat16"
         )

@@ -65,6 +65,8 @@ def test_renorm_and_mask_dtypes(fn):
     arg = "probs" if fn is aotinfer.top_k_renorm_probs else "logits"
     with raises(f"{arg}: Unsupported dtype float64, expected float32, float16, or bfloat16"):
         fn(PROBS.double(), 3)
+    with pytest.raises(AssertionError, match="Unsupported dtype"):  # FlashInfer's type, too
+        fn(PROBS.double(), 3)
     with raises(f"{arg} must be a 2-D tensor"):
         fn(PROBS[0], 3)
 
