@@ -423,6 +423,7 @@ def test_top_k_tie_break(sorted_):
 # sparse and nested tensors; get_seed_and_offset's device (session 49)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_sparse_and_nested_tensors_are_refused_naming_the_argument():
     """They failed deep inside torch before ("unsupported memory format option
     Contiguous", aten::clamp not on SparseCPU, "dimension -1 is irregular")."""
