@@ -106,7 +106,9 @@ def _softmax_impl(
 ) -> torch.Tensor:
     if logits.is_cpu:
         t = temperature_arr if temperature_arr is not None else temperature
-        return _ref.softmax(logits, t).contiguous()  # layout as the fake says
+        # (layout as the fake says; detached: no output of the family carries a gradient,
+        # as on the GPU path)
+        return _ref.softmax(logits.detach(), t).contiguous()
     provider = provider_for(logits.device)
     if enable_pdl is None:
         enable_pdl = provider.capability[0] >= 9

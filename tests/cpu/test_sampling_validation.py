@@ -487,3 +487,18 @@ def test_more_rows_than_a_grid_holds_are_refused():
     many = torch.zeros(1, dtype=torch.int32).expand(2**31)
     with raises(f"indices has {2**31} entries; at most 2**31 - 1 are served"):
         aotinfer.sampling_from_probs(PROBS, indices=many, seed=1, offset=1)
+
+
+def test_outputs_carry_no_gradient():
+    """As on the GPU path; the CPU softmax kept torch.softmax's SoftmaxBackward0 before."""
+    x = torch.randn(2, 5, requires_grad=True)
+    probs = torch.softmax(x, -1)
+    for out in (
+        aotinfer.softmax(x),
+        aotinfer.softmax(x, temperature=torch.full((2,), 0.5)),
+        aotinfer.top_k_renorm_probs(probs, 2),
+        aotinfer.top_p_renorm_probs(probs, 0.5),
+        aotinfer.top_k_mask_logits(x, 2),
+        aotinfer.top_k(x, 2)[0],
+    ):
+        assert not out.requires_grad and out.grad_fn is None
