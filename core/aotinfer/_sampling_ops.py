@@ -49,20 +49,54 @@ _RANDOM = (
 )
 
 
-def _define(name: str, schema: str, impl, fake, seeded: bool = False):
-    """Registers ``aotinfer::name`` and returns the function the public API calls."""
+def _define(name: str, schema: str, impl, fake, seeded: bool = False, traced_args=None):
+    """Registers ``aotinfer::name`` and returns the function the public API calls.
+
+    ``traced_args(*args) -> args``, where given, rewrites a traced call's arguments before
+    the op sees them (see _as_tensors)."""
     op = _custom_ops.define(name, schema, impl, fake, seeded)
 
     def call(*args, **eager_only):
         # eager_only: keyword options of the implementation that the schema does not carry
         # (the compiled op always takes its defaults).
         if _custom_ops.tracing():
-            return op(*args)
+            return op(*(traced_args(*args) if traced_args else args))
         return impl(*args, **eager_only)
 
     call.__name__ = name
     call.op = op
     return call
+
+
+# In a traced call (torch.compile), a Python int the op takes as an ``int`` argument (a seed
+# or offset per step, a top_k per request) would be a constant of the graph: torch
+# specialises it, so every new value compiled the graph again, and under fullgraph=True the
+# ninth stopped with the recompile limit. Such ints go in as the tensors the ops take anyway
+# (a per-row top_k, a seed / offset array of length 1): the same values, so the same tokens
+# as the eager call, and a graph input instead of a constant. Floats (temperature, top_p,
+# min_p) cannot be helped so: the public functions' range checks make torch specialise a
+# float before any op sees it (README: pass them as tensors). Eager calls are left as they
+# are (host time).
+
+
+def _filled(value, n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    return torch.full((n,), value, dtype=dtype, device=like.device)
+
+
+def _param_as_tensor(arr, value, active: bool, dtype, like, unused):
+    """A scalar parameter in use, as a per-row tensor of ``like``'s rows, and ``unused`` (a
+    constant) in the scalar's place: the op reads the tensor where one is given, and the
+    number itself must not reach the op's schema, where torch would specialise it."""
+    if arr is not None or not active:
+        return arr, value
+    return _filled(value, like.size(0), dtype, like), unused
+
+
+def _seed_as_tensors(seed_arr, seed, offset_arr, offset, use_generator, like):
+    """Explicit int seed / offset as int64 arrays of length 1 (each row reads element 0)."""
+    if use_generator or seed_arr is not None:
+        return seed_arr, seed, offset_arr, offset
+    return _filled(seed, 1, torch.int64, like), 0, _filled(offset, 1, torch.int64, like), 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -233,6 +267,17 @@ def _sample_fake(input, is_logits, indices, *rest):
     return input.new_empty((batch,), dtype=out_dtype), input.new_empty((batch,), dtype=torch.bool)
 
 
+_USES_TOP_K = (FilterMode.TOP_K, FilterMode.TOP_K_THEN_TOP_P, FilterMode.JOINT)
+
+
+def _sample_traced(input, is_logits, indices, mode, k_arr, k, p_arr, p, m_arr, m, *random):
+    k_arr, k = _param_as_tensor(k_arr, k, mode in _USES_TOP_K, torch.int32, input, 0)
+    generator, seed_arr, seed, offset_arr, offset, use_generator = random
+    seeds = _seed_as_tensors(seed_arr, seed, offset_arr, offset, use_generator, input)
+    return (input, is_logits, indices, mode, k_arr, k, p_arr, p, m_arr, m, generator, *seeds,
+            use_generator)  # fmt: skip
+
+
 sample = _define(
     "sample",
     "(Tensor input, bool is_logits, Tensor? indices, int filter_mode, Tensor? top_k_arr, "
@@ -241,6 +286,7 @@ sample = _define(
     _sample_impl,
     _sample_fake,
     seeded=True,
+    traced_args=_sample_traced,
 )
 
 
@@ -289,12 +335,18 @@ def _same_shape_fake(input, *rest):
     return input.new_empty(input.shape)
 
 
+def _renorm_traced(input, mode, k_arr, k, p_arr, p):
+    k_arr, k = _param_as_tensor(k_arr, k, mode == FilterMode.TOP_K, torch.int32, input, 0)
+    return input, mode, k_arr, k, p_arr, p
+
+
 renorm = _define(
     "renorm",
     "(Tensor input, int filter_mode, Tensor? top_k_arr, int top_k, Tensor? top_p_arr, "
     "float top_p) -> Tensor",
     _renorm_impl,
     _same_shape_fake,
+    traced_args=_renorm_traced,
 )
 
 
@@ -315,11 +367,16 @@ def _top_k_mask_impl(
     return out
 
 
+def _top_k_mask_traced(logits, k_arr, k):
+    return logits, *_param_as_tensor(k_arr, k, True, torch.int32, logits, 0)
+
+
 top_k_mask = _define(
     "top_k_mask",
     "(Tensor logits, Tensor? top_k_arr, int top_k) -> Tensor",
     _top_k_mask_impl,
     _same_shape_fake,
+    traced_args=_top_k_mask_traced,
 )
 
 
@@ -450,6 +507,11 @@ def _chain_fake(draft_probs, draft_ids, target_probs, accepted, emitted, *rest):
     return draft_probs.new_empty((batch, n + 1), dtype=torch.int32)
 
 
+def _chain_traced(draft, ids, target, acc, emi, generator, *random):
+    seeds = _seed_as_tensors(*random, draft)
+    return draft, ids, target, acc, emi, generator, *seeds, random[-1]
+
+
 chain_speculative = _define(
     "chain_speculative",
     "(Tensor draft_probs, Tensor draft_ids, Tensor target_probs, Tensor(a!) accepted, "
@@ -457,4 +519,5 @@ chain_speculative = _define(
     _chain_impl,
     _chain_fake,
     seeded=True,
+    traced_args=_chain_traced,
 )

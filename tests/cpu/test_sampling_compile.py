@@ -248,3 +248,38 @@ def test_ops_are_registered_and_seeded_ones_are_tagged():
         assert hasattr(torch.ops.aotinfer, name)
     assert torch.Tag.nondeterministic_seeded in torch.ops.aotinfer.sample.default.tags
     assert torch.Tag.nondeterministic_seeded in torch.ops.aotinfer.chain_speculative.default.tags
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_python_ints_that_change_do_not_recompile(backend):
+    """A seed / offset per step and a top_k per request as Python ints: after the first two
+    calls (torch marks a changed int dynamic) no new value compiles again; before, each one
+    did, and under fullgraph the ninth stopped with the recompile limit. The same tokens as
+    eager calls with the same numbers. (Python floats still specialise: README.)"""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 64)
+    probs = torch.softmax(logits, -1)
+    draft, target = probs[:, None].clone(), torch.softmax(torch.randn(4, 2, 64), -1)
+    ids = torch.randint(0, 64, (4, 1), dtype=torch.int32)
+
+    def step(logits, probs, seed, k):
+        rnd = dict(seed=seed, offset=4 * seed)
+        return (
+            aotinfer.top_k_top_p_sampling_from_probs(probs, k, 0.8, **rnd),
+            aotinfer.top_k_top_p_sampling_from_logits(
+                logits, k, 0.8, filter_apply_order="joint", **rnd
+            ),
+            aotinfer.top_k_sampling_from_probs(probs, k, **rnd),
+            aotinfer.min_p_sampling_from_probs(probs, 0.1, **rnd),
+            aotinfer.sampling_from_logits(logits, **rnd),
+            aotinfer.top_k_renorm_probs(probs, k),
+            aotinfer.top_k_mask_logits(logits, k),
+            aotinfer.chain_speculative_sampling(draft, ids, target, **rnd)[0],
+        )
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    for n, (seed, k) in enumerate((s, 3 + s) for s in range(12)):
+        with torch._dynamo.config.patch(error_on_recompile=n >= 2):
+            got = compiled(logits, probs, seed, k)
+        for g, w in zip(got, step(logits, probs, seed, k)):
+            assert torch.equal(g, w), (seed, k)

@@ -37,7 +37,12 @@ IntOrTensor = Union[int, torch.Tensor]
 
 
 def to_int64(value: int) -> int:
-    """The signed int64 holding the unsigned 64-bit pattern of ``value`` (mod 2^64)."""
+    """The signed int64 holding the unsigned 64-bit pattern of ``value`` (mod 2^64). A value
+    already in int64's range is returned as it is, without the mask: the same result, and
+    under torch.compile a symbolic int stays free of a 2^64 - 1 constant, which inductor
+    cannot write as an int64."""
+    if -(1 << 63) <= value < (1 << 63):
+        return value
     value &= MASK64
     return value - (1 << 64) if value >= (1 << 63) else value
 
