@@ -53,7 +53,7 @@ def _define(name: str, schema: str, impl, fake, seeded: bool = False, traced_arg
     """Registers ``aotinfer::name`` and returns the function the public API calls.
 
     ``traced_args(*args) -> args``, where given, rewrites a traced call's arguments before
-    the op sees them (see _as_tensors)."""
+    the op sees them (the comment above _filled says why)."""
     op = _custom_ops.define(name, schema, impl, fake, seeded)
 
     def call(*args, **eager_only):
