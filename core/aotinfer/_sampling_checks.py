@@ -57,8 +57,9 @@ def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Te
     """
     _views.check_tensor(name, value, ndim=ndim)
     _views.check_device_supported(name, value)
-    if value.size(0) > INT32_MAX:  # the kernels launch a block (or a cluster) per row
-        raise ValueError(f"{name} has {value.size(0)} rows; at most 2**31 - 1 are served")
+    shape = value.shape  # (one accessor call: each size(i) costs ~0.17 us on the CI CPU)
+    if shape[0] > INT32_MAX:  # the kernels launch a block (or a cluster) per row
+        raise ValueError(f"{name} has {shape[0]} rows; at most 2**31 - 1 are served")
     if float32:
         if not value.is_floating_point():
             raise ValueError(
@@ -72,12 +73,11 @@ def matrix(name: str, value, *, ndim: int = 2, float32: bool = True) -> torch.Te
             f"{name}: Unsupported dtype {_dtype_name(value.dtype)}, expected float32, "
             f"float16, or bfloat16"
         )
-    if value.size(-1) == 0:
+    if shape[-1] == 0:
         raise ValueError(
-            f"{name} must have a non-empty last (vocabulary) dimension, got shape "
-            f"{tuple(value.shape)}"
+            f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(shape)}"
         )
-    if value.stride(-1) != 1 and value.size(-1) > 1:
+    if shape[-1] > 1 and value.stride(-1) != 1:
         value = value.contiguous()
     return value
 

@@ -88,7 +88,8 @@ def check_tensor(
     """Checks a tensor argument and returns it; raises ValueError naming ``name`` otherwise."""
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    check_dense(name, value)
+    if value.layout is not torch.strided or value.is_nested:  # (check_dense, inlined)
+        check_dense(name, value)
     if ndim is not None and value.dim() != ndim:
         raise ValueError(
             f"{name} must be a {ndim}-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}"

@@ -93,8 +93,8 @@ get_seed_and_offset = _rng.get_seed_and_offset
 def _logits_matrix(name: str, logits) -> torch.Tensor:
     _views.check_tensor(name, logits, ndim=2)
     _views.check_device_supported(name, logits)
-    if logits.size(0) > _checks.INT32_MAX:  # the kernels launch a block (or cluster) per row
-        raise ValueError(f"{name} has {logits.size(0)} rows; at most 2**31 - 1 are served")
+    if logits.shape[0] > _checks.INT32_MAX:  # the kernels launch a block (or cluster) per row
+        raise ValueError(f"{name} has {logits.shape[0]} rows; at most 2**31 - 1 are served")
     if not logits.is_floating_point() or logits.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         raise ValueError(
             f"{name} must be a floating-point tensor (float32, float16 or bfloat16), got "
