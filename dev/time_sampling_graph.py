@@ -42,6 +42,8 @@ OPS = {
 
 def make_rows(batch, vocab, dist, seed):
     """bench_sampling's flat or peaked rows, or sharp ones (softmax of 8 x randn)."""
+    if dist not in ("flat", "peaked", "sharp"):
+        raise ValueError(f"LAB_DISTS takes flat, peaked and sharp, got {dist!r}")
     if dist != "sharp":
         return make_probs(batch, vocab, dist == "peaked", seed)
     g = torch.Generator(device="cuda").manual_seed(seed)

@@ -309,6 +309,13 @@ def check_q(p, q, device: torch.device) -> None:
         )
 
 
+def strides_keep_rows_aligned(strides: tuple, itemsize: int) -> bool:
+    """Whether every stride but the last is a multiple of 16 bytes (the decode kernels read
+    rows of the last dimension in 16-byte vectors)."""
+    step = 16 // itemsize
+    return not any(s % step for s in strides[:-1])
+
+
 def check_rows_aligned(half_strides: tuple, v_offset: int, itemsize: int, what: str) -> None:
     """The decode kernels read the cache in 16-byte rows: every stride of a 4-D half but the
     last, and (a 5-D cache) the v half's offset from the k half, must be a multiple of 16
@@ -316,7 +323,7 @@ def check_rows_aligned(half_strides: tuple, v_offset: int, itemsize: int, what: 
     whole KV memory), so it is refused here, naming the strides, before the provider's
     shorter message."""
     step = 16 // itemsize
-    if any(s % step for s in half_strides[:-1]) or v_offset % step:
+    if not strides_keep_rows_aligned(half_strides, itemsize) or v_offset % step:
         raise ValueError(
             f"{what} must have every stride but the last a multiple of 16 bytes ({step} "
             f"elements of {itemsize} byte(s)): the decode kernels read 16-byte rows; got "

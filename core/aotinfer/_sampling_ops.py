@@ -83,13 +83,13 @@ def _filled(value, n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tens
     return torch.full((n,), value, dtype=dtype, device=like.device)
 
 
-def _param_as_tensor(arr, value, active: bool, dtype, like, unused):
-    """A scalar parameter in use, as a per-row tensor of ``like``'s rows, and ``unused`` (a
-    constant) in the scalar's place: the op reads the tensor where one is given, and the
-    number itself must not reach the op's schema, where torch would specialise it."""
-    if arr is not None or not active:
-        return arr, value
-    return _filled(value, like.size(0), dtype, like), unused
+def _top_k_as_tensor(k_arr, k: int, active: bool, like: torch.Tensor):
+    """A scalar top_k in use, as a per-row int32 tensor of ``like``'s rows, and 0 in the
+    scalar's place: the op reads the tensor where one is given, and the number itself must
+    not reach the op's schema, where torch would specialise it."""
+    if k_arr is not None or not active:
+        return k_arr, k
+    return _filled(k, like.size(0), torch.int32, like), 0
 
 
 def _seed_as_tensors(seed_arr, seed, offset_arr, offset, use_generator, like):
@@ -271,7 +271,7 @@ _USES_TOP_K = (FilterMode.TOP_K, FilterMode.TOP_K_THEN_TOP_P, FilterMode.JOINT)
 
 
 def _sample_traced(input, is_logits, indices, mode, k_arr, k, p_arr, p, m_arr, m, *random):
-    k_arr, k = _param_as_tensor(k_arr, k, mode in _USES_TOP_K, torch.int32, input, 0)
+    k_arr, k = _top_k_as_tensor(k_arr, k, mode in _USES_TOP_K, input)
     generator, seed_arr, seed, offset_arr, offset, use_generator = random
     seeds = _seed_as_tensors(seed_arr, seed, offset_arr, offset, use_generator, input)
     return (input, is_logits, indices, mode, k_arr, k, p_arr, p, m_arr, m, generator, *seeds,
@@ -336,7 +336,7 @@ def _same_shape_fake(input, *rest):
 
 
 def _renorm_traced(input, mode, k_arr, k, p_arr, p):
-    k_arr, k = _param_as_tensor(k_arr, k, mode == FilterMode.TOP_K, torch.int32, input, 0)
+    k_arr, k = _top_k_as_tensor(k_arr, k, mode == FilterMode.TOP_K, input)
     return input, mode, k_arr, k, p_arr, p
 
 
@@ -368,7 +368,7 @@ def _top_k_mask_impl(
 
 
 def _top_k_mask_traced(logits, k_arr, k):
-    return logits, *_param_as_tensor(k_arr, k, True, torch.int32, logits, 0)
+    return logits, *_top_k_as_tensor(k_arr, k, True, logits)
 
 
 top_k_mask = _define(

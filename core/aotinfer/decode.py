@@ -189,10 +189,10 @@ def single_decode_with_kv_cache(
 
 def _rows_aligned(t: torch.Tensor) -> bool:
     """Whether every row of ``t`` (its last dimension) starts on a 16-byte boundary."""
-    step = 16 // t.element_size()
-    if t.stride(-1) != 1 or t.data_ptr() % 16:
+    strides = t.stride()
+    if strides[-1] != 1 or t.data_ptr() % 16:
         return False
-    return not any(s % step for s in t.stride()[:-1])
+    return _c.strides_keep_rows_aligned(strides, t.element_size())
 
 
 def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slopes, out, lse):

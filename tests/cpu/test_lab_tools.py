@@ -296,3 +296,18 @@ def test_trace_summary_reads_each_launch_and_the_cost_of_rounds(tmp_path):
     assert "round 0 after its pass 17000; 2-round rows' round 1 9000" in out
     assert "1-round rows: after the pass 8500.0 cycles" in out
     assert "slowest row per launch: 40000c r2 x1 s0, 24000c r1 x0 s0" in out
+
+
+def test_time_sampling_graph_refuses_an_unknown_row_kind():
+    """LAB_DISTS names row kinds; a misspelt one would have timed flat rows under its name."""
+    import sys
+
+    import pytest
+
+    sys.path.insert(0, str(ROOT / "dev"))
+    try:
+        import time_sampling_graph
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(ValueError, match="LAB_DISTS takes flat, peaked and sharp, got 'shrap'"):
+        time_sampling_graph.make_rows(1, 8, "shrap", 0)
