@@ -3,8 +3,12 @@
 A state is a partial attention output ``v`` with the base-2 log-sum-exp ``s`` of the
 logits it covered. Merging weighs each by ``2 ** s``: with ``m = max s_i``,
 ``v = sum 2**(s_i - m) v_i / sum 2**(s_i - m)`` and ``s = m + log2(sum 2**(s_i - m))``.
-States with ``s = -inf`` (no key seen) carry no weight; if every state of a row has
-``s = -inf`` the result is ``v = 0``, ``s = -inf``.
+States with ``s = -inf`` (no key seen) carry no weight and their ``v`` is never read (NaN
+there does not leak in); if every state of a row has ``s = -inf`` the result is ``v = 0``,
+``s = -inf``. A NaN or ``+inf`` LSE in any state leaves no finite weights: that row and head
+merges to ``v = NaN``, ``s = NaN`` (FlashInfer's kernels give NaN there too; they also give
+NaN for an empty state whose ``v`` is NaN, which aotinfer skips). CPU and GPU follow the same
+rules (``reference/cascade.py``).
 
 CUDA tensors run the provider's merge kernels; CPU tensors run the reference.
 """

@@ -313,6 +313,44 @@ def test_merge_both_empty_gives_zero_and_minus_inf():
     assert (mv == 0).all() and torch.isneginf(ms).all()
 
 
+def _special_states():
+    """Two states per (row, head) for the rules of reference/cascade.py, in five rows: an
+    empty state whose v is NaN beside a valid one, a NaN LSE, a +inf LSE, both empty, and a
+    valid state whose v is NaN under a weight that underflows to 0."""
+    v = _randn((5, 2, 3, 8), 1)
+    s = _randn((5, 2, 3), 2, scale=3.0)
+    s[0, 0], v[0, 0] = -math.inf, math.nan
+    s[1, 1, 0] = math.nan
+    s[2, 0, 1] = math.inf
+    s[3] = -math.inf
+    s[4, 0], s[4, 1], v[4, 1] = 0.0, -300.0, math.nan
+    return v, s
+
+
+def _check_special(v, s, mv, ms):
+    """The merged rows of _special_states, checked against the rules."""
+    ev, es = _direct_merge([v[0, 1:]], [s[0, 1:]])  # the empty state and its NaN v are skipped
+    torch.testing.assert_close(mv[0].to(F64), ev[0])
+    torch.testing.assert_close(ms[0].to(F64), es[0])
+    for row, head in ((1, 0), (2, 1)):  # NaN or +inf LSE: v and s NaN, that head alone
+        assert torch.isnan(mv[row, head]).all() and torch.isnan(ms[row, head])
+        others = [h for h in range(3) if h != head]
+        assert torch.isfinite(mv[row, others]).all() and torch.isfinite(ms[row, others]).all()
+    assert (mv[3] == 0).all() and torch.isneginf(ms[3]).all()
+    assert torch.isnan(mv[4]).all() and torch.isfinite(ms[4]).all()
+
+
+def test_merge_rules_for_empty_nan_and_infinite_states():
+    v, s = _special_states()
+    mv, ms = aotinfer.merge_states(v, s)
+    _check_special(v, s, mv, ms)
+    mv, ms = aotinfer.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1])
+    _check_special(v, s, mv, ms)
+    base_v, base_s = v[:, 0].clone(), s[:, 0].clone()
+    aotinfer.merge_state_in_place(base_v, base_s, v[:, 1], s[:, 1])
+    _check_special(v, s, base_v, base_s)
+
+
 def test_merge_states_and_in_place_with_mask():
     v = _randn((4, 3, 2, 8), 1)
     s = _randn((4, 3, 2), 2, scale=3.0)

@@ -235,6 +235,46 @@ def test_merge_state_and_in_place(dtype):
     assert torch.equal(base_v[~mask], v[~mask, 0]) and torch.equal(base_s[~mask], s[~mask, 0])
 
 
+def _special_states(n, num_states, h, d, dtype, seed):
+    """Random states with the cases of reference/cascade.py's rules scattered over rows and
+    heads: empty states (LSE -inf) whose v is NaN, NaN and +inf LSEs, valid states whose v
+    is NaN under a weight that underflows to 0 in float32, and a row all empty."""
+    v, s = _states(n, num_states, h, d, dtype, seed, neg_inf=False)
+    pick = torch.rand(n, num_states, h, generator=_gen(seed + 1000), device=DEV)
+    s[pick < 0.15] = -math.inf
+    v[pick < 0.15] = math.nan
+    s[(pick > 0.97) & (pick < 0.98)] = math.nan
+    s[pick > 0.99] = math.inf
+    tiny = (pick > 0.5) & (pick < 0.52)
+    s[tiny], v[tiny] = -400.0, math.nan
+    s[n // 2] = -math.inf
+    return v, s
+
+
+def _close_with_nan(v, s, ev, es, dtype):
+    """NaN exactly where the reference has NaN, the rest within the merge tolerances."""
+    tol = TOL[dtype]
+    torch.testing.assert_close(v.cpu().float(), ev.float(), rtol=tol, atol=tol, equal_nan=True)
+    torch.testing.assert_close(s.cpu(), es.float(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_states, d", [(2, 128), (5, 8), (40, 6), (3, 0)])
+def test_merge_rules_for_empty_nan_and_infinite_states(dtype, num_states, d):
+    """An empty state's NaN v never leaks in; a NaN or +inf LSE never merges to a row that
+    looks valid. (d = 6: one column per lane; 40 states: several batches per warp; d = 0:
+    the merged LSE alone.)"""
+    v, s = _special_states(257, num_states, 4, d, dtype, seed=num_states)
+    ev, es = ref_cascade.merge_states(v.cpu(), s.cpu(), torch.float64)
+    assert torch.isnan(es).any() and torch.isneginf(es).any() and torch.isfinite(es).any()
+    _close_with_nan(*aotinfer.merge_states(v, s), ev, es, dtype)
+    if num_states == 2:
+        _close_with_nan(*aotinfer.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1]), ev, es, dtype)
+        base_v, base_s = v[:, 0].clone(), s[:, 0].clone()
+        aotinfer.merge_state_in_place(base_v, base_s, v[:, 1], s[:, 1])
+        _close_with_nan(base_v, base_s, ev, es, dtype)
+
+
 def test_merge_in_place_captured_in_a_graph():
     v, s = _states(64, 2, 8, 128, torch.float16, seed=9, neg_inf=False)
     base_v = torch.empty(64, 8, 128, dtype=torch.float16, device=DEV)

@@ -1,12 +1,22 @@
 """Reference merge of attention states (partial outputs with their base-2 LSE).
 
 Merging states (v_i, s_i): ``m = max_i s_i``, ``w_i = 2 ** (s_i - m)``,
-``v = sum_i w_i v_i / sum_i w_i``, ``s = m + log2(sum_i w_i)``. A row whose states all have
-``s = -inf`` (they saw no key) merges to ``v = 0``, ``s = -inf``.
+``v = sum_i w_i v_i / sum_i w_i``, ``s = m + log2(sum_i w_i)``.
+
+States that are not ordinary (the kernels follow the same rules):
+
+- ``s = -inf`` (the state saw no key) weighs nothing and its ``v`` is never read, so NaN or
+  garbage there does not reach the result (a split that saw no key need not write it). A
+  row whose states all have ``s = -inf`` merges to ``v = 0``, ``s = -inf``.
+- ``s`` NaN or ``+inf`` in any state of a row leaves no finite weights: that row merges to
+  ``v = NaN``, ``s = NaN``, never to a result that looks valid.
+- A state of finite ``s`` whose ``v`` holds NaN makes the merged ``v`` NaN, however small
+  its weight.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -36,10 +46,15 @@ def merge_states(
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     w = torch.exp2(sf - m_safe)  # 0 for -inf states
     total = w.sum(dim=1)  # (N, H)
-    merged = (w.unsqueeze(-1) * vf).sum(dim=1)
+    empty = (sf == -math.inf).unsqueeze(-1)  # their v is not read: 0 * NaN would be NaN
+    merged = torch.where(empty, torch.zeros_like(vf), w.unsqueeze(-1) * vf).sum(dim=1)
     safe_total = torch.where(total > 0, total, torch.ones_like(total))
     merged = merged / safe_total.unsqueeze(-1)
-    return merged, m_safe.squeeze(1) + torch.log2(total)
+    lse = m_safe.squeeze(1) + torch.log2(total)
+    undefined = (torch.isnan(sf) | (sf == math.inf)).any(dim=1)  # (N, H)
+    nan = torch.full((), math.nan, dtype=compute_dtype)
+    merged = torch.where(undefined.unsqueeze(-1), nan, merged)
+    return merged, torch.where(undefined, nan, lse)
 
 
 def merge_state(

@@ -175,9 +175,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
         denom += warp_ml[w][1] * f;
         x += warp_acc[w][t] * f;
       }
+      // A NaN or +inf state LSE makes denom NaN (exp2f of NaN, or of inf - inf); merged_row,
+      // shared with the decode kernels' own merges, would read that as an empty row (v = 0,
+      // s = -inf), so the public rule (reference/cascade.py: v and s NaN) is applied here.
+      const bool undefined = isnan(denom);
       const MergedRow mr = merged_row(mx, denom, p.sinks, h, p.v_scale);
-      p.v_out[n * p.o_stride_n + h * p.o_stride_h + c0 + t] = from_f32<TOut>(x * mr.inv);
-      if (p.s_out && c0 == 0 && t == 0) p.s_out[n * p.heads + h] = mr.lse;
+      p.v_out[n * p.o_stride_n + h * p.o_stride_h + c0 + t] = from_f32<TOut>(undefined ? NAN : x * mr.inv);
+      if (p.s_out && c0 == 0 && t == 0) p.s_out[n * p.heads + h] = undefined ? NAN : mr.lse;
     }
     __syncthreads();  // warp_acc is rewritten by the next column pass
   }
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
       cols[0] = 0.f;
       return s[at * p.s_stride_s];
     });
-    p.s_out[n * p.heads + h] = merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;
+    p.s_out[n * p.heads + h] = isnan(st.l) ? NAN : merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;
   }
 }
 
@@ -211,6 +215,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_state_in_place_kernel(con
   if (p.mask && !p.mask[n]) return;
   const float sa = p.s[n * p.s_stride_n + h * p.s_stride_h];
   const float sb = p.s_other[n * p.so_stride_n + h * p.so_stride_h];
+  // The rules of merge_states (reference/cascade.py): an LSE of -inf weighs nothing and its v
+  // is not read; a NaN or +inf LSE leaves no finite weights, so v and s become NaN (fmaxf
+  // would drop a NaN and merge the other state as if it were alone).
+  const bool undefined = isnan(sa) || isnan(sb) || sa == INFINITY || sb == INFINITY;
   const float m = fmaxf(sa, sb);
   const float wa = sa == -INFINITY ? 0.f : exp2f(sa - m), wb = sb == -INFINITY ? 0.f : exp2f(sb - m);
   const float total = wa + wb;
@@ -218,9 +226,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_state_in_place_kernel(con
   for (std::int64_t d = threadIdx.x; d < p.dim; d += blockDim.x) {
     T* va = p.v + n * p.v_stride_n + h * p.v_stride_h + d;
     const float a = to_f32(*va), bb = to_f32(p.v_other[n * p.vo_stride_n + h * p.vo_stride_h + d]);
-    *va = from_f32<T>(total > 0.f ? (a * wa + bb * wb) / total : 0.f);
+    const float x = (sa == -INFINITY ? 0.f : a * wa) + (sb == -INFINITY ? 0.f : bb * wb);
+    *va = from_f32<T>(undefined ? NAN : total > 0.f ? x / total : 0.f);
   }
-  if (threadIdx.x == 0) p.s[n * p.s_stride_n + h * p.s_stride_h] = total > 0.f ? m + log2f(total) : -INFINITY;
+  if (threadIdx.x == 0) {
+    p.s[n * p.s_stride_n + h * p.s_stride_h] = undefined ? NAN : total > 0.f ? m + log2f(total) : -INFINITY;
+  }
 }
 
 }  // namespace aotinfer::attention
