@@ -162,8 +162,8 @@ def scale_value(name: str, value) -> float:
                 f"{name} must be a Python float (or a CPU tensor); a {value.device} tensor "
                 "would need a host-device sync"
             )
-        value = float(value.item())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = value.item()  # (a bool or complex one is refused below, as the scalar is)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy floats too
         raise ValueError(f"{name} must be a float, got {value!r}")
     value = float(value)
     if not (0 < value <= FLOAT32_MAX):
@@ -203,12 +203,17 @@ def check_window_left(window_left) -> int:
 
 def _real(name: str, value) -> float:
     """float(value), or a ValueError naming the argument (not float()'s own text). A
-    one-element tensor is read as before (float() of it)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    one-element CPU tensor is read (.item()) and checked as the number it holds: a bool or
+    complex one is refused as the scalar is (float() of it gave 1.0, or torch's
+    RuntimeError), and so is a meta tensor (which holds no value). A CUDA tensor is refused
+    as scale_value refuses it: reading it would synchronise the host with the device (and
+    fail inside a CUDA-graph capture)."""
+    number = value
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_cpu:
+        number = value.item()
+    if isinstance(number, bool) or not isinstance(number, numbers.Real):
         raise ValueError(f"{name} must be a float, got {value!r}")
-    return float(value)
+    return float(number)
 
 
 def soft_cap_value(logits_soft_cap: Optional[float]) -> float:

@@ -375,7 +375,10 @@ def check_cache(
             )
         )
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError("paged_kv_cache must have a contiguous last (head_dim) dimension")
+        raise ValueError(
+            "paged_kv_cache must have a contiguous last (head_dim) dimension, got strides "
+            f"{tuple(k_cache.stride())} and {tuple(v_cache.stride())} (k and v halves)"
+        )
     return k_cache, v_cache
 
 

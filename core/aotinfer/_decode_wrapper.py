@@ -268,7 +268,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 raise ValueError(f"{name} should be a torch.Tensor in cudagraph mode")
             _views.check_tensor(name, buf, ndim=1, dtypes=(torch.int32,), device=self.device)
             if not buf.is_contiguous():
-                raise ValueError(f"{name} must be contiguous")
+                raise ValueError(f"{name} must be contiguous, got strides {tuple(buf.stride())}")
         self._fixed_batch_size = self._paged_kv_last_page_len_buf.numel()
         if self._fixed_batch_size < 1:
             raise ValueError(
@@ -278,7 +278,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._paged_kv_indptr_buf.numel() != self._fixed_batch_size + 1:
             raise ValueError("The size of paged_kv_indptr_buffer should be batch_size + 1")
         if self._paged_kv_indices_buf.numel() < 1:
-            raise ValueError("paged_kv_indices_buffer must hold at least one page index")
+            raise ValueError(
+                "paged_kv_indices_buffer must hold at least one page index, got 0 entries"
+            )
 
     @property
     def use_tensor_cores(self) -> bool:
@@ -796,13 +798,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
         ):
             _u.check_shape_dtype_device(out, p.q_shape, p.o_dtype, dev, "out")
             if not out.is_contiguous():
-                raise ValueError("out must be contiguous")
+                raise ValueError(f"out must be contiguous, got strides {tuple(out.stride())}")
         if lse is None and return_lse:
             lse = torch.empty(*p.lse_shape, dtype=torch.float32, device=dev)
         elif lse is not None:
             _u.check_shape_dtype_device(lse, p.lse_shape, torch.float32, dev, "lse")
             if not lse.is_contiguous():
-                raise ValueError("lse must be contiguous")
+                raise ValueError(f"lse must be contiguous, got strides {tuple(lse.stride())}")
 
         if p.kernels is None:  # CPU tensors: the reference
             k_cache, v_cache = _c.check_cache(p, paged_kv_cache, self._kv_layout, dev)

@@ -139,8 +139,12 @@ def merge_state_in_place(
     _check_s("s_other", s_other, v.shape[:2], v.device)
     if s.dtype != torch.float32:
         raise ValueError(f"s must be float32 (it is updated in place), got {s.dtype}")
-    if not v.is_contiguous() or not s.is_contiguous():
-        raise ValueError("v and s must be contiguous (they are updated in place)")
+    for name, t in (("v", v), ("s", s)):
+        if not t.is_contiguous():
+            raise ValueError(
+                f"{name} must be contiguous (it is updated in place), got strides "
+                f"{tuple(t.stride())}"
+            )
     if mask is not None:
         _views.check_tensor("mask", mask, ndim=1, dtypes=(torch.bool,), device=v.device)
         if mask.numel() != v.size(0):

@@ -223,11 +223,16 @@ def append_paged_kv_cache(
     _views.check_device_supported("append_key", append_key)
     device = append_key.device
     nnz = append_key.size(0)
-    for name, t in (("append_value", append_value), ("k cache", k_cache), ("v cache", v_cache)):
+    halves = (("paged_kv_cache (k half)", k_cache), ("paged_kv_cache (v half)", v_cache))
+    for name, t in (("append_value", append_value), *halves):
         if t.device != device:
             raise ValueError(f"{name} must be on {device} like append_key, got {t.device}")
     if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype:
-        raise ValueError("the k and v caches must have the same shape and dtype")
+        raise ValueError(
+            "the k and v halves of paged_kv_cache must have the same shape and dtype, got "
+            f"{tuple(k_cache.shape)} {_u.dtype_name(k_cache.dtype)} and "
+            f"{tuple(v_cache.shape)} {_u.dtype_name(v_cache.dtype)}"
+        )
     if k_cache.dtype not in _CACHE_DTYPES:
         names = ", ".join(_u.dtype_name(d) for d in _CACHE_DTYPES)
         raise ValueError(
@@ -266,8 +271,11 @@ def append_paged_kv_cache(
             kv_layout,
         )
         return
-    if k_cache.stride(-1) != 1:
-        raise ValueError("paged_kv_cache must have a contiguous last (head_dim) dimension")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError(
+            "paged_kv_cache must have a contiguous last (head_dim) dimension, got strides "
+            f"{tuple(k_cache.stride())} and {tuple(v_cache.stride())} (k and v halves)"
+        )
     append_key = append_key if append_key.stride(-1) == 1 else append_key.contiguous()
     append_value = append_value if append_value.stride(-1) == 1 else append_value.contiguous()
     _launch.provider_kernels(device).append_paged_kv_cache(

@@ -9,6 +9,7 @@ import torch
 from compile_support import BACKENDS, MARKS, fresh_dynamo  # noqa: F401 (the fixture)
 from test_decode_api import HKV, HQ, PS, D, make_batch, workspace
 from test_page_cascade_api import _append_case, _check_appended, _halves
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import aotinfer
 
@@ -202,3 +203,115 @@ def test_batch_decode_run_traced_keeps_the_eager_checks():
     q_len = torch.compile(lambda q, c: w.run(q, c, q_len_per_req=2), backend="eager")
     with pytest.raises(ValueError, match="q_len_per_req=2 was passed to run"):
         q_len(q, cache)
+
+
+class _RecordOps(TorchDispatchMode):
+    """A user's dispatch mode: records each op that reaches it and runs it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_cascade_page_and_single_decode_under_a_dispatch_mode_call_their_ops():
+    """Under a dispatch mode (as under make_fx, export or FakeTensorMode) each function runs
+    as its one aotinfer op, with the eager call's result and mutations. (torch.compile takes
+    these branches too, but dynamo only interprets their Python: it is this path that runs
+    them.)"""
+    g = torch.Generator().manual_seed(0)
+    va, vb = torch.randn(4, 2, 8, generator=g), torch.randn(4, 2, 8, generator=g)
+    sa, sb = torch.randn(4, 2, generator=g), torch.randn(4, 2, generator=g)
+    vs, ss = torch.randn(4, 3, 2, 8, generator=g), torch.randn(4, 3, 2, generator=g)
+    mask = torch.tensor([True, False, True, True])
+    v1, s1, v2, s2 = va.clone(), sa.clone(), va.clone(), sa.clone()
+    with _RecordOps() as mode:
+        merged = aotinfer.merge_state(va, sa, vb, sb)
+        merged_n = aotinfer.merge_states(vs, ss)
+        aotinfer.merge_state_in_place(v1, s1, vb, sb, mask)
+    assert mode.ops == [
+        "aotinfer.merge_state.default",
+        "aotinfer.merge_states.default",
+        "aotinfer.merge_state_in_place.default",
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(merged, aotinfer.merge_state(va, sa, vb, sb)))
+    assert all(torch.equal(a, b) for a, b in zip(merged_n, aotinfer.merge_states(vs, ss)))
+    aotinfer.merge_state_in_place(v2, s2, vb, sb, mask)
+    assert torch.equal(v1, v2) and torch.equal(s1, s2)
+
+    q, cache, *_ = make_batch([40])
+    q, k, v = q[0], cache[:3, 0].reshape(-1, HKV, D), cache[:3, 1].reshape(-1, HKV, D)
+    with _RecordOps() as mode:
+        out, lse = aotinfer.single_decode_with_kv_cache(q, k, v, window_left=7, return_lse=True)
+        plain = aotinfer.single_decode_with_kv_cache(q, k, v)
+    assert mode.ops == ["aotinfer.single_decode.default"] * 2
+    want = aotinfer.single_decode_with_kv_cache(q, k, v, window_left=7, return_lse=True)
+    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
+    assert torch.equal(plain, aotinfer.single_decode_with_kv_cache(q, k, v))
+
+    for tuple_cache in (False, True):
+        c = _append_case("NHD", tuple_cache)
+        seq_lens = aotinfer.get_seq_lens(c["kv_indptr"], c["last"], c["ps"])
+        b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, c["nnz"])
+        with _RecordOps() as mode:
+            aotinfer.append_paged_kv_cache(
+                c["k"], c["v"], b, p, c["cache"], c["kv_indices"], c["kv_indptr"], c["last"]
+            )
+        assert mode.ops == ["aotinfer.append_paged_kv_cache.default"]
+        _check_appended(c, "NHD")
+
+
+def test_decode_wrapper_under_a_dispatch_mode_calls_its_ops():
+    """run() (5-D and tuple caches, with and without the LSE, into the caller's buffers) and
+    the deprecated forward() under a dispatch mode: outputs not given are allocated from q's
+    shape and the planned dtype, then one aotinfer op fills them, as eagerly."""
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HKV, D, PS)
+    want_out, want_lse = w.run(q, cache, return_lse=True)
+    for c in (cache, (cache[:, 0], cache[:, 1])):
+        with _RecordOps() as mode:
+            out, lse = w.run(q, c, return_lse=True)
+            plain = w.run(q, c)
+        assert mode.ops.count("aotinfer.batch_decode.default") == 2
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+        assert torch.equal(plain, want_out)
+    out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:2], float("nan"))
+    with _RecordOps() as mode:
+        res = w.run(q, cache, out=out, lse=lse, return_lse=True)
+    assert mode.ops == ["aotinfer.batch_decode.default"]  # the caller's buffers, filled
+    assert res[0] is out and res[1] is lse
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    opts = ("ALIBI", None, 0.5, 2.0, 7, 5.0)  # mode, q / k / v scales, window, soft cap
+    with _RecordOps() as mode:
+        fwd = w.forward_return_lse(q, cache, *opts)
+        fwd_plain = w.forward(q, cache)
+    assert mode.ops.count("aotinfer.batch_decode_forward.default") == 2
+    want = w.forward_return_lse(q, cache, *opts)
+    assert torch.equal(fwd[0], want[0]) and torch.equal(fwd[1], want[1])
+    assert torch.equal(fwd_plain, want_out)
+
+
+def test_a_traced_run_whose_wrapper_is_gone_says_so():
+    """A traced graph reaches its wrapper by key; once the wrapper is collected the graph's
+    call raises a RuntimeError that says so (not a KeyError from the registry)."""
+    import gc
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+
+    def trace_then_drop_the_wrapper():
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+        graph = make_fx(lambda q, c: w.run(q, c))(q, cache)
+        assert torch.equal(graph(q, cache), w.run(q, cache))
+        return graph
+
+    graph = trace_then_drop_the_wrapper()
+    gc.collect()
+    with pytest.raises(RuntimeError, match="this compiled call was traced with no longer exists"):
+        graph(q, cache)

@@ -1054,7 +1054,8 @@ def test_scales_must_fit_float32():
 
 
 def test_numpy_integers_and_huge_windows_are_ints():
-    """Geometry from a model config often arrives as NumPy integers; a window past int64
+    """Geometry from a model config often arrives as NumPy integers (and scales as NumPy
+    floats); a window past int64
     (the kernels' type) means what any window wider than the cache means: every key."""
     np = pytest.importorskip("numpy")
     q, cache, indptr, indices, last = make_batch([1, 17, 40])
@@ -1067,6 +1068,10 @@ def test_numpy_integers_and_huge_windows_are_ints():
     close(w.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
     with pytest.raises(ValueError, match="window_left must be an int >= -1"):
         w.run(q, cache, window_left=np.float64(3.0))
+    # NumPy floats are floats for the scales, as for sm_scale and the soft cap
+    scales = dict(q_scale=0.5, k_scale=1.5, v_scale=0.25)
+    want = w.run(q, cache, **scales)
+    assert torch.equal(w.run(q, cache, **{k: np.float32(v) for k, v in scales.items()}), want)
 
 
 def test_strided_page_tables_on_the_wrappers_device_reach_the_kernels_dense(monkeypatch):
@@ -1144,3 +1149,240 @@ def test_utils_enums_name_the_strings_the_functions_take():
     assert utils.get_alibi_slopes is _attention_utils.get_alibi_slopes
     w, q, cache, *_ = planned(pos_encoding_mode=utils.PosEncodingMode.ALIBI.name)
     assert w.run(q, cache).shape == q.shape
+
+
+# ---------------------------------------------------------------- buffers, devices, strides
+
+
+def test_workspace_and_cuda_graph_buffers_are_checked_naming_them():
+    """The workspace and the CUDA-graph buffers: a tensor, contiguous (the strides given
+    named), a page-index buffer of one entry or more."""
+    with pytest.raises(ValueError, match="float_workspace_buffer must be a torch.Tensor, got list"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper([0] * 64)
+    with pytest.raises(
+        ValueError, match=re.escape("float_workspace_buffer must be contiguous, got strides (2,)")
+    ):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace()[::2])
+    ip, ix, lp = (torch.zeros(n, dtype=torch.int32) for n in (5, 64, 4))
+    with pytest.raises(
+        ValueError, match=re.escape("paged_kv_indptr_buffer must be contiguous, got strides (2,)")
+    ):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(
+            workspace(), torch.zeros(10, dtype=torch.int32)[::2], ix, lp
+        )
+    with pytest.raises(
+        ValueError,
+        match="paged_kv_indices_buffer must hold at least one page index, got 0 entries",
+    ):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(), ip, ix[:0], lp)
+
+
+def test_reset_workspace_buffer_checks_both_buffers_and_the_device():
+    w, q, cache, *_ = planned()
+    want = w.run(q, cache)
+    with pytest.raises(ValueError, match="float_workspace_buffer must be a torch.Tensor, got int"):
+        w.reset_workspace_buffer(0, None)
+    with pytest.raises(
+        ValueError, match=re.escape("int_workspace_buffer must be contiguous, got strides (2,)")
+    ):
+        w.reset_workspace_buffer(workspace(), workspace(1024)[::2])
+    with pytest.raises(ValueError, match="float_workspace_buffer must stay on cpu, got meta"):
+        w.reset_workspace_buffer(torch.zeros(64, dtype=torch.uint8, device="meta"), None)
+    int_ws = workspace(1024)
+    w.reset_workspace_buffer(workspace(), int_ws)  # an unsplit plan: nothing to carve
+    assert w._int_workspace_buffer is int_ws
+    assert torch.equal(w.run(q, cache), want)
+    fresh = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    fresh.reset_workspace_buffer(workspace(), None)  # no plan yet
+    with pytest.raises(RuntimeError, match="plan\\(\\) must be called before run\\(\\)"):
+        fresh.run(q, cache)
+
+
+def test_reset_workspace_buffer_recarves_a_split_cpu_plan():
+    """A split plan on CPU (the nominal 132 SMs split one long request) carves its partial
+    buffers from the new workspace; run() gives the same result."""
+    w, q, cache, indptr, indices, last = planned(kv_lens=(4000,))
+    assert w._plan.split.max_splits > 1
+    want = w.run(q, cache)
+    new = workspace()
+    w.reset_workspace_buffer(new, None)
+    lo, hi = new.data_ptr(), new.data_ptr() + new.numel()
+    for t in (w._plan.partial_out, w._plan.partial_lse):
+        assert lo <= t.data_ptr() and t.data_ptr() + t.numel() * 4 <= hi
+    assert torch.equal(w.run(q, cache), want)
+    close(want, None, expected(q, cache, indptr, indices, last)[0], None)
+
+
+def test_plan_refuses_an_empty_batch_bad_head_counts_and_a_zero_split():
+    i32 = dict(dtype=torch.int32)
+    with pytest.raises(ValueError, match="indptr must have batch_size \\+ 1 >= 2 entries, got 1"):
+        _plan(table=(torch.zeros(1, **i32), torch.zeros(4, **i32), torch.zeros(0, **i32)))
+    with pytest.raises(ValueError, match="num_kv_heads must be a positive int, got 0"):
+        _plan(hkv=0)
+    with pytest.raises(ValueError, match="num_qo_heads must be a positive int, got True"):
+        _plan(hq=True)
+    with pytest.raises(
+        ValueError,
+        match=re.escape("q_data_type must be a torch.dtype or its name (e.g. 'float16'), got 5"),
+    ):
+        _plan(q_data_type=5)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    for bad in (0, True, 2.0):
+        with pytest.raises(
+            ValueError, match=f"fixed_split_size must be a positive int \\(pages\\), got {bad!r}"
+        ):
+            _plan(w, fixed_split_size=bad)
+
+
+def test_plan_accepts_int64_page_tables():
+    """int64 tables reach the kernels as plan()'s own contiguous int32 copies, with the
+    int32 tables' result."""
+    q, cache, indptr, indices, last = make_batch([1, 17, 40])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr.long(), indices.long(), last.long(), HQ, HKV, D, PS)
+    for t in (w._plan.indptr, w._plan.indices, w._plan.last_page_len):
+        assert t.dtype == torch.int32 and t.is_contiguous()
+    close(w.run(q, cache), None, expected(q, cache, indptr, indices, last)[0], None)
+
+
+def test_run_refuses_tensors_on_another_device_and_cache_halves_not_4d():
+    w, q, cache, *_ = planned()
+    with pytest.raises(ValueError, match="q must be on the wrapper's device cpu, got meta"):
+        w.run(q.to("meta"), cache)
+    for c in (cache.to("meta"), (cache[:, 0].to("meta"), cache[:, 1].to("meta"))):
+        with pytest.raises(
+            ValueError, match="paged_kv_cache must be on the wrapper's device cpu, got meta"
+        ):
+            w.run(q, c)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"each half of paged_kv_cache must be 4-D, got shape ({cache.size(0)}, {HKV}, {D})"
+        ),
+    ):
+        w.run(q, (cache[:, 0, 0], cache[:, 1, 0]))
+    aotinfer._decode_checks.check_q(w._plan, q, w.device)  # the planned q passes the full check
+
+
+def test_run_refuses_outputs_it_cannot_write_and_skip_softmax():
+    w, q, cache, *_ = planned()
+    with pytest.raises(ValueError, match="out must be a torch.Tensor, got list"):
+        w.run(q, cache, out=[0.0] * q.numel())
+    strided_out = torch.empty(HQ, 3, D, dtype=torch.float16).transpose(0, 1)
+    with pytest.raises(
+        ValueError, match=re.escape("out must be contiguous, got strides (64, 192, 1)")
+    ):
+        w.run(q, cache, out=strided_out)
+    with pytest.raises(ValueError, match=re.escape("lse must be contiguous, got strides (1, 3)")):
+        w.run(q, cache, lse=torch.empty(HQ, 3).t(), return_lse=True)
+    with pytest.raises(
+        NotImplementedError, match="skip_softmax_threshold_scale_factor is not supported"
+    ):
+        w.run(q, cache, skip_softmax_threshold_scale_factor=1.0)
+
+
+def test_forward_before_plan_is_refused():
+    q, cache, *_ = make_batch([3])
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(RuntimeError, match="plan\\(\\) must be called before forward\\(\\)"):
+        w.forward(q, cache)
+
+
+# ---------------------------------------------------------------- scales given as tensors
+
+
+def test_scale_tensor_of_two_elements_is_refused():
+    """q/k/v scales: a one-element CPU tensor is its value; two elements, a tensor off the
+    CPU (it would sync; a meta tensor stands in for CUDA here), a bool or a complex one are
+    refused naming the scale (a complex one was float()'s TypeError)."""
+    w, q, cache, *_ = planned()
+    with pytest.raises(
+        ValueError,
+        match=re.escape("q_scale must be a float or a one-element tensor, got shape (2,)"),
+    ):
+        w.run(q, cache, q_scale=torch.tensor([0.5, 0.5]))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "k_scale must be a Python float (or a CPU tensor); a meta tensor would need a "
+            "host-device sync"
+        ),
+    ):
+        w.run(q, cache, k_scale=torch.tensor(0.5, device="meta"))
+    with pytest.raises(ValueError, match="v_scale must be a float, got True"):
+        w.run(q, cache, v_scale=torch.tensor(True))
+    with pytest.raises(ValueError, match=re.escape("v_scale must be a float, got (1+2j)")):
+        w.run(q, cache, v_scale=torch.tensor(1 + 2j))
+    scales = dict(q_scale=0.5, k_scale=1.5, v_scale=0.25)
+    want = w.run(q, cache, **scales)
+    as_tensors = {k: torch.tensor([v]) for k, v in scales.items()}
+    assert torch.equal(w.run(q, cache, **as_tensors), want)
+    k, v = cache[:3, 0].reshape(-1, HKV, D), cache[:3, 1].reshape(-1, HKV, D)
+    assert torch.equal(
+        aotinfer.single_decode_with_kv_cache(q[0], k, v, **as_tensors),
+        aotinfer.single_decode_with_kv_cache(q[0], k, v, **scales),
+    )
+
+
+def test_one_element_tensor_options_are_read_as_the_number_they_hold():
+    """logits_soft_cap, sm_scale, rope_scale and rope_theta as one-element tensors are their
+    value; a bool or complex one is refused as the scalar is, and so is a meta tensor
+    (float() of it was torch's RuntimeError, of a bool tensor 1.0)."""
+    w, q, cache, *_ = planned(logits_soft_cap=torch.tensor(5.0), sm_scale=torch.tensor([0.2]))
+    assert w._plan.default_scalars.logits_soft_cap == 5.0
+    assert w._plan.default_scalars.sm_scale == pytest.approx(0.2)
+    want = planned(logits_soft_cap=5.0, sm_scale=float(torch.tensor(0.2)))[0].run(q, cache)
+    assert torch.equal(w.run(q, cache), want)
+    with pytest.raises(ValueError, match=re.escape("sm_scale must be a float, got tensor(True)")):
+        planned(sm_scale=torch.tensor(True))
+    with pytest.raises(
+        ValueError, match=re.escape("rope_theta must be a float, got tensor(1.+2.j)")
+    ):
+        planned(rope_theta=torch.tensor(1 + 2j))
+    with pytest.raises(
+        ValueError,
+        match=re.escape("logits_soft_cap must be a float, got tensor(..., device='meta'"),
+    ):
+        planned(logits_soft_cap=torch.tensor(5.0, device="meta"))
+    with pytest.raises(
+        ValueError, match=re.escape("rope_scale must be a float, got tensor([1., 2.])")
+    ):
+        planned(rope_scale=torch.tensor([1.0, 2.0]))
+
+
+# ---------------------------------------------------------------- single decode edges
+
+
+def test_single_decode_refuses_kv_on_another_device_and_an_empty_cache():
+    q, k, v = _randn((8, 64), 1), _randn((20, 2, 64), 2), _randn((20, 2, 64), 3)
+    with pytest.raises(ValueError, match="k must be on cpu like q, got meta"):
+        aotinfer.single_decode_with_kv_cache(q, k.to("meta"), v)
+    with pytest.raises(ValueError, match="v must be on cpu like q, got meta"):
+        aotinfer.single_decode_with_kv_cache(q, k, v.to("meta"))
+    for layout, kk, vv in (
+        ("NHD", k[:0], v[:0]),
+        ("HND", k[:0].transpose(0, 1), v[:0].transpose(0, 1)),
+    ):
+        with pytest.raises(ValueError, match="k and v must hold at least one key, got kv_len 0"):
+            aotinfer.single_decode_with_kv_cache(q, kk, vv, kv_layout=layout)
+
+
+def test_num_sms_reads_each_devices_count_once(monkeypatch):
+    """The provider path's SM count: read from the device's properties once per device (the
+    current device for an index-less one). torch.cuda is stood in for here."""
+    from types import SimpleNamespace
+
+    from aotinfer import _decode_launch
+
+    reads = []
+
+    def properties(index):
+        reads.append(index)
+        return SimpleNamespace(multi_processor_count=100 + index)
+
+    monkeypatch.setattr(_decode_launch, "_sm_counts", {})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    devices = [torch.device("cuda", 0), torch.device("cuda"), torch.device("cuda", 1)]
+    assert [_decode_launch.num_sms(d) for d in devices * 2] == [100, 101, 101] * 2
+    assert reads == [0, 1]

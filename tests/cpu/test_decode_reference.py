@@ -315,3 +315,28 @@ def test_single_decode_hnd_is_nhd_transposed():
     torch.testing.assert_close(a[0], eo[0])
     torch.testing.assert_close(b[0], eo[0])
     torch.testing.assert_close(a[1], el[0])
+
+
+def test_attention_refuses_heads_that_do_not_group_and_alibi_without_slopes():
+    q, k, v = _randn((1, 6, 8), 1), _randn((5, 4, 8), 2), _randn((5, 4, 8), 3)
+    with pytest.raises(
+        ValueError, match=r"num_qo_heads \(6\) must be a multiple of num_kv_heads \(4\)"
+    ):
+        ref.attention(q, k, v)
+    with pytest.raises(ValueError, match="pos_encoding_mode ALIBI needs alibi_slopes"):
+        ref.attention(q[:, :4], k, v, pos_encoding_mode="ALIBI")
+
+
+@pytest.mark.parametrize("window", [-1, 0, 3])
+def test_non_causal_attention_sees_later_keys_within_the_window(window):
+    """causal=False drops the causal mask and keeps the window: row r (position Lk - Lq + r)
+    sees keys j >= position - window_left, later keys included; that is a single query row
+    over exactly those keys (which, at the last position, sees them all)."""
+    lq, lk = 3, 10
+    q, k, v = _randn((lq, 4, 8), 1), _randn((lk, 2, 8), 2), _randn((lk, 2, 8), 3)
+    out, lse = ref.attention(q, k, v, causal=False, window_left=window, compute_dtype=F64)
+    for r in range(lq):
+        start = 0 if window < 0 else max(lk - lq + r - window, 0)
+        eo, el = direct(q[r : r + 1], k[start:], v[start:], sm_scale=1 / math.sqrt(8))
+        torch.testing.assert_close(out[r], eo[0])
+        torch.testing.assert_close(lse[r], el[0])

@@ -46,3 +46,34 @@ def test_import_loads_no_provider_and_no_cuda(tmp_path):
     assert "aotinfer._device_facts" not in facts["core_modules"]
     assert facts["cuda_initialized"] is False
     assert facts["softmax"] is True
+
+
+def test_dir_lists_the_lazy_names_and_submodules():
+    import aotinfer
+
+    names = dir(aotinfer)
+    assert names == sorted(names)
+    assert set(aotinfer.__all__) <= set(names)
+    assert {"merge_states", "TopKTieBreak", "logits_processor", "__version__"} <= set(names)
+
+
+def test_shared_doc_sections_are_filled_in_and_a_stripped_docstring_is_left_alone():
+    """The samplers' docstrings share their parameter and return sections; a function
+    without a docstring (``python -OO`` strips them) is left as it is."""
+    from aotinfer import sampling
+
+    def documented():
+        """Head.
+
+        {common}
+        {returns}
+        """
+
+    def stripped():
+        pass
+
+    assert sampling._doc(stripped) is stripped and stripped.__doc__ is None
+    doc = sampling._doc(documented).__doc__
+    assert "{common}" not in doc and "{returns}" not in doc
+    assert "indices : torch.Tensor, optional" in doc and "Returns\n    -------" in doc
+    assert "{common}" not in sampling.top_p_sampling_from_probs.__doc__

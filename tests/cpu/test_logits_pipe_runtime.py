@@ -249,6 +249,15 @@ def test_per_row_temperature(compile, dtype):
         torch.testing.assert_close(scaled[row], x[row].float() / t[row])
 
 
+def test_float64_logits_stay_float64_through_temperature():
+    x = _logits(batch=3, dtype=torch.float64)
+    t = torch.tensor([0.5, 1.0, 2.0])
+    for temperature, want in ((t, x / t.double().unsqueeze(-1)), (0.5, x / 0.5)):
+        scaled = LogitsPipe([Temperature()])(x, temperature=temperature)
+        assert scaled.dtype == torch.float64
+        torch.testing.assert_close(scaled, want, rtol=0, atol=0)
+
+
 def test_per_row_min_p_matches_scalar_rows():
     probs = torch.softmax(_logits(batch=3, scale=3.0), -1)
     m = torch.tensor([0.05, 0.2, 0.9])
@@ -368,6 +377,16 @@ def test_uncompiled_pipe_warns_each_call(caplog):
         pipe(_logits(), temperature=0.5)
         LogitsPipe([Temperature(), Softmax()])(_logits(), temperature=0.5)
     assert [r for r in caplog.records if r.name == LOGGER] == []
+
+
+def test_uncompiled_pipe_does_not_log_while_torch_compile_traces_it(caplog, monkeypatch):
+    """dynamo cannot trace a logging call: the warning is left out while compiling."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    pipe = LogitsPipe([Temperature(), Softmax()], compile=False)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        probs = pipe(_logits(), temperature=0.5)
+    assert [r for r in caplog.records if r.name == LOGGER] == []
+    torch.testing.assert_close(probs, torch.softmax(_logits() / 0.5, -1))
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ simulated provider of decode_contract.py."""
 from __future__ import annotations
 
 import math
+import re
 
 import decode_contract
 import pytest
@@ -459,3 +460,141 @@ def test_merges_refuse_more_heads_than_a_grid_holds():
         aotinfer.merge_states(v[:, None], s[:, None])
     out, lse = aotinfer.merge_state(v[:, :65535], s[:, :65535], v[:, :65535], s[:, :65535])
     assert out.shape == (1, 65535, 4)
+
+
+# ---------------------------------------------------------------- edges
+
+
+def test_page_utilities_refuse_empty_indptrs_and_bad_nnz():
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    with pytest.raises(
+        ValueError, match="kv_indptr must have batch_size \\+ 1 >= 1 entries, got 0"
+    ):
+        aotinfer.get_seq_lens(i32(), i32(), 16)
+    with pytest.raises(
+        ValueError, match="append_indptr must have batch_size \\+ 1 >= 1 entries, got 0"
+    ):
+        aotinfer.get_batch_indices_positions(i32(), i32(), 2)
+    for bad in (-1, 2.0, True, "3"):
+        with pytest.raises(ValueError, match=f"nnz must be an int >= 0, got {bad!r}"):
+            aotinfer.get_batch_indices_positions(i32(0, 2), i32(3), bad)
+    with pytest.raises(ValueError, match="batch_indices must be a torch.Tensor, got list"):
+        aotinfer.get_batch_indices_positions(i32(0, 2), i32(3), 2, [0, 0])
+
+
+def test_get_batch_indices_positions_of_an_empty_batch_fills_padding():
+    """A batch of no requests (append_indptr [0]): every slot is padding, -1 / 0, into the
+    caller's buffers too; as the reference."""
+    indptr, seq_lens = torch.tensor([0], dtype=torch.int32), torch.zeros(0, dtype=torch.int32)
+    b, p = aotinfer.get_batch_indices_positions(indptr, seq_lens, 3)
+    assert b.tolist() == [-1, -1, -1] and p.tolist() == [0, 0, 0]
+    assert b.dtype == p.dtype == torch.int32
+    want = ref_page.get_batch_indices_positions(indptr, seq_lens, 3)
+    assert b.tolist() == want[0].tolist() and p.tolist() == want[1].tolist()
+    b_buf, p_buf = torch.full((3,), 9, dtype=torch.int32), torch.full((3,), 9, dtype=torch.int32)
+    res = aotinfer.get_batch_indices_positions(indptr, seq_lens, 3, b_buf, p_buf)
+    assert res[0] is b_buf and res[1] is p_buf
+    assert b_buf.tolist() == [-1, -1, -1] and p_buf.tolist() == [0, 0, 0]
+
+
+def test_get_batch_indices_positions_with_fewer_slots_than_tokens():
+    """nnz below append_indptr[-1]: the first nnz tokens only, in aotinfer and the
+    reference alike."""
+    indptr = torch.tensor([0, 2, 5], dtype=torch.int32)
+    seq_lens = torch.tensor([4, 7], dtype=torch.int32)
+    b, p = aotinfer.get_batch_indices_positions(indptr, seq_lens, 3)
+    assert b.tolist() == [0, 0, 1] and p.tolist() == [2, 3, 4]
+    want = ref_page.get_batch_indices_positions(indptr, seq_lens, 3)
+    assert b.tolist() == want[0].tolist() and p.tolist() == want[1].tolist()
+
+
+def test_append_refuses_mismatched_halves_and_devices():
+    c = _append_case("NHD", False)
+    kc, vc = _halves(c["cache"])
+    args = (c["kv_indices"], c["kv_indptr"], c["last"])
+    b = torch.zeros(c["nnz"], dtype=torch.int32)
+    with pytest.raises(ValueError, match="append_value must be on cpu like append_key, got meta"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"].to("meta"), b, b, c["cache"], *args)
+    with pytest.raises(
+        ValueError,
+        match=re.escape("paged_kv_cache (k half) must be on cpu like append_key, got meta"),
+    ):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, c["cache"].to("meta"), *args)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "the k and v halves of paged_kv_cache must have the same shape and dtype, got "
+            f"{tuple(kc.shape)} float16 and {tuple(vc[:2].shape)} float16"
+        ),
+    ):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, (kc, vc[:2]), *args)
+    with pytest.raises(ValueError, match="got .* float16 and .* float32"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, (kc, vc.float()), *args)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"each half of paged_kv_cache must be 4-D, got shape {tuple(kc[:, 0].shape)}"
+        ),
+    ):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, (kc[:, 0], vc[:, 0]), *args)
+
+
+@pytest.mark.parametrize("provider", [False, True])
+def test_append_of_no_tokens_leaves_the_cache_alone(monkeypatch, provider):
+    fake = decode_contract.install(monkeypatch) if provider else None
+    c = _append_case("NHD", False)
+    before = c["cache"].clone()
+    none = torch.zeros(0, dtype=torch.int32)
+    aotinfer.append_paged_kv_cache(
+        c["k"][:0], c["v"][:0], none, none, c["cache"], c["kv_indices"], c["kv_indptr"], c["last"]
+    )
+    assert torch.equal(c["cache"], before)
+    assert fake is None or fake.calls == []  # nothing launched
+
+
+def test_append_provider_path_refuses_a_cache_without_a_contiguous_last_dim(monkeypatch):
+    """The kernel writes head_dim rows: either half with a strided last dimension is refused
+    with its strides before any launch (the v half was left to the provider's check)."""
+    fake = decode_contract.install(monkeypatch)
+    c = _append_case("NHD", True)
+    kc, vc = c["cache"]
+    strided_v = vc.transpose(-1, -2).contiguous().transpose(-1, -2)
+    seq_lens = aotinfer.get_seq_lens(c["kv_indptr"], c["last"], c["ps"])
+    b, p = aotinfer.get_batch_indices_positions(c["append_indptr"], seq_lens, c["nnz"])
+    for cache in ((kc, strided_v), (strided_v, kc)):
+        with pytest.raises(
+            ValueError,
+            match=re.escape("paged_kv_cache must have a contiguous last (head_dim) dimension, got")
+            + ".* \\(k and v halves\\)",
+        ):
+            aotinfer.append_paged_kv_cache(
+                c["k"], c["v"], b, p, cache, c["kv_indices"], c["kv_indptr"], c["last"]
+            )
+    assert fake.calls == []
+
+
+def test_merge_errors_name_shapes_dtypes_and_strides():
+    v, s = _randn((4, 2, 8), 1), _randn((4, 2), 2)
+    with pytest.raises(ValueError, match="s_a must be a float tensor, got torch.int64"):
+        aotinfer.merge_state(v, s.long(), v, s)
+    with pytest.raises(ValueError, match="s_other must be a float tensor, got torch.int32"):
+        aotinfer.merge_state_in_place(v, s, v, s.int())
+    with pytest.raises(
+        ValueError, match=re.escape("v_b must have v_a's shape (4, 2, 8), got (3, 2, 8)")
+    ):
+        aotinfer.merge_state(v, s, v[:3], s)
+    with pytest.raises(
+        ValueError, match=re.escape("v_other must have v's shape (4, 2, 8), got (4, 1, 8)")
+    ):
+        aotinfer.merge_state_in_place(v, s, v[:, :1], s)
+    strided_v = v.transpose(0, 1).contiguous().transpose(0, 1)
+    with pytest.raises(
+        ValueError,
+        match=re.escape("v must be contiguous (it is updated in place), got strides (8, 32, 1)"),
+    ):
+        aotinfer.merge_state_in_place(strided_v, s, v, s)
+    with pytest.raises(
+        ValueError,
+        match=re.escape("s must be contiguous (it is updated in place), got strides (1, 4)"),
+    ):
+        aotinfer.merge_state_in_place(v, s.t().contiguous().t(), v, s)

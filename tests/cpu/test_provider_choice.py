@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from aotinfer import _arches
-from aotinfer._providers import Discovery, ProviderError, choose
+from aotinfer._providers import Discovery, ProviderError, choose, pip_command
 
 ALL_SIX = ("sm75", "sm80", "sm90a", "sm100a", "sm110a", "sm120f")
 
@@ -80,6 +80,12 @@ def test_choice_table(cc, combo, make_manifest):
 @pytest.mark.parametrize("cc", list(DEVICES), ids=_cc_id)
 def test_suggested_provider_table(cc):
     assert _arches.suggested_provider(cc) == DEVICES[cc][1]
+
+
+def test_manifest_names_the_distribution_the_install_command_installs(make_manifest):
+    for arch in ALL_SIX:
+        assert make_manifest(arch).distribution == f"aotinfer-{arch}"
+        assert pip_command(arch) == f"pip install 'aotinfer[{arch}]'"
 
 
 def test_error_text_format(make_manifest):

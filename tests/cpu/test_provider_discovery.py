@@ -8,12 +8,15 @@ tests assert on the fakes only.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import json
 import sys
+import types
 import warnings
 
 import pytest
+import torch
 
 from aotinfer import _device_facts, _providers
 from aotinfer._providers import ProviderError
@@ -89,6 +92,20 @@ def only_fakes(monkeypatch):
         "_entry_points",
         lambda: [ep for ep in real() if ep.value.startswith(FAKE_PREFIX)],
     )
+
+
+def test_entry_points_of_the_python_3_9_api(monkeypatch):
+    """importlib.metadata.entry_points() of Python 3.9 is a dict by group, without
+    select()."""
+    import importlib.metadata
+
+    ep = importlib.metadata.EntryPoint("sm80", "fake_aotinfer_sm80", _providers.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda: {_providers.ENTRY_POINT_GROUP: (ep,)}
+    )
+    assert _providers._entry_points() == [ep]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda: {})
+    assert _providers._entry_points() == []
 
 
 def test_read_manifests_finds_fakes_without_importing(site):
@@ -227,6 +244,37 @@ def test_provider_for_device_chooses_and_caches_per_device(site, only_fakes, dev
     assert devices == [0, 1, 0]
 
 
+def test_provider_for_and_kernels_for_take_a_torch_device(site, only_fakes, devices):
+    _install_fake(site, "sm75")
+    _install_fake(site, "sm80")
+    assert (
+        _providers.kernels_for(torch.device("cuda", 1))
+        is sys.modules["fake_aotinfer_sm80._kernels"]
+    )
+    assert _providers.provider_for(torch.device("cuda", 1)) is _providers.provider_for_device(1)
+    # No index: device 0 (a tensor's device always has one).
+    assert _providers.provider_for(torch.device("cuda")) is _providers.provider_for_device(0)
+    assert _providers.provider_for_device(0).manifest.arch == "sm75"
+    assert devices == [1, 0]
+
+
+def test_provider_for_device_keeps_a_choice_made_while_it_waited_for_the_lock(devices, monkeypatch):
+    """Two threads choosing for one device at once: the one that waited for the lock takes
+    the other's choice instead of choosing (and importing) again."""
+    theirs = object()
+
+    class LockHeldByAnotherThread:
+        def __enter__(self):
+            _providers._cache[2] = theirs  # what the other thread chose meanwhile
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(_providers, "_cache_lock", LockHeldByAnotherThread())
+    assert _providers.provider_for_device(2) is theirs
+    assert devices == []  # no device facts read: no choice made
+
+
 def test_provider_for_device_error_for_unserved_device(site, only_fakes, devices):
     _install_fake(site, "sm75")
     with pytest.raises(ProviderError) as info:
@@ -308,6 +356,11 @@ def test_extension_that_fails_to_import(site, only_fakes, devices, body, shown):
         (dict(cuda_version=13), "cuda_version must be a non-empty string, got 13"),
         (dict(cuda_version="unknown"), "cuda_version must look like '13.0', got 'unknown'"),
         (dict(version=None), "version must be a non-empty string, got None"),
+        (dict(sass_targets="sm_75"), "sass_targets must be a list of strings, got 'sm_75'"),
+        (
+            dict(sass_targets=["sm_75", 80]),
+            "sass_targets must be a list of strings, got ['sm_75', 80]",
+        ),
     ],
 )
 def test_manifest_fields_the_choice_reads_are_checked(site, only_fakes, changes, reason):
@@ -426,3 +479,115 @@ def test_discover_refuses_a_junk_skew_switch(site, monkeypatch, value):
     monkeypatch.setenv("AOTINFER_ALLOW_VERSION_SKEW", value)
     with pytest.raises(ValueError, match=f"AOTINFER_ALLOW_VERSION_SKEW='{value}' is not a switch"):
         _providers.discover(warn=False)
+
+
+# --- _device_facts over a fake of cuda-python's driver bindings -------------------------
+
+
+class CUresult(enum.IntEnum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_NO_DEVICE = 100
+
+
+class FakeDriver:
+    """cuda-python's driver module as _device_facts reads it: every call returns
+    ``(CUresult, *values)``."""
+
+    class CUdevice_attribute:
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+    def __init__(self, gpus, version=13000, init_error=CUresult.CUDA_SUCCESS):
+        self.gpus, self.version, self.init_error = gpus, version, init_error
+
+    def cuDriverGetVersion(self):
+        return CUresult.CUDA_SUCCESS, self.version
+
+    def cuInit(self, flags):
+        return (self.init_error,)
+
+    def cuDeviceGetCount(self):
+        return CUresult.CUDA_SUCCESS, len(self.gpus)
+
+    def cuDeviceGet(self, ordinal):
+        return CUresult.CUDA_SUCCESS, ordinal
+
+    def cuDeviceGetName(self, length, dev):
+        name = self.gpus[dev][0].encode()
+        return CUresult.CUDA_SUCCESS, name + b"\0" * (length - len(name))
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        major = attr == self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        return CUresult.CUDA_SUCCESS, self.gpus[dev][1][0 if major else 1]
+
+
+def test_driver_facts_read_through_the_driver_bindings(monkeypatch):
+    driver = FakeDriver([("NVIDIA H200", (9, 0)), ("Tesla T4", (7, 5))], version=12080)
+    monkeypatch.setattr(_device_facts, "_driver_module", lambda: driver)
+    assert _device_facts._read_driver() == _device_facts.DriverFacts(
+        True,
+        (12, 8),
+        None,
+        (
+            _device_facts.GpuFacts(0, "NVIDIA H200", (9, 0)),
+            _device_facts.GpuFacts(1, "Tesla T4", (7, 5)),
+        ),
+    )
+
+
+def test_driver_facts_say_none_where_the_driver_cannot_answer(monkeypatch):
+    """A failing call (its CUresult's name, or its number), bindings that cannot be
+    imported, an error without a message: no driver, never an exception."""
+    no_device = FakeDriver([], init_error=CUresult.CUDA_ERROR_NO_DEVICE)
+    unnamed = FakeDriver([], init_error=999)
+
+    def not_importable():
+        raise RuntimeError("cuda-python is not importable (No module named 'cuda')")
+
+    def silent():
+        raise OSError()
+
+    for module, error in [
+        (lambda: no_device, "CUDA_ERROR_NO_DEVICE"),
+        (lambda: unnamed, "999"),
+        (not_importable, "cuda-python is not importable (No module named 'cuda')"),
+        (silent, "OSError"),
+    ]:
+        monkeypatch.setattr(_device_facts, "_driver_module", module)
+        assert _device_facts._read_driver() == _device_facts.DriverFacts(False, None, error, ())
+
+
+def test_driver_module_of_either_cuda_python_layout(monkeypatch):
+    new, old = types.ModuleType("cuda.bindings"), types.ModuleType("cuda")
+    new.driver, old.cuda = object(), object()
+    monkeypatch.setitem(sys.modules, "cuda", old)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", new)
+    assert _device_facts._driver_module() is new.driver  # cuda-python >= 12.6
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # (None: import fails)
+    assert _device_facts._driver_module() is old.cuda  # the older layout
+    monkeypatch.setitem(sys.modules, "cuda", None)
+    with pytest.raises(RuntimeError, match=r"cuda-python is not importable \(.*cuda"):
+        _device_facts._driver_module()
+
+
+def test_driver_facts_are_read_once_per_process(monkeypatch):
+    reads = []
+    facts = _device_facts.DriverFacts(False, None, "no driver", ())
+    monkeypatch.setattr(_device_facts, "_read_driver", lambda: reads.append(1) or facts)
+    _device_facts.driver_facts.cache_clear()
+    try:
+        assert _device_facts.driver_facts() is facts
+        assert _device_facts.driver_facts() is facts
+        assert reads == [1]
+    finally:
+        _device_facts.driver_facts.cache_clear()
+
+
+def test_gpu_facts_fall_back_to_torch_past_the_drivers_list(monkeypatch):
+    t4 = _device_facts.GpuFacts(0, "Tesla T4", (7, 5))
+    facts = _device_facts.DriverFacts(True, (13, 0), None, (t4,))
+    monkeypatch.setattr(_device_facts, "driver_facts", lambda: facts)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU {index}")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: [8, 6])
+    assert _device_facts.gpu(0) is t4
+    assert _device_facts.gpu(1) == _device_facts.GpuFacts(1, "GPU 1", (8, 6))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from compile_support import BACKENDS, MARKS, fresh_dynamo  # noqa: F401 (the fixture)
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import aotinfer
 from aotinfer import _sampling_ops
@@ -117,6 +118,25 @@ def test_chain_speculative_under_compile_adds_to_the_counters():
     want, a, e = aotinfer.chain_speculative_sampling(draft, ids, target, seed=4, offset=0)
     assert torch.equal(out, want)
     assert torch.equal(acc, a + 1) and torch.equal(emi, e + 1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_chain_speculative_advances_the_default_generator(backend):
+    g = torch.Generator().manual_seed(3)
+    draft = torch.softmax(torch.randn(16, 2, 50, generator=g), -1)
+    target = torch.softmax(torch.randn(16, 3, 50, generator=g), -1)
+    ids = torch.randint(0, 50, (16, 2), generator=g)
+
+    def spec():
+        return aotinfer.chain_speculative_sampling(draft, ids, target)
+
+    compiled = torch.compile(spec, fullgraph=True, backend=backend)
+    torch.manual_seed(9)
+    got = [compiled() for _ in range(3)]
+    torch.manual_seed(9)
+    for a, b in zip(got, [spec() for _ in range(3)]):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(got[0][0], got[1][0])  # the generator moved on
 
 
 def test_chain_speculative_under_compile_refuses_one_tensor_for_both_counters():
@@ -283,3 +303,63 @@ def test_python_ints_that_change_do_not_recompile(backend):
             got = compiled(logits, probs, seed, k)
         for g, w in zip(got, step(logits, probs, seed, k)):
             assert torch.equal(g, w), (seed, k)
+
+
+class _RecordOps(TorchDispatchMode):
+    """A user's dispatch mode that only records the aotinfer ops it sees and runs them."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "aotinfer":
+            self.ops.append((func.__name__.split(".")[0], args))
+        return func(*args, **(kwargs or {}))
+
+
+def test_traced_calls_take_int_arguments_as_tensors_and_draw_what_eager_calls_draw():
+    """What the public functions hand the ops while traced (under torch.compile, or here
+    under a dispatch mode, where the rewrite runs as plain Python): a scalar top_k in use
+    as a per-row int32 tensor and explicit int seed / offset as int64 tensors of length 1
+    (a graph input rather than a constant), the generator path unchanged; the outputs
+    those of the eager calls."""
+    logits, probs, _, _ = _inputs()
+    draft = torch.softmax(torch.randn(4, 2, 100), -1)
+    target = torch.softmax(torch.randn(4, 3, 100), -1)
+    ids = torch.randint(0, 100, (4, 2))
+    calls = {
+        "renorm_k": lambda: aotinfer.top_k_renorm_probs(probs, 5),
+        "renorm_p": lambda: aotinfer.top_p_renorm_probs(probs, 0.5),
+        "mask": lambda: aotinfer.top_k_mask_logits(logits, 3),
+        "chain_seed": lambda: aotinfer.chain_speculative_sampling(
+            draft, ids, target, seed=4, offset=8
+        ),
+        "chain_generator": lambda: aotinfer.chain_speculative_sampling(draft, ids, target),
+        "sample_generator": lambda: aotinfer.top_k_sampling_from_probs(probs, 7),
+    }
+    for name, call in calls.items():
+        torch.manual_seed(11)
+        with _RecordOps() as mode:
+            got = call()
+        torch.manual_seed(11)
+        want = call()
+        for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got, want))):
+            assert torch.equal(g, w), name
+        [(op, args)] = mode.ops
+        if name == "renorm_k":
+            assert op == "renorm" and args[3] == 0 and args[2].tolist() == [5] * 4
+            assert args[2].dtype == torch.int32
+        elif name == "renorm_p":
+            assert op == "renorm" and args[2:6] == (None, 0, None, 0.5)  # top_k not in use
+        elif name == "mask":
+            assert op == "top_k_mask" and args[2] == 0 and args[1].tolist() == [3] * 4
+        elif name == "chain_seed":
+            assert op == "chain_speculative" and args[7] == args[9] == 0
+            assert args[6].tolist() == [4] and args[8].tolist() == [8]
+            assert args[6].dtype == args[8].dtype == torch.int64 and args[10] is False
+        elif name == "chain_generator":
+            assert args[5:11] == (None, None, 0, None, 0, True)
+        else:
+            assert op == "sample" and args[4].tolist() == [7] * 4
+            assert args[10:16] == (None, None, 0, None, 0, True)

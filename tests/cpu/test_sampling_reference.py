@@ -201,6 +201,13 @@ def test_empty_batch():
     s, v = aotinfer.sampling_from_probs(probs, empty, return_valid=True)
     assert s.shape == (0,) and s.dtype == torch.int64 and v.shape == (0,)
     assert aotinfer.sampling_from_logits(torch.randn(0, 10)).shape == (0,)
+    draft, target = torch.rand(0, 3, 10), torch.rand(0, 4, 10)
+    for kw in (dict(seed=1, offset=0), {}):  # explicit, and the default generator
+        out, accepted, emitted = aotinfer.chain_speculative_sampling(
+            draft, torch.zeros(0, 3, dtype=torch.int64), target, **kw
+        )
+        assert out.shape == (0, 4) and out.dtype == torch.int32
+        assert accepted.shape == emitted.shape == (0,)
 
 
 def test_public_functions_match_the_reference_calls():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import aotinfer
-from aotinfer import _rng, _sampling_ops
+from aotinfer import _rng, _sampling_ops, _views
 from aotinfer.reference import sampling as ref
 
 
@@ -108,6 +108,74 @@ def test_get_seed_and_offset_default_cpu_generator():
     a = _rng.get_seed_and_offset(4, device="cpu")
     torch.manual_seed(3)
     assert _rng.get_seed_and_offset(4, None, torch.device("cpu")) == a
+
+
+def test_default_generator_of_a_device_with_an_index_is_looked_up_once(monkeypatch):
+    """A device with an index (what a tensor's device is) is cached by the device; one
+    that cannot be served is refused by name and not cached."""
+    monkeypatch.setattr(_rng, "_defaults_by_device", {})
+    cpu0 = torch.device("cpu", 0)
+    assert _rng.default_generator(cpu0) is torch.default_generator
+    assert _rng._defaults_by_device == {cpu0: torch.default_generator}
+
+    def not_again(device):
+        raise AssertionError(f"{device} looked up again")
+
+    with monkeypatch.context() as m:
+        m.setattr(_rng, "_default_generator", not_again)
+        assert _rng.default_generator(cpu0) is torch.default_generator
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device is cuda:0, but this torch sees no CUDA"):
+            _rng.default_generator(torch.device("cuda", 0))
+        assert list(_rng._defaults_by_device) == [cpu0]
+
+
+def test_default_generator_of_a_cuda_device(monkeypatch):
+    """By index, the current device's without one; an index past the devices torch sees
+    is refused by name (torch's own IndexError before). Two stand-in devices here."""
+    gens = (torch.Generator(), torch.Generator())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "default_generators", gens)
+    assert _rng._default_generator("cuda:0") is gens[0]
+    assert _rng._default_generator(0) is gens[0]
+    assert _rng._default_generator(None) is gens[1]
+    assert _rng._default_generator(torch.device("cuda")) is gens[1]
+    with pytest.raises(
+        ValueError, match=r"device is cuda:2, but this torch sees 2 CUDA device\(s\)"
+    ):
+        _rng._default_generator(torch.device("cuda", 2))
+
+
+def test_a_cuda_generator_is_neither_read_nor_advanced_during_graph_capture(monkeypatch):
+    monkeypatch.setattr(_views, "stream_capturing", lambda: True)
+    g = StandInCudaGenerator(77, 8)
+    with pytest.raises(
+        ValueError,
+        match=r"seed, offset: a CUDA generator cannot be read or advanced during CUDA graph "
+        r"capture; pass seed and offset as int64 tensors",
+    ):
+        _rng.advance_generator(4, g)
+    assert g.state.view(torch.int64).tolist() == [77, 8]
+    # A CPU generator has no capture to fear.
+    assert _rng.advance_generator(4, torch.Generator().manual_seed(1))[1] == 0
+
+
+def test_stream_capturing_falls_back_to_torch_and_means_no_where_it_cannot_ask(monkeypatch):
+    """Without torch's raw query it asks torch.cuda.is_current_stream_capturing; where
+    that cannot answer (a torch without CUDA: RuntimeError or AssertionError) nothing is
+    being captured."""
+    monkeypatch.setattr(_views, "_raw_capturing", None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert _views.stream_capturing() is True
+    for exc in (RuntimeError("no CUDA"), AssertionError("Torch not compiled with CUDA")):
+
+        def fails(exc=exc):
+            raise exc
+
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", fails)
+        assert _views.stream_capturing() is False
 
 
 # ----------------------------------------------------------------------------------------

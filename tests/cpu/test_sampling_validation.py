@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import aotinfer
-from aotinfer import _sampling_checks
+from aotinfer import _sampling_checks, _views
 
 PROBS = torch.softmax(torch.randn(4, 32), dim=-1)
 LOGITS = torch.randn(4, 32)
@@ -71,6 +71,19 @@ def test_renorm_and_mask_dtypes(fn):
         fn(PROBS[0], 3)
 
 
+def test_a_strided_vocabulary_is_read_as_its_contiguous_copy():
+    wide = torch.softmax(torch.randn(4, 64), dim=-1)
+    for strided in (wide[:, ::2], torch.softmax(torch.randn(32, 4), dim=0).t()):
+        assert strided.dtype == torch.float32 and strided.stride(-1) != 1
+        same = strided.contiguous()
+        for fn in (
+            lambda p: aotinfer.top_k_sampling_from_probs(p, 5, seed=3, offset=4),
+            lambda p: aotinfer.top_p_renorm_probs(p, 0.5),
+            lambda p: aotinfer.top_k(p, 3)[1],
+        ):
+            assert torch.equal(fn(strided), fn(same))
+
+
 def test_top_p_renorm_input():
     with raises("probs must be a 2-D tensor"):
         aotinfer.top_p_renorm_probs(PROBS[0], 0.5)
@@ -93,6 +106,13 @@ def test_indices(name, fn, x):
         fn(x, indices=torch.zeros(3, dtype=torch.int64, device="meta"))
     with raises("indices must be a torch.Tensor, got list"):
         fn(x, indices=[0, 1])
+
+
+def test_no_indices_means_one_output_per_row():
+    out = aotinfer.sampling_from_probs(PROBS, None, seed=1, offset=2)
+    assert out.shape == (4,) and out.dtype == torch.int32
+    # (The samplers skip the check for None; the check itself passes None through.)
+    assert _sampling_checks.indices_arg(None, 4, torch.device("cpu")) is None
 
 
 def test_indices_into_an_empty_input():
@@ -135,6 +155,28 @@ def test_top_k(use):
     # k >= vocab is allowed (no filter), as are per-row values that mean "no filter".
     use(10**12)
     use(torch.tensor([0, -1, 32, 99], dtype=torch.int32))
+
+
+def test_numpy_integers_mean_what_the_ints_mean():
+    """top_k, seed and offset as numpy integers (numbers.Integral, not int: the checked
+    path rather than the fast one)."""
+    kw = dict(seed=5, offset=8)
+    assert torch.equal(
+        aotinfer.top_k_sampling_from_probs(PROBS, np.int64(3), **kw),
+        aotinfer.top_k_sampling_from_probs(PROBS, 3, **kw),
+    )
+    assert torch.equal(
+        aotinfer.top_k_renorm_probs(PROBS, np.int32(3)), aotinfer.top_k_renorm_probs(PROBS, 3)
+    )
+    with raises("top_k must be >= 1, got 0"):
+        aotinfer.top_k_mask_logits(LOGITS, np.int64(0))
+    got = aotinfer.sampling_from_probs(PROBS, seed=np.int64(5), offset=np.uint64(8))
+    assert torch.equal(got, aotinfer.sampling_from_probs(PROBS, **kw))
+    top = aotinfer.sampling_from_probs(PROBS, seed=np.uint64(2**64 - 1), offset=np.int8(0))
+    assert torch.equal(top, aotinfer.sampling_from_probs(PROBS, seed=-1, offset=0))  # mod 2^64
+    eight = np.float64(8)
+    with raises(f"offset must be an int or a 1-D int64/uint64 tensor, got {eight!r} (float64)"):
+        aotinfer.sampling_from_probs(PROBS, seed=np.int64(5), offset=eight)
 
 
 WIDE_K = {  # values past int32 that a wrapping cast would turn into small k
@@ -235,6 +277,8 @@ def test_softmax_temperature():
         assert not torch.isnan(aotinfer.softmax(small, edge)).any()
     with raises("temperature must have length 4 (one per row), got length 3"):
         aotinfer.softmax(LOGITS, torch.ones(3))
+    with raises("temperature must be on cpu, like the input, got meta"):
+        aotinfer.softmax(LOGITS, torch.ones(4, device="meta"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -294,6 +338,8 @@ def test_seed_length_follows_the_batch_with_indices():
 def test_generator(name, fn, x):
     with raises("generator must be a torch.Generator or None, got 42 (int)"):
         fn(x, generator=42)
+    with raises("generator must be a torch.Generator or None, got a 0-D int64 tensor"):
+        fn(x, generator=torch.tensor(42))
     fn(x, generator=torch.Generator().manual_seed(1))
 
 
@@ -319,7 +365,7 @@ def _chain():
     return draft, torch.zeros(2, 3, dtype=torch.int64), target
 
 
-def test_chain_speculative_validation():
+def test_chain_speculative_validation(monkeypatch):
     d, ids, t = _chain()
     f = aotinfer.chain_speculative_sampling
     with raises("draft_probs must be a 3-D tensor, got 2-D"):
@@ -382,6 +428,11 @@ def test_chain_speculative_validation():
         f(d, draft_ids, t, buf[4:6], None, seed=1, offset=0)
     assert torch.equal(draft_ids, ids.to(torch.int32))  # refused before anything was added
     f(d, draft_ids, t, buf[6:8], None, seed=1, offset=0)  # the same buffer, apart
+    # target_probs on another device than draft_probs (cuda:1 beside cuda:0 on a GPU host;
+    # meta here, let through the CUDA-or-CPU check)
+    monkeypatch.setattr(_views, "check_device_supported", lambda name, t: None)
+    with raises("target_probs must be on cpu, like draft_probs, got meta"):
+        f(d, ids, t.to("meta"))
 
 
 def test_top_k_validation():
@@ -396,7 +447,7 @@ def test_top_k_validation():
     with raises("input must be a 2-D tensor"):
         aotinfer.top_k(LOGITS[0], 2)
     assert aotinfer.top_k(LOGITS, 32)[0].shape == (4, 32)
-    for bad in (3, -1, True, "large"):
+    for bad in (3, -1, True, "large", [1], {}):
         with raises(f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {bad!r}"):
             aotinfer.top_k(LOGITS, 2, tie_break=bad)
 

@@ -166,3 +166,70 @@ def test_format_config_shows_install_command_for_unserved_gpu():
         "install": "pip install 'aotinfer[sm80]'",
     }
     assert "pip install 'aotinfer[sm80]'" in format_config(_config(gpus=[gpu]))
+
+
+class FakeNvml:
+    """libnvidia-ml as _nvml_driver_version calls it (0 is NVML_SUCCESS)."""
+
+    def __init__(self, init=0, version=0):
+        self.init, self.version, self.shut_down = init, version, False
+
+    def nvmlInit_v2(self):
+        return self.init
+
+    def nvmlSystemGetDriverVersion(self, buf, length):
+        assert length.value == len(buf)
+        buf.value = b"580.95.05"
+        return self.version
+
+    def nvmlShutdown(self):
+        self.shut_down = True
+
+
+def test_driver_release_read_through_nvml(monkeypatch):
+    """The release string, or None where NVML is missing, fails to start or to answer
+    (shut down again once started)."""
+    from aotinfer import cli
+
+    def load(nvml):
+        def cdll(name):
+            assert name == "libnvidia-ml.so.1"
+            if isinstance(nvml, Exception):
+                raise nvml
+            return nvml
+
+        monkeypatch.setattr(cli.ctypes, "CDLL", cdll)
+
+    ok, no_init, no_answer = FakeNvml(), FakeNvml(init=1), FakeNvml(version=3)
+    load(ok)
+    assert cli._nvml_driver_version() == "580.95.05" and ok.shut_down
+    load(no_init)
+    assert cli._nvml_driver_version() is None and not no_init.shut_down
+    load(no_answer)
+    assert cli._nvml_driver_version() is None and no_answer.shut_down
+    load(OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    assert cli._nvml_driver_version() is None
+    load(object())  # a library without the functions (AttributeError)
+    assert cli._nvml_driver_version() is None
+
+
+def test_collect_config_of_a_gpu_no_provider_exists_for(monkeypatch):
+    """No install command for a compute capability no provider serves (7.0 here); the
+    driver's release comes from NVML when the driver answers."""
+    from aotinfer import _device_facts, cli
+
+    v100 = _device_facts.GpuFacts(0, "Tesla V100-SXM2-32GB", (7, 0))
+    t4 = _device_facts.GpuFacts(1, "Tesla T4", (7, 5))
+    facts = _device_facts.DriverFacts(True, (13, 0), None, (v100, t4))
+    monkeypatch.setattr(_device_facts, "driver_facts", lambda: facts)
+    monkeypatch.setattr(_providers, "read_manifests", lambda: ([], []))
+    monkeypatch.setattr(cli, "_nvml_driver_version", lambda: "580.95.05")
+    cfg = cli.collect_config()
+    assert cfg["driver"] == {
+        "available": True, "release": "580.95.05", "cuda_version": "13.0", "error": None,
+    }  # fmt: skip
+    unserved, served_elsewhere = cfg["gpus"]
+    assert unserved["provider"] is None and "install" not in unserved
+    assert "no aotinfer provider exists for it" in unserved["problem"]
+    assert served_elsewhere["install"] == "pip install 'aotinfer[sm75]'"
+    assert cli.problems(cfg)[:2] == ["cuda:0 not served", "cuda:1 not served"]
