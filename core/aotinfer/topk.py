@@ -73,10 +73,13 @@ def top_k(
         raise ValueError(f"k must be an int in [1, {x.size(1)}], got {k!r}")
     if not 1 <= int(k) <= x.size(1):
         raise ValueError(f"k must be in [1, {x.size(1)}] (the row length), got {int(k)}")
-    try:
-        known = not isinstance(tie_break, bool) and tie_break in _TIE_BREAKS
-    except TypeError:  # unhashable (a list, a dict): not a tie-break either
-        known = False
+    # An int or the enum (an IntEnum): not a bool, nor a float that hashes like one (1.0),
+    # nor an unhashable value (a list, a dict).
+    known = (
+        isinstance(tie_break, numbers.Integral)
+        and not isinstance(tie_break, bool)
+        and int(tie_break) in _TIE_BREAKS
+    )
     if not known:
         raise ValueError(
             f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {tie_break!r}"

@@ -447,7 +447,7 @@ def test_top_k_validation():
     with raises("input must be a 2-D tensor"):
         aotinfer.top_k(LOGITS[0], 2)
     assert aotinfer.top_k(LOGITS, 32)[0].shape == (4, 32)
-    for bad in (3, -1, True, "large", [1], {}):
+    for bad in (3, -1, True, 1.0, "large", [1], {}):
         with raises(f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {bad!r}"):
             aotinfer.top_k(LOGITS, 2, tie_break=bad)
 
