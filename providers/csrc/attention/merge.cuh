@@ -176,8 +176,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
         x += warp_acc[w][t] * f;
       }
       // A NaN or +inf state LSE makes denom NaN (exp2f of NaN, or of inf - inf); merged_row,
-      // shared with the decode kernels' own merges, would read that as an empty row (v = 0,
-      // s = -inf), so the public rule (reference/cascade.py: v and s NaN) is applied here.
+      // shared with the decode kernels' own merges, would give such a row an empty row's LSE
+      // (-inf) beside its NaN v, so the public rule (reference/cascade.py: v and s NaN) is
+      // applied here.
       const bool undefined = isnan(denom);
       const MergedRow mr = merged_row(mx, denom, p.sinks, h, p.v_scale);
       p.v_out[n * p.o_stride_n + h * p.o_stride_h + c0 + t] = from_f32<TOut>(undefined ? NAN : x * mr.inv);
