@@ -236,11 +236,15 @@ def test_append_accepts_strided_keys_and_then_decode_reads_them():
         torch.testing.assert_close(out[b], want, rtol=1e-3, atol=1e-3)
 
 
-def test_append_errors():
+def _append_error_case():
+    """An NHD append case, its cache halves, the page-table arguments and zero indices."""
     c = _append_case("NHD", False)
-    kc, _ = _halves(c["cache"])
     args = (c["kv_indices"], c["kv_indptr"], c["last"])
-    b = torch.zeros(c["nnz"], dtype=torch.int32)
+    return c, _halves(c["cache"]), args, torch.zeros(c["nnz"], dtype=torch.int32)
+
+
+def test_append_errors():
+    c, (kc, _), args, b = _append_error_case()
     with pytest.raises(KeyError, match="Invalid kv_layout NDH"):
         aotinfer.append_paged_kv_cache(c["k"], c["v"], b, b, c["cache"], *args, kv_layout="NDH")
     with pytest.raises(
@@ -509,10 +513,7 @@ def test_get_batch_indices_positions_with_fewer_slots_than_tokens():
 
 
 def test_append_refuses_mismatched_halves_and_devices():
-    c = _append_case("NHD", False)
-    kc, vc = _halves(c["cache"])
-    args = (c["kv_indices"], c["kv_indptr"], c["last"])
-    b = torch.zeros(c["nnz"], dtype=torch.int32)
+    c, (kc, vc), args, b = _append_error_case()
     with pytest.raises(ValueError, match="append_value must be on cpu like append_key, got meta"):
         aotinfer.append_paged_kv_cache(c["k"], c["v"].to("meta"), b, b, c["cache"], *args)
     with pytest.raises(
