@@ -5,7 +5,7 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
         python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
-        [cluster] [top-p] [rejection] [joint] [local]
+        [cluster] [top-p] [rejection] [joint] [local] [peaked1]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
@@ -18,7 +18,9 @@ and 128256, flat and peaked, with FlashInfer's (the goal cases furthest from it)
 ("rejection") top-p by rejection pinned in the row kernels at 128 and 512 x 32000 with
 FlashInfer's, ("joint") joint top-k / top-p sampling at 512 x 128256, flat and peaked (ours
 only: the kernel whose speed moved against its instruction count in dev/NOTES.md item 60), and
-("local") top-k and joint sampling at 16 x 32000 flat from the local top-k lists.
+("local") top-k and joint sampling at 16 x 32000 flat from the local top-k lists, and
+("peaked1") top-k and joint sampling at 1 x 32000 peaked with FlashInfer's (the two goal
+cases still behind it).
 """
 
 from __future__ import annotations
@@ -240,6 +242,32 @@ def local_list_cases():
     ]
 
 
+def peaked_one_row_cases(fi):
+    """The two goal samplers still behind FlashInfer: top-k and joint top-k / top-p at
+    1 x 32000 on bench_sampling's peaked row (0.936x / 0.706x at b5695fa), ours (the cluster
+    kernels from the local lists) and FlashInfer's on the same row."""
+    from bench_sampling import TOP_K, TOP_P, make_probs
+
+    kw = dict(seed=1, offset=0)
+    probs = make_probs(1, 32000, True, 0)
+    cases = []
+    for who, s in (("aotinfer", aotinfer.sampling), ("flashinfer", getattr(fi, "sampling", None))):
+        if s is None:
+            continue
+        joint = s.top_k_top_p_sampling_from_probs
+        cases += [
+            (
+                f"{who} top-k {TOP_K} 1x32000 peaked",
+                lambda s=s: s.top_k_sampling_from_probs(probs, TOP_K, **kw),
+            ),
+            (
+                f"{who} joint top-k {TOP_K} top-p {TOP_P} 1x32000 peaked",
+                lambda j=joint: j(probs, TOP_K, TOP_P, filter_apply_order="joint", **kw),
+            ),
+        ]
+    return cases
+
+
 def renorm_cases():
     """The renormalisation / masking goal shape: 128 x 128256, bench_sampling's rows."""
     from bench_sampling import make_probs
@@ -281,6 +309,8 @@ def main():
         cases += joint_cases()
     if "local" in want:
         cases += local_list_cases()
+    if "peaked1" in want:
+        cases += peaked_one_row_cases(try_import_flashinfer())
     for _, fn in cases:
         fn()
     torch.cuda.synchronize()
