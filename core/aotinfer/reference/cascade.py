@@ -52,9 +52,8 @@ def merge_states(
     merged = merged / safe_total.unsqueeze(-1)
     lse = m_safe.squeeze(1) + torch.log2(total)
     undefined = (torch.isnan(sf) | (sf == math.inf)).any(dim=1)  # (N, H)
-    nan = torch.full((), math.nan, dtype=compute_dtype)
-    merged = torch.where(undefined.unsqueeze(-1), nan, merged)
-    return merged, torch.where(undefined, nan, lse)
+    merged = torch.where(undefined.unsqueeze(-1), math.nan, merged)
+    return merged, torch.where(undefined, math.nan, lse)
 
 
 def merge_state(
