@@ -69,6 +69,16 @@ def unpack_paged_kv_cache(
     )
 
 
+def check_head_dim_contiguous(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Both halves of a paged cache with a contiguous last (head_dim) dimension: the kernels
+    read each row of it as one run of memory (the cache is not copied to make it so)."""
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError(
+            "paged_kv_cache must have a contiguous last (head_dim) dimension, got strides "
+            f"{tuple(k_cache.stride())} and {tuple(v_cache.stride())} (k and v halves)"
+        )
+
+
 def cache_geometry(k_cache: torch.Tensor, kv_layout: str) -> Tuple[int, int, int, int]:
     """``(num_pages, page_size, num_kv_heads, head_dim)`` of a 4-D cache half."""
     if k_cache.dim() != 4:

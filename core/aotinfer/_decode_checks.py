@@ -374,11 +374,7 @@ def check_cache(
                 else "pages (its ids, on the device, go unread)"
             )
         )
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError(
-            "paged_kv_cache must have a contiguous last (head_dim) dimension, got strides "
-            f"{tuple(k_cache.stride())} and {tuple(v_cache.stride())} (k and v halves)"
-        )
+    _u.check_head_dim_contiguous(k_cache, v_cache)
     return k_cache, v_cache
 
 

@@ -271,11 +271,7 @@ def append_paged_kv_cache(
             kv_layout,
         )
         return
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError(
-            "paged_kv_cache must have a contiguous last (head_dim) dimension, got strides "
-            f"{tuple(k_cache.stride())} and {tuple(v_cache.stride())} (k and v halves)"
-        )
+    _u.check_head_dim_contiguous(k_cache, v_cache)
     append_key = append_key if append_key.stride(-1) == 1 else append_key.contiguous()
     append_value = append_value if append_value.stride(-1) == 1 else append_value.contiguous()
     _launch.provider_kernels(device).append_paged_kv_cache(
