@@ -54,26 +54,6 @@ constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 constexpr int kLocalListRegion = 128;
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS (session 47; dev/NOTES.md items 79-80): the two parts of
-// lab AOTINFER_LAB_FEWER_BARRIERS that the top-k list kernels alone take (the packed listing,
-// two groups a thread per block scan, and rank 0's draw by warp 0), without its barrier
-// removals and without the warp draw in the two-search kernels. Run in session 48: top-k
-// 0.955-0.965x at 16 rows but 1.03x at 1 x 32000 and 1.07x at 1 x 128256
-// (history/ab-sampling-top-k-list-parts-9eb985d.txt). AOTINFER_LAB_TOP_K_PACKED_LISTING and
-// AOTINFER_LAB_TOP_K_WARP_LIST_DRAW take one part each, to tell which part gains and which
-// costs at one row.
-#if defined(AOTINFER_LAB_TOP_K_LIST_PARTS) || defined(AOTINFER_LAB_TOP_K_PACKED_LISTING)
-constexpr bool kLabTopKPackedListing = true;
-#else
-constexpr bool kLabTopKPackedListing = false;
-#endif
-#if defined(AOTINFER_LAB_TOP_K_LIST_PARTS) || defined(AOTINFER_LAB_TOP_K_WARP_LIST_DRAW)
-constexpr bool kLabTopKWarpListDraw = true;
-#else
-constexpr bool kLabTopKWarpListDraw = false;
-#endif
-// AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N takes both from N rows on only (slice_kernels.cuh's
-// top_k_list_parts_slice_kernel).
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
 // clusters of 8, 16 KB of 2048 in clusters of 16, 4 KB of 512 in clusters of 4) and scratch
 // (37.4-37.9 / 44.4-44.9 / 35.4-35.8 KB at sm_90a, ptxas -v), rounded up.
@@ -377,8 +357,10 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
 }
 
 #ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
-// Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49, compiled, not yet run; dev/NOTES.md item
-// 81): joint's common verdict, "the top-k set's mass is below p times the row's, so the kept
+// Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49; run in session 51, not adopted: joint
+// 0.86-0.92x on flat and peaked rows but 1.14-1.23x on sharp ones, whose top-k set is not kept
+// whole, at 1 and 16 rows of 32000 and 128256; history/ab-sampling-joint-top-k-set-first-
+// c6ccbe1.txt; dev/NOTES.md items 81, 83): joint's common verdict, "the top-k set's mass is below p times the row's, so the kept
 // set is the top-k set" (two_search_list_filter's first return; the benchmark's rows, whose
 // top-50 mass is ~0.74 at p = 0.9), reached the top-k sampler's way: t_k by count, finishing
 // in one warp (local_top_k_key), and the mass of the set summed by the draw itself, per key,
@@ -462,15 +444,10 @@ __device__ __noinline__ std::int64_t cluster_wide_draw(const Scope& scope, std::
 // kTwoSearches the draw of top-k then top-p and of joint top-k / top-p: the token in rank 0,
 // -2 in the others, -1 in rank 0 when nothing is kept; or, where k is too large for the list
 // or a region overflows, filtered_draw's result (the cluster-wide search).
-// kListParts (top-k only; lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS): the packed listing and
-// the warp draw whatever the lab macros say.
-template <bool kTwoSearches, bool kListParts, int kCtas, typename Sh>
+template <bool kTwoSearches, int kCtas, typename Sh>
 __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const float* x, std::int64_t n,
                                         const FilterParams& f, std::int64_t row, const RowRandom& rng, Sh& sh) {
   constexpr FilterFamily kFamily = kTwoSearches ? FilterFamily::kTwoSearches : FilterFamily::kOneSearch;
-  static_assert(!(kListParts && kTwoSearches), "the list parts are the top-k kernels' alone");
-  constexpr bool kPackedListing = kLabFewerBarriers || kLabTopKPackedListing || kListParts;
-  constexpr bool kWarpListDraw = kLabFewerBarriers || kLabTopKWarpListDraw || kListParts;
   __shared__ __align__(16) float list_keys[kLocalListEntries<kCtas>];
   __shared__ std::uint32_t list_positions[kLocalListEntries<kCtas>];
   __shared__ int overflowed[kCtas];
@@ -498,11 +475,12 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   double sum = 0.0;
   // The slice's keys >= t_c in row order. A trip covers kTrip blockDim groups, thread t taking
   // groups base + t, base + blockDim + t, ...: one block scan of their counts, packed in one
-  // word (each part's total is at most 4 blockDim), gives each thread its places. The labs
-  // take two parts in the top-k kernels, where a trip of blockDim groups takes a scan each
-  // (at 1 x 32000 one trip instead of two); the two-search kernels' registers spill more with
-  // two (ptxas: 68 B of spill stores against 32).
-  constexpr int kTrip = kPackedListing && !kTwoSearches ? 2 : 1;
+  // word (each part's total is at most 4 blockDim), gives each thread its places. The top-k
+  // kernels take two parts, half the trips and block scans of one (at 1 x 32000 one trip
+  // instead of two): 0.93-0.99x the time at 1-16 rows of 32000 and 128256 (session 51,
+  // history/ab-sampling-top-k-packed-listing-c6ccbe1.txt). The two-search kernels keep one:
+  // their registers spill more with two (ptxas: 68 B of spill stores against 32).
+  constexpr int kTrip = kTwoSearches ? 1 : 2;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
   auto part = [](std::uint64_t word, int h) -> std::uint64_t {
@@ -561,7 +539,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list<kCtas, kWarpListDraw>(
+    return draw_from_local_list<kCtas>(
         list_keys, list_positions, n, local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
   } else {
     double row_sum = 0.0;

@@ -407,19 +407,6 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
                                                                                   smem_limit, stream);
 }
 
-#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (slice_kernels.cuh): the top-k sampler's list
-// kernels with both list parts, launched from launch_sample's own branch for batches of N rows
-// or more. Under the macro only: where the default build instantiates a kernel moved ptxas's
-// register allocation in the two-search kernels (dev/NOTES.md item 80).
-cudaError_t launch_top_k_list_parts(const SampleParams& p, std::int64_t batch, int device, int smem_limit,
-                                    cudaStream_t stream) {
-  return launch_slices<top_k_list_parts_slice_kernel<kNarrowSliceCtas>, top_k_list_parts_slice_kernel<kSliceCtas>,
-                       top_k_list_parts_slice_kernel<kWideSliceCtas>>(p, batch, p.vocab, kListBounds, device,
-                                                                      smem_limit, stream);
-}
-#endif
-
 // The row kernels of one filter family, with the gathering the family compiles
 // (sampler_gather / renorm_gather). The top-k and two-search samplers list the top-k search's
 // candidates in level 0 (kernel instances of their own, GatherMode::kHeadBound) unless a row
@@ -685,12 +672,6 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     // (Top-p by rejection keeps the searches' bounds, with which it was measured.)
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
-#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-    if (local_list && !two_searches && batch >= (AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS)) {
-      finish(launch_top_k_list_parts(p, batch, input.device, smem, cuda_stream), op, input.device);
-      return;
-    }
-#endif
     const int dev = input.device;
     cudaError_t err;
     constexpr FilterFamily kTwo = FilterFamily::kTwoSearches, kOne = FilterFamily::kOneSearch;

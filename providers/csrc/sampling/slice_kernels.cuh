@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
     const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
                                                                 detail::slice_range(n, slice_groups, rank));
     if constexpr (kLocalList) {
-      token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches, false>(
+      token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches>(
           scope, p.input + row * p.row_stride, n, p.filter, row, p.random.for_row(b, 0), sh);
     } else {
       token = detail::family_draw<kFamily>(scope, n, p.filter, row, p.random.for_row(b, 0), sh);
@@ -92,39 +92,6 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
   // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
 #endif
 }
-
-#ifdef AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS
-// Lab AOTINFER_LAB_TOP_K_LIST_PARTS_FROM_ROWS=N (session 48, compiled, not yet run; dev/NOTES.md
-// item 80): sample_slice_kernel<kOneSearch, true, kCtas> with local_list_draw's packed listing
-// and warp draw, for the launcher's batches of N rows or more, the default kernels below: the
-// gain of both parts at 16 rows (0.955-0.965x) without their cost at one (1.03-1.07x), N set
-// where the one-part labs, timed at 1, 4, 8 and 16 rows, put the crossing. A copy of that
-// kernel's body rather than a template argument more or a shared inline body: either moved
-// ptxas's register allocation in the default two-search list kernels (session 48), which are
-// to stay those that were measured. Keep the two bodies in step while the lab lives.
-template <int kCtas>
-__global__ void __launch_bounds__(kSliceThreads, 2)
-    top_k_list_parts_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float4 slice_smem[];
-  __shared__ SliceRadixSharedOf<kCtas> sh;
-  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-  const std::int64_t b = blockIdx.x / kCtas;
-  pdl_wait_for_prior_grid();
-  const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
-  std::int64_t token = -1;
-  if (row >= 0 && row < p.rows) {
-    const std::int64_t n = p.vocab;
-    const float* x = p.input + row * p.row_stride;
-    const SliceScopeOf<kCtas> scope =
-        detail::load_slice<kCtas>(slice_smem, x, n, detail::slice_range(n, slice_groups, rank));
-    token = detail::local_list_draw<false, true>(scope, x, n, p.filter, row, p.random.for_row(b, 0), sh);
-  }
-  pdl_launch_dependents();
-  if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
-#endif
-}
-#endif
 
 // row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster of
 // kCtas CTAs per row.
