@@ -356,6 +356,60 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
   return ws.left_to_searches ? kSetUndecided : token;
 }
 
+#if defined(AOTINFER_LAB_JOINT_SET_THEN_WARP) && !defined(AOTINFER_LAB_JOINT_TOP_K_SET_FIRST)
+#define AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
+#endif
+
+#ifdef AOTINFER_LAB_JOINT_SET_THEN_WARP
+// Lab AOTINFER_LAB_JOINT_SET_THEN_WARP (session 51, compiled, not yet run; dev/NOTES.md item
+// 83), on top of AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (below): where that lab finds the top-k
+// set's mass at or above the goal's lower bound (sharp rows: there it cost 1.14-1.23x, its
+// count search and scan spent before the default's two searches), the top-p set lies within
+// the top-k set, so warp 0 finds t_p within the set as top_k_then_top_p_draw_in_warp does,
+// with joint's goal, p times the row's mass, in place of p times the set's. The row's mass is
+// known within [base_lo, base_hi] (two_search_list_filter's bounds from the slices' double
+// sums, in the unit of the row's largest key): where the goals of both bounds reach the same
+// key, every total between them does, the exact one included, so the kept set is the
+// default's; where they differ, or the set's mass lies between the goals (the default then
+// sums the row exactly), or the set is too large or too deep for exact masses, it returns
+// kSetUndecided and the default two searches run. The same draw over the set as
+// top_k_then_top_p_draw_in_warp's (the list draw's prefix sums). A body of its own rather
+// than a goal argument of that function: the default kernels call it, and their register
+// allocation is to stay that which was measured (item 80). Keep the two in step.
+template <int kCtas>
+__device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_keys,
+                                                             const std::uint32_t* list_positions, std::int64_t n,
+                                                             float fraction, std::uint32_t set_floor,
+                                                             std::uint64_t base_lo, std::uint64_t base_hi,
+                                                             const RowRandom& rng) {
+  __shared__ WarpSet ws;
+  std::int64_t token = -1;
+  if (threadIdx.x < 32) {
+    const CopiedSet set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
+    bool left_to_searches = set.size > kWarpSetMax || set.size == 0;
+    if (!left_to_searches) {
+      const int base = search_mass_base(set.largest >> 23, n);
+      left_to_searches = FixedPointScale::biased_exponent(set.smallest) + base < 0;
+      if (!left_to_searches) {
+        const std::uint64_t mass_k = warp_sort_set(ws, set.size, base);
+        const std::uint64_t goal_lo = mass_goal(fraction, base_lo), goal_hi = mass_goal(fraction, base_hi);
+        std::uint32_t min_key = 0u;
+        if (mass_k >= goal_hi) {
+          min_key = warp_key_reaching(ws, goal_hi);
+          left_to_searches = warp_key_reaching(ws, goal_lo) != min_key;
+        } else {
+          left_to_searches = true;
+        }
+        if (!left_to_searches) token = warp_draw_from_set(ws, set.size, min_key, set.largest, n, rng);
+      }
+    }
+    if (threadIdx.x == 0) ws.left_to_searches = left_to_searches;
+  }
+  __syncthreads();
+  return ws.left_to_searches ? kSetUndecided : token;
+}
+#endif
+
 #ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
 // Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49; run in session 51, not adopted: joint
 // 0.86-0.92x on flat and peaked rows but 1.14-1.23x on sharp ones, whose top-k set is not kept
@@ -412,7 +466,16 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
     // two_search_list_filter's lower bound of the row's total (keep the two in step).
     const double r = ldexp(row_sum, 150 + fx.base);
     const std::uint64_t base_lo = __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
+#ifdef AOTINFER_LAB_JOINT_SET_THEN_WARP
+    // (total is the block's: every thread takes the same branch.) A min_key of 0 (fewer
+    // than k keys take part) keeps them all, as a floor of 1 does.
+    if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) {
+      return joint_top_p_in_set_draw<kCtas>(keys, positions, n, fmaxf(p, 0.f), max(min_key, 1u), base_lo,
+                                            __double2ull_ru(r + r * 0x1p-36), rng);
+    }
+#else
     if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) return kSetUndecided;
+#endif
   }
   const Philox4 w = rng.words(0);
   const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
