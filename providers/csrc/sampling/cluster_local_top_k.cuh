@@ -414,8 +414,9 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49; run in session 51, not adopted: joint
 // 0.86-0.92x on flat and peaked rows but 1.14-1.23x on sharp ones, whose top-k set is not kept
 // whole, at 1 and 16 rows of 32000 and 128256; history/ab-sampling-joint-top-k-set-first-
-// c6ccbe1.txt; dev/NOTES.md items 81, 83): joint's common verdict, "the top-k set's mass is below p times the row's, so the kept
-// set is the top-k set" (two_search_list_filter's first return; the benchmark's rows, whose
+// c6ccbe1.txt; dev/NOTES.md items 81, 83): joint's common verdict, "the top-k set's mass is
+// below p times the row's, so the kept set is the top-k set" (two_search_list_filter's first
+// return; the benchmark's rows, whose
 // top-50 mass is ~0.74 at p = 0.9), reached the top-k sampler's way: t_k by count, finishing
 // in one warp (local_top_k_key), and the mass of the set summed by the draw itself, per key,
 // instead of the top-k search with masses. Joint at 1 x 32000 peaked took 13.7 us against
