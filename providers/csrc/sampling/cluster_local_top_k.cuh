@@ -356,26 +356,19 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
   return ws.left_to_searches ? kSetUndecided : token;
 }
 
-#if defined(AOTINFER_LAB_JOINT_SET_THEN_WARP) && !defined(AOTINFER_LAB_JOINT_TOP_K_SET_FIRST)
-#define AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
-#endif
-
-#ifdef AOTINFER_LAB_JOINT_SET_THEN_WARP
-// Lab AOTINFER_LAB_JOINT_SET_THEN_WARP (session 51, compiled, not yet run; dev/NOTES.md item
-// 83), on top of AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (below): where that lab finds the top-k
-// set's mass at or above the goal's lower bound (sharp rows: there it cost 1.14-1.23x, its
-// count search and scan spent before the default's two searches), the top-p set lies within
-// the top-k set, so warp 0 finds t_p within the set as top_k_then_top_p_draw_in_warp does,
-// with joint's goal, p times the row's mass, in place of p times the set's. The row's mass is
-// known within [base_lo, base_hi] (two_search_list_filter's bounds from the slices' double
-// sums, in the unit of the row's largest key): where the goals of both bounds reach the same
-// key, every total between them does, the exact one included, so the kept set is the
-// default's; where they differ, or the set's mass lies between the goals (the default then
-// sums the row exactly), or the set is too large or too deep for exact masses, it returns
-// kSetUndecided and the default two searches run. The same draw over the set as
-// top_k_then_top_p_draw_in_warp's (the list draw's prefix sums). A body of its own rather
-// than a goal argument of that function: the default kernels call it, and their register
-// allocation is to stay that which was measured (item 80). Keep the two in step.
+// Joint top-k / top-p where the top-k set's mass reaches p times the row's (sharp rows): the
+// top-p set then lies within the top-k set, so warp 0 finds t_p within it as
+// top_k_then_top_p_draw_in_warp does, with joint's goal, p times the row's mass, in place of p
+// times the set's (joint_top_k_set_draw below calls it). The row's mass is known within
+// [base_lo, base_hi] (two_search_list_filter's bounds from the slices' double sums, in the
+// unit of the row's largest key): where the goals of both bounds reach the same key, every
+// total between them does, the exact one included, so the kept set is the two searches';
+// where they differ, or the set's mass lies between the goals (the searches then sum the row
+// exactly), or the set is too large or too deep for exact masses, it returns kSetUndecided
+// and the two searches run. The draw over the set is top_k_then_top_p_draw_in_warp's (the list
+// draw's prefix sums). A body of its own rather than a goal argument of that function, whose
+// kernels' register allocation is to stay that which was measured (dev/NOTES.md item 80):
+// keep the two in step. dev/model_joint_warp_lab.py models the verdict against the searches.
 template <int kCtas>
 __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_keys,
                                                              const std::uint32_t* list_positions, std::int64_t n,
@@ -408,31 +401,30 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
   __syncthreads();
   return ws.left_to_searches ? kSetUndecided : token;
 }
-#endif
 
-#ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
-// Lab AOTINFER_LAB_JOINT_TOP_K_SET_FIRST (session 49; run in session 51, not adopted: joint
-// 0.86-0.92x on flat and peaked rows but 1.14-1.23x on sharp ones, whose top-k set is not kept
-// whole, at 1 and 16 rows of 32000 and 128256; history/ab-sampling-joint-top-k-set-first-
-// c6ccbe1.txt; dev/NOTES.md items 81, 83): joint's common verdict, "the top-k set's mass is
-// below p times the row's, so the kept set is the top-k set" (two_search_list_filter's first
-// return; the benchmark's rows, whose
-// top-50 mass is ~0.74 at p = 0.9), reached the top-k sampler's way: t_k by count, finishing
-// in one warp (local_top_k_key), and the mass of the set summed by the draw itself, per key,
-// instead of the top-k search with masses. Joint at 1 x 32000 peaked took 13.7 us against
-// the top-k sampler's 10.3 in the same kernels' record (FlashInfer 9.7), so the guess is
-// ~11-11.5 us: the top-k sampler's path plus the slices' double sums (unmeasured alone).
-// The same token as the default path: the per-key masses add up to the search's mass of the
+// Joint top-k / top-p in the list kernels of clusters of 4 and 8 (local_list_draw): the verdict
+// of most rows, "the top-k set's mass is below p times the row's, so the kept set is the top-k
+// set" (two_search_list_filter's first return; the benchmark's rows, whose top-50 mass is ~0.74
+// at p = 0.9), reached the top-k sampler's way: t_k by count, finishing in one warp
+// (local_top_k_key), and the mass of the set summed per key by the draw's own scan, instead of
+// the top-k search with masses; where the set's mass reaches the goal's lower bound,
+// joint_top_p_in_set_draw settles the row within the set. Measured (session 51, dev/NOTES.md
+// item 83, A B A B in one machine start, graph us; history/ab-sampling-joint-set-then-warp-
+// 70f20e2.txt): joint 0.85-0.90x on peaked rows at 1 and 16 rows of 32000 and 128256 (1 x
+// 32000 13.5 -> 11.5), on sharp rows (softmax(8 x randn), top-50 mass ~0.99) 0.86-0.98x, but
+// 1.068x at 1 x 128256 sharp, the one case in clusters of 16 (a list of 2048 entries, which
+// the warp's copy walks in 16 steps): clusters of 16 keep the two searches. Without
+// joint_top_p_in_set_draw (returning kSetUndecided there) sharp rows took 1.14-1.23x
+// (history/ab-sampling-joint-top-k-set-first-c6ccbe1.txt).
+// The same token as the two searches: the per-key masses add up to the search's mass of the
 // set where no kept key's mass is floored (exponent field + base >= 0 for every kept key:
 // then each level-0 bin's sum is the sum of its keys' masses), with the same unit (the
 // row's largest key normal); the count search and the masses search give keys between which
 // no element lies, so the same kept set; and the draw is draw_from_local_list_block's, the
-// same integer prefix sums. Anything else returns kSetUndecided and the default path runs:
-// a floored key, a subnormal largest key, and the rows whose top-k set reaches the goal's
-// lower bound (then this lab's count search and scan are time lost: rows of realistic
-// peakedness may lose here, which the call's A/B must time). Its scan and draw are a copy of
-// draw_from_local_list_block's, the verdict between them: a body shared with the default
-// kernels would move their register allocation (dev/NOTES.md item 80). Keep them in step.
+// same integer prefix sums. A floored key or a subnormal largest key returns kSetUndecided
+// and the searches run. Its scan and draw are a copy of draw_from_local_list_block's, the
+// verdict between them: a body shared with the top-k kernels would move their register
+// allocation (dev/NOTES.md item 80). Keep them in step.
 template <int kCtas, typename Sh>
 __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
                                                           std::int64_t n, const FilterParams& f, std::int64_t row,
@@ -467,16 +459,12 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
     // two_search_list_filter's lower bound of the row's total (keep the two in step).
     const double r = ldexp(row_sum, 150 + fx.base);
     const std::uint64_t base_lo = __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
-#ifdef AOTINFER_LAB_JOINT_SET_THEN_WARP
     // (total is the block's: every thread takes the same branch.) A min_key of 0 (fewer
     // than k keys take part) keeps them all, as a floor of 1 does.
     if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) {
       return joint_top_p_in_set_draw<kCtas>(keys, positions, n, fmaxf(p, 0.f), max(min_key, 1u), base_lo,
                                             __double2ull_ru(r + r * 0x1p-36), rng);
     }
-#else
-    if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) return kSetUndecided;
-#endif
   }
   const Philox4 w = rng.words(0);
   const std::uint64_t target = __umul64hi((static_cast<std::uint64_t>(w.x) << 32) | w.y, total);
@@ -494,7 +482,6 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   __syncthreads();
   return found_token;
 }
-#endif
 
 // The cluster-wide search and draw, as a call of its own: inlined, its registers made the
 // local path spill.
@@ -609,13 +596,14 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
     double row_sum = 0.0;
 #pragma unroll
     for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
-#ifdef AOTINFER_LAB_JOINT_TOP_K_SET_FIRST
-    if (f.mode == FilterMode::kJoint) {
-      const std::int64_t token =
-          joint_top_k_set_draw<kCtas>(list_keys, list_positions, n, f, row, k, row_sum, rng, sh);
-      if (token != kSetUndecided) return token;
+    // (Clusters of 16 keep the searches: joint_top_k_set_draw's comment.)
+    if constexpr (kCtas != kWideSliceCtas) {
+      if (f.mode == FilterMode::kJoint) {
+        const std::int64_t token =
+            joint_top_k_set_draw<kCtas>(list_keys, list_positions, n, f, row, k, row_sum, rng, sh);
+        if (token != kSetUndecided) return token;
+      }
     }
-#endif
     if constexpr (!kLabTopKFirstSearches) {
       if (f.mode == FilterMode::kTopKThenTopP) {
         const std::int64_t token =
