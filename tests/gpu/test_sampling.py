@@ -461,7 +461,10 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
     5, p = 1 (no top-p filter); 6, one entry of 1/2 and 2^14 distinct entries near 2^-15 that
     sum to 1/2 exactly, with k = 1 and p = 1/2, so that the top-k set's mass equals joint's goal
     exactly (the bounds cannot decide: rank 0 sums the row's mass exactly, exact_row_mass);
-    7, k = 64 with five entries at the top. Tokens equal the reference's."""
+    7, k = 64 with five entries at the top. In clusters of 4 and 8 joint settles row 0
+    by count and the draw's scan (the top-k set kept whole) and row 1 within the top-k set by
+    one warp (joint_top_p_in_set_draw), and leaves row 6 to the searches (its set's mass lies
+    between the goals of the row's mass bounds). Tokens equal the reference's."""
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
     rows = 8
     g = gen(73)
@@ -494,7 +497,8 @@ def test_cluster_two_search_samplers_on_top_k_sets_many_binades_deep(
     reaches far below its largest key (a search's bin sums floor keys more than S - 24
     binades below the largest, 24 at vocab 32000 and 22 at 128256, where each key's own mass
     would not: top-k then top-p's warp path, top_k_set_in_warp.cuh, leaves such a row to the
-    searches and settles the others in one warp; joint takes the searches). Row 0: the top
+    searches and settles the others in one warp; so do joint's paths in clusters of 4 and 8,
+    joint_top_k_set_draw and joint_top_p_in_set_draw). Row 0: the top
     50 are 2^-1 .. 2^-50, one a binade, with p = 0.9 (the threshold 2^-4 is shallow, the set
     49 binades deep). Row 1: the top 50 span 20 binades, distinct, with p = 0.99999, so that
     the threshold lies some 17 binades down and every mass in the set counts. The rest of each
