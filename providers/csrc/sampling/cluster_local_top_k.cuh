@@ -269,6 +269,20 @@ struct ListFilter {
   bool any;
 };
 
+// Joint's bounds [lo, hi] on the row's total mass in the masses' unit `base`, from
+// r = ldexp(row_sum, 150 + base), row_sum the slices' double sums. The total is at most the exact sum r of the probabilities in that
+// unit, and above r less one unit per level-0 bin (each floored once). Each slice summed at
+// most 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16; 2^15 in clusters
+// of 4, which take rows of at most 2^17) and rank 0 added eight (sixteen; four) sums: within
+// r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers eightfold
+// (twofold; fourfold; twofold). Two functions, so that a caller that may need only the lower
+// bound computes the upper one where it does (joint_top_k_set_draw).
+template <typename Sh>
+__device__ __forceinline__ std::uint64_t row_mass_lo(double r) {
+  return __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
+}
+__device__ __forceinline__ std::uint64_t row_mass_hi(double r) { return __double2ull_ru(r + r * 0x1p-36); }
+
 template <typename Sh>
 __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, const float* x, std::int64_t n,
                                              const FilterParams& f, std::int64_t row, std::int32_t k, double row_sum,
@@ -290,16 +304,9 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
   const std::uint64_t mass_k = t.mass_ge;
   std::uint64_t base_lo = mass_k, base_hi = mass_k;  // top-k then top-p: the goal is exact
   if (f.mode == FilterMode::kJoint) {
-    // The total is at most the exact sum r of the probabilities in the masses' unit, and
-    // above r less one unit per level-0 bin (each floored once). Each slice summed at most
-    // 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16; 2^15 in clusters
-    // of 4, which take rows of at most 2^17) and rank 0 added eight (sixteen; four) sums:
-    // within r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers
-    // eightfold (twofold; fourfold; twofold).
     const double r = ldexp(row_sum, 150 + t.mass_base);
-    const double slack = r * 0x1p-36;
-    base_hi = __double2ull_ru(r + slack);
-    base_lo = __double2ull_rd(fmax(r - slack - Sh::kBins, 1.0));
+    base_hi = row_mass_hi(r);
+    base_lo = row_mass_lo<Sh>(r);
     // prob_filter's test, mass_k >= mass_goal(p, total), where the bounds disagree on it.
     if (mass_k >= mass_goal(fraction, base_lo) && mass_k < mass_goal(fraction, base_hi)) {
       base_lo = base_hi = exact_row_mass(x, n, t.mass_base, sh);
@@ -459,14 +466,14 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   std::uint64_t total;
   const std::uint64_t before = block_exclusive_scan(own, &total);
   if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing, and the set is the top-k set
-    // two_search_list_filter's lower bound of the row's total (keep the two in step).
+    // two_search_list_filter's bounds of the row's total, in the same unit.
     const double r = ldexp(row_sum, 150 + fx.base);
-    const std::uint64_t base_lo = __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
+    const std::uint64_t base_lo = row_mass_lo<Sh>(r);
     // (total is the block's: every thread takes the same branch.) A min_key of 0 (fewer
     // than k keys take part) keeps them all, as a floor of 1 does.
     if (total >= mass_goal(fmaxf(p, 0.f), base_lo)) {
       return joint_top_p_in_set_draw<kCtas>(keys, positions, n, fmaxf(p, 0.f), max(min_key, 1u), base_lo,
-                                            __double2ull_ru(r + r * 0x1p-36), rng);
+                                            row_mass_hi(r), rng);
     }
   }
   const Philox4 w = rng.words(0);
