@@ -557,7 +557,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // instead of two): 0.93-0.99x the time at 1-16 rows of 32000 and 128256 (session 51,
   // history/ab-sampling-top-k-packed-listing-c6ccbe1.txt). The two-search kernels keep one:
   // their registers spill more with two (ptxas: 68 B of spill stores against 32).
-  constexpr int kTrip = kTwoSearches && !kLabTwoSearchPackedListing ? 1 : 2;
+  constexpr int kTrip = kTwoSearches && kCtas == kWideSliceCtas ? 1 : 2;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
   auto part = [](std::uint64_t word, int h) -> std::uint64_t {
