@@ -41,6 +41,7 @@
 
 #include "../common/block_reduce.cuh"
 #include "filter_sample.cuh"
+#include "level0_count_bound.cuh"
 #include "row_scope.cuh"
 #include "top_k_set_in_warp.cuh"
 
@@ -544,7 +545,15 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
-  const std::uint32_t t_c = max(local_top_k_key(slice, k, sh, kLocalListRegion), 1u);  // 0: every participant
+  std::uint32_t t_c = kBoundUndecided;
+  // Lab AOTINFER_LAB_SLICE_BOUND_IN_WARP (level0_count_bound.cuh): level 0 scanned by one warp,
+  // for slices of up to 8192 keys (whose crossing bins mostly hold tens of keys; beyond,
+  // flat slices would pay both levels 0).
+  if constexpr (kLabSliceBoundInWarp) {
+    if (scope.groups <= 2048) t_c = level0_count_bound(slice, k, kLocalListRegion, sh);
+  }
+  if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
+  t_c = max(t_c, 1u);  // 0: every participant
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;

@@ -1,0 +1,98 @@
+// Level 0 of the list kernels' slice search (cluster_local_top_k.cuh's t_c) with its histogram
+// scanned by one warp: lab AOTINFER_LAB_SLICE_BOUND_IN_WARP (session 52, dev/NOTES.md item 84).
+//
+// The slice search asks for a bound, not a key: any key at most the slice's k-th largest with
+// at most `enough` keys at or above it (radix_threshold's SearchTarget::enough). Where level 0
+// settles that (the usual case for slices of a few thousand keys: the crossing bin, a quarter
+// of a binade, holds tens of keys), radix_threshold's level 0 costs more than the question:
+// it clears the mass histograms too, scans 2048 bins by a block scan of (count, mass) pairs and
+// publishes the crossing through shared memory, six block barriers in all. Here the counts
+// alone are cleared and filled, and warp 0 scans them: each lane sums a run of 64 bins, a warp
+// scan finds the run that reaches k, and a second warp scan over that run's 32 pairs finds the
+// bin. Three block barriers. The crossing bin, the count above it and the bin's count are
+// those of radix_threshold's level 0 (the same bins, the same descending order), so where its
+// level 0 stops (the bin holds one key, or fills k exactly, or `enough` holds) the bound is
+// its key, the bin's lowest number; elsewhere kBoundUndecided, and the caller runs the search.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/block_reduce.cuh"
+#include "radix_threshold.cuh"
+
+namespace aotinfer::sampling {
+
+#ifdef AOTINFER_LAB_SLICE_BOUND_IN_WARP
+constexpr bool kLabSliceBoundInWarp = true;
+#else
+constexpr bool kLabSliceBoundInWarp = false;
+#endif
+
+// No key is this (the largest bin's lowest key is 0xffe00000).
+constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
+
+// The bound of a count search for k over `scope`'s probabilities that radix_threshold's level 0
+// would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
+// kBoundUndecided where its level 0 would not stop. Every thread gets the same value. `sh`'s
+// histograms must be free at entry (no thread uses them after the caller's last barrier) and
+// are free again on return.
+template <typename Scope, typename Sh>
+__device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std::uint32_t k, std::uint32_t enough,
+                                                         Sh& sh) {
+  __shared__ std::uint32_t bound;
+  constexpr int kBins = Sh::kBins;
+  constexpr int kRun = kBins / 32;    // the bins a lane sums
+  constexpr int kPairs = kRun / 2;    // as pairs (8-byte loads: sh.count is 8-byte aligned)
+  static_assert(kPairs == 32, "one pair of the crossing run a lane");
+  uint2* pairs = reinterpret_cast<uint2*>(sh.count);
+  for (int i = threadIdx.x; i < kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
+  __syncthreads();
+  scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t key = prob_key(v[j]);  // the NaN fill of a tail gives key 0
+      if (key != 0u) atomicAdd(&sh.count[key >> Sh::shift(0)], 1u);
+    }
+  });
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    // Lane l sums run l, bins [kBins - kRun (l + 1), kBins - kRun l): the highest run first.
+    // It starts at its own pair l, so that the 16 lanes of a wavefront hit different banks.
+    const int run_first = (kBins - kRun * (lane + 1)) / 2;
+    std::uint32_t own = 0;
+#pragma unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      const uint2 c = pairs[run_first + (i + lane) % kPairs];
+      own += c.x + c.y;
+    }
+    const std::uint32_t through = warp_inclusive_scan(own);
+    const unsigned reached = __ballot_sync(kFullMask, through >= k);
+    std::uint32_t result = 0u;  // fewer than k participants: keep them all (the search's key 0)
+    if (reached != 0u) {
+      const int run = __ffs(static_cast<int>(reached)) - 1;
+      const std::uint32_t above_run = __shfl_sync(kFullMask, through - own, run);
+      // The run's pairs from the top, lane l taking pair l (its .y the higher bin).
+      const int pair = (kBins - kRun * run) / 2 - 1 - lane;
+      const uint2 c = pairs[pair];
+      const std::uint32_t pair_count = c.x + c.y;
+      const std::uint32_t pair_through = above_run + warp_inclusive_scan(pair_count);
+      // (Some lane reaches k: the run's last pair ends at `through` of lane `run`.)
+      const int at = __ffs(static_cast<int>(__ballot_sync(kFullMask, pair_through >= k))) - 1;
+      std::uint32_t above = pair_through - pair_count, bin = 2u * pair + 1u, count = c.y;
+      if (above + c.y < k) {
+        above += c.y;
+        bin -= 1u;
+        count = c.x;
+      }
+      // radix_threshold's stops after level 0 (its early exit, then `enough`).
+      const bool stops = count == 1u || above + count == k || above + count <= enough;
+      result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : kBoundUndecided, at);
+    }
+    if (lane == 0) bound = result;
+  }
+  __syncthreads();
+  return bound;
+}
+
+}  // namespace aotinfer::sampling
