@@ -47,22 +47,6 @@
 
 namespace aotinfer::sampling {
 
-// Labs of session 52 (dev/NOTES.md item 84), the two-search kernels (joint, top-k then top-p)
-// taking what the top-k kernels have: AOTINFER_LAB_TWO_SEARCH_PACKED_LISTING lists two parts
-// a trip (kTrip 2, one block scan where 1 x 32000 now takes two); AOTINFER_LAB_TWO_SEARCH_
-// SLICE_FINISH ends the slices' count searches in one warp (LocalScope<true>);
-// AOTINFER_LAB_TWO_SEARCH_BOTH builds both.
-#if defined(AOTINFER_LAB_TWO_SEARCH_PACKED_LISTING) || defined(AOTINFER_LAB_TWO_SEARCH_BOTH)
-constexpr bool kLabTwoSearchPackedListing = true;
-#else
-constexpr bool kLabTwoSearchPackedListing = false;
-#endif
-#if defined(AOTINFER_LAB_TWO_SEARCH_SLICE_FINISH) || defined(AOTINFER_LAB_TWO_SEARCH_BOTH)
-constexpr bool kLabTwoSearchSliceFinish = true;
-#else
-constexpr bool kLabTwoSearchSliceFinish = false;
-#endif
-
 // Rows from this length on keep the cluster-wide search. Up to 2^18, joint's slack
 // (two_search_list_filter) holds for the slices' 2^15 floats; the launcher also checks that
 // the slice fits beside the list kernels' static shared memory (local_list_static_smem).
@@ -540,7 +524,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if constexpr (!kLabFewerBarriers) cluster.barrier_arrive();
   // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
   // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
-  const LocalScope<!kTwoSearches || kLabTwoSearchSliceFinish> slice(scope.s, scope.groups, scope.first);
+  const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
   // t_c need only be at most the slice's k-th largest key with at most a region's keys above
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
@@ -564,8 +548,11 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // word (each part's total is at most 4 blockDim), gives each thread its places. The top-k
   // kernels take two parts, half the trips and block scans of one (at 1 x 32000 one trip
   // instead of two): 0.93-0.99x the time at 1-16 rows of 32000 and 128256 (session 51,
-  // history/ab-sampling-top-k-packed-listing-c6ccbe1.txt). The two-search kernels keep one:
-  // their registers spill more with two (ptxas: 68 B of spill stores against 32).
+  // history/ab-sampling-top-k-packed-listing-c6ccbe1.txt). So do the two-search kernels in
+  // clusters of 4 and 8 (session 52, H100: joint and top-k then top-p 0.985-0.992x at 1 x
+  // 32000, 0.96-0.98x at 16 rows of 32000 and 128256, though ptxas counts 84 B of spill stores
+  // against 48), but not in clusters of 16: joint 1.008-1.015x at 1 x 128256
+  // (history/ab-sampling-two-search-packed-listing-2b5dd08-h100.txt).
   constexpr int kTrip = kTwoSearches && kCtas == kWideSliceCtas ? 1 : 2;
   static_assert(kTrip <= 2, "two parts to a packed word");
   // Part h of a packed word.
