@@ -529,13 +529,10 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
-  std::uint32_t t_c = kBoundUndecided;
-  // Lab AOTINFER_LAB_SLICE_BOUND_IN_WARP (level0_count_bound.cuh): level 0 scanned by one warp,
-  // for slices of up to 8192 keys (whose crossing bins mostly hold tens of keys; beyond,
-  // flat slices would pay both levels 0).
-  if constexpr (kLabSliceBoundInWarp) {
-    if (scope.groups <= 2048) t_c = level0_count_bound(slice, k, kLocalListRegion, sh);
-  }
+  // Level 0 first, scanned by one warp (level0_count_bound.cuh), for slices of up to 8192 keys
+  // (1 and 16 x 32000, 1 x 128256), whose crossing bins mostly hold tens of keys; beyond
+  // (16 x 128256: 16032), flat slices would often pay both levels 0 (not measured there).
+  std::uint32_t t_c = scope.groups <= 2048 ? level0_count_bound(slice, k, kLocalListRegion, sh) : kBoundUndecided;
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();

@@ -1,5 +1,5 @@
 // Level 0 of the list kernels' slice search (cluster_local_top_k.cuh's t_c) with its histogram
-// scanned by one warp: lab AOTINFER_LAB_SLICE_BOUND_IN_WARP (session 52, dev/NOTES.md item 84).
+// scanned by one warp (session 52, dev/NOTES.md item 84).
 //
 // The slice search asks for a bound, not a key: any key at most the slice's k-th largest with
 // at most `enough` keys at or above it (radix_threshold's SearchTarget::enough). Where level 0
@@ -13,6 +13,11 @@
 // those of radix_threshold's level 0 (the same bins, the same descending order), so where its
 // level 0 stops (the bin holds one key, or fills k exactly, or `enough` holds) the bound is
 // its key, the bin's lowest number; elsewhere kBoundUndecided, and the caller runs the search.
+// So the list is the same and so is the token. Measured as lab AOTINFER_LAB_SLICE_BOUND_IN_WARP
+// on an H100 (A B A B in one machine start, graph us; history/ab-sampling-slice-bound-in-warp-
+// a53150c-h100.txt): top-k 0.946-0.947x at 1 x 32000 (peaked 10.4 -> 9.8), 0.96-0.97x at
+// 16 x 32000 and 1 x 128256; joint 0.88-0.91x at 1 x 32000 (peaked 12.3 -> 11.1), 0.90-0.95x
+// at 16 x 32000, 0.98-0.99x at 1 x 128256; the same tokens, the sampling tests passing under it.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +26,6 @@
 #include "radix_threshold.cuh"
 
 namespace aotinfer::sampling {
-
-#ifdef AOTINFER_LAB_SLICE_BOUND_IN_WARP
-constexpr bool kLabSliceBoundInWarp = true;
-#else
-constexpr bool kLabSliceBoundInWarp = false;
-#endif
 
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
