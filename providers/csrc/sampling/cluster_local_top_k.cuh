@@ -105,6 +105,18 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
   return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
+// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part); lab
+// AOTINFER_LAB_LIST_KEY_IN_WARP tries level 0 scanned by one warp first (level0_count_bound.cuh).
+template <int kCtas, typename Sh>
+__device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
+  const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
+  if constexpr (kLabListKeyInWarp) {
+    const std::uint32_t key = level0_count_key(list, k, sh);
+    if (key != kBoundUndecided) return key;
+  }
+  return local_top_k_key(list, k, sh);
+}
+
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
 __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_key, const FixedPointScale& fx) {
   return fx.kept_mass(prob_key(v), min_key);
@@ -345,7 +357,7 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
   __shared__ WarpSet ws;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
-  const std::uint32_t set_floor = max(local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), 1u);
+  const std::uint32_t set_floor = max(list_top_k_key<kCtas>(list_keys, k, sh), 1u);
   std::int64_t token = -1;
   if (threadIdx.x < 32) {
     const CopiedSet set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
@@ -444,7 +456,7 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   __shared__ std::int64_t found_token;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
-  const std::uint32_t min_key = local_top_k_key(local_list_scope<true, kCtas>(keys), k, sh);
+  const std::uint32_t min_key = list_top_k_key<kCtas>(keys, k, sh);
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
@@ -610,7 +622,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
     return draw_from_local_list<kCtas>(
-        list_keys, list_positions, n, local_top_k_key(local_list_scope<true, kCtas>(list_keys), k, sh), rng);
+        list_keys, list_positions, n, list_top_k_key<kCtas>(list_keys, k, sh), rng);
   } else {
     double row_sum = 0.0;
 #pragma unroll

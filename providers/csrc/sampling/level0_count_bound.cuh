@@ -30,6 +30,17 @@ namespace aotinfer::sampling {
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 
+// Lab AOTINFER_LAB_LIST_KEY_IN_WARP (session 52, dev/NOTES.md item 84, prepared, not run): rank
+// 0's exact top-k searches over its list (cluster_local_top_k.cuh's list_top_k_key) take level
+// 0 the same way (level0_count_key below), then finish_in_warp where the crossing bin holds at
+// most 32 keys, as radix_threshold would; the search runs as before only where neither settles
+// the key.
+#ifdef AOTINFER_LAB_LIST_KEY_IN_WARP
+constexpr bool kLabListKeyInWarp = true;
+#else
+constexpr bool kLabListKeyInWarp = false;
+#endif
+
 // The bound of a count search for k over `scope`'s probabilities that radix_threshold's level 0
 // would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
 // kBoundUndecided where its level 0 would not stop. Every thread gets the same value. `sh`'s
@@ -92,6 +103,72 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
   }
   __syncthreads();
   return bound;
+}
+
+// Lab AOTINFER_LAB_LIST_KEY_IN_WARP: the exact key of a count search for k over a scope one CTA
+// holds whole (0: fewer than k keys take part), as radix_threshold finds it, where its level 0
+// settles it (the crossing bin holds one key or fills k exactly) or finish_in_warp ends it (the
+// bin holds at most 32 keys); else kBoundUndecided. Preconditions as level0_count_bound's. Its
+// clear, count and warp scan are level0_count_bound's, copied rather than shared so that the
+// adopted function keeps the SASS that was measured (a shared helper moved its instructions):
+// adopting the lab is the time to share them.
+template <typename Scope, typename Sh>
+__device__ __noinline__ std::uint32_t level0_count_key(const Scope& scope, std::uint32_t k, Sh& sh) {
+  __shared__ std::uint32_t key, finish_above;  // finish_above: kBoundUndecided where no finish runs
+  constexpr int kBins = Sh::kBins, kRun = kBins / 32, kPairs = kRun / 2;
+  uint2* pairs = reinterpret_cast<uint2*>(sh.count);
+  for (int i = threadIdx.x; i < kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
+  __syncthreads();
+  scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t x = prob_key(v[j]);
+      if (x != 0u) atomicAdd(&sh.count[x >> Sh::shift(0)], 1u);
+    }
+  });
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const int run_first = (kBins - kRun * (lane + 1)) / 2;
+    std::uint32_t own = 0;
+#pragma unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      const uint2 c = pairs[run_first + (i + lane) % kPairs];
+      own += c.x + c.y;
+    }
+    const std::uint32_t through = warp_inclusive_scan(own);
+    const unsigned reached = __ballot_sync(kFullMask, through >= k);
+    std::uint32_t result = 0u, finish = kBoundUndecided;
+    if (reached != 0u) {
+      const int run = __ffs(static_cast<int>(reached)) - 1;
+      const std::uint32_t above_run = __shfl_sync(kFullMask, through - own, run);
+      const int pair = (kBins - kRun * run) / 2 - 1 - lane;
+      const uint2 c = pairs[pair];
+      const std::uint32_t pair_count = c.x + c.y;
+      const std::uint32_t pair_through = above_run + warp_inclusive_scan(pair_count);
+      const int at = __ffs(static_cast<int>(__ballot_sync(kFullMask, pair_through >= k))) - 1;
+      std::uint32_t above = pair_through - pair_count, bin = 2u * pair + 1u, count = c.y;
+      if (above + c.y < k) {
+        above += c.y;
+        bin -= 1u;
+        count = c.x;
+      }
+      // radix_threshold's early exit after level 0, else its finish_in_warp.
+      const bool stops = count == 1u || above + count == k, finishes = !stops && count <= 32u;
+      // The bin's lowest key: the key where level 0 stops, the prefix where the finish runs.
+      result = __shfl_sync(kFullMask, stops || finishes ? bin << Sh::shift(0) : kBoundUndecided, at);
+      finish = __shfl_sync(kFullMask, finishes ? above : kBoundUndecided, at);
+    }
+    if (lane == 0) {
+      key = result;
+      finish_above = finish;
+    }
+  }
+  __syncthreads();
+  if (finish_above == kBoundUndecided) return key;
+  constexpr std::uint32_t kMask = static_cast<std::uint32_t>(kBins - 1) << Sh::shift(0);
+  auto key_of = [](float v) { return prob_key(v); };
+  return finish_in_warp(scope, key_of, key, kMask, k, finish_above, Threshold{key, 0, 0, 0, 0, 0}, sh).key;
 }
 
 }  // namespace aotinfer::sampling
