@@ -6,7 +6,10 @@
 # sampling tests under the lab's wheel ($OUT/lab-N.txt); the default wheel is reinstalled after
 # each. Each argument is NAME=MACRO[:OPS], OPS the ops to time, comma-separated (default: all);
 # LAB_BATCHES the batch sizes to time (default "1 16"); LAB_DISTS the row kinds
-# (dev/time_sampling_graph.py; default "flat peaked").
+# (dev/time_sampling_graph.py; default "flat peaked"). LAB_BEFORE: a command to run after the
+# GPU suite and before the labs, once every lab's build is done (so that no build shares the
+# host with it), e.g. "python3 benchmarks/bench_sampling.py": the record and the labs in one
+# machine start (~450 s for one lab).
 #   dev/lab_round.sh fewer=AOTINFER_LAB_FEWER_BARRIERS:top_k,joint,top_p \
 #                    warp=AOTINFER_LAB_JOINT_WARP:joint,top_k_first,top_k
 set -uo pipefail
@@ -26,6 +29,13 @@ ${only}dev/ab_wheels.sh - /tmp/$name-wheel dev/time_sampling_graph.py ${LAB_BATC
 && python3 -m pytest tests/gpu/test_sampling.py -m gpu -q -p no:cacheprovider | tail -3; \
 python3 -m pip install -q --no-deps --force-reinstall dist/aotinfer_$arch-*.whl")
 done
+if [ -n "${LAB_BEFORE:-}" ]; then
+  waits=""
+  for spec in "$@"; do
+    waits+="for _ in \$(seq 600); do [ -f /tmp/${spec%%=*}-wheel.done ] && break; sleep 1; done; "
+  done
+  cmds=("$waits$LAB_BEFORE" "${cmds[@]}")
+fi
 dev/build_beside.sh "${builds[@]}" &
 ci/device-lab.sh "${cmds[@]}"
 rc=$?
