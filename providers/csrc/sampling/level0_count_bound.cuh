@@ -16,9 +16,10 @@
 // So the list is the same and so is the token (dev/model_level0_count_bound.py models the
 // warp's scan against that level 0 on random slices). Measured as lab
 // AOTINFER_LAB_SLICE_BOUND_IN_WARP on an H100 (A B A B in one machine start, graph us;
-// history/ab-sampling-slice-bound-in-warp-a53150c-h100.txt): top-k 0.946-0.947x at 1 x 32000 (peaked 10.4 -> 9.8), 0.96-0.97x at
-// 16 x 32000 and 1 x 128256; joint 0.88-0.91x at 1 x 32000 (peaked 12.3 -> 11.1), 0.90-0.95x
-// at 16 x 32000, 0.98-0.99x at 1 x 128256; the same tokens, the sampling tests passing under it.
+// history/ab-sampling-slice-bound-in-warp-a53150c-h100.txt): top-k 0.946-0.947x at 1 x 32000
+// (peaked 10.4 -> 9.8), 0.96-0.97x at 16 x 32000 and 1 x 128256; joint 0.88-0.91x at 1 x
+// 32000 (peaked 12.3 -> 11.1), 0.90-0.95x at 16 x 32000, 0.98-0.99x at 1 x 128256; the same
+// tokens, the sampling tests passing under it.
 #pragma once
 
 #include <cstdint>
