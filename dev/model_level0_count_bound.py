@@ -6,8 +6,12 @@ exit where the crossing bin holds one key or fills k, then `enough`). The model 
 runs of 64 bins in the kernel's rotated order and the crossing run's 32 pairs as the warp does.
 
 A model, not the kernel: the GPU tests (tests/gpu/test_sampling.py) are the check that counts.
+With --bench-rows (torch) it counts instead how many slices of bench_sampling's flat and peaked
+rows level 0 leaves undecided, per vocabulary and cluster size (k = 50, 128 keys enough): the
+evidence for lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES.
 
     python3 dev/model_level0_count_bound.py [TRIALS [SEED]]
+    python3 dev/model_level0_count_bound.py --bench-rows
 """
 
 import random
@@ -83,7 +87,30 @@ def random_slice(rng, trial):
     return [key_of(struct.unpack("<f", struct.pack("<f", p))[0]) for p in probs]
 
 
+def bench_rows():
+    import torch  # bench_sampling's make_probs, on the CPU
+
+    g = torch.Generator().manual_seed(0)
+    for vocab, ctas in ((32000, 8), (32000, 4), (128256, 16), (128256, 8), (128256, 4)):
+        for peaked in (False, True):
+            logits = torch.randn(4, vocab, generator=g)
+            if peaked:
+                u = torch.rand(4, vocab, generator=g).clamp_min(1e-9)
+                logits = logits * 3 - torch.log(-torch.log(u))
+            probs = torch.softmax(logits, -1)
+            n = (vocab + ctas - 1) // ctas
+            slices = [probs[r, s * n : (s + 1) * n].tolist() for r in range(4) for s in range(ctas)]
+            bounds = [level0_by_search([key_of(x) for x in sl], 50, 128) for sl in slices]
+            left = sum(b == UNDECIDED for b in bounds)
+            kind = "peaked" if peaked else "flat"
+            where = f"{vocab}, clusters of {ctas} ({n} keys a slice), {kind}"
+            print(f"{where}: {left} of {len(bounds)} undecided")
+
+
 def main():
+    if sys.argv[1:] == ["--bench-rows"]:
+        bench_rows()
+        return
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 400
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 52)
     undecided = 0

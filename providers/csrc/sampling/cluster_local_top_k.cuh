@@ -543,8 +543,10 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
   // Level 0 first, scanned by one warp (level0_count_bound.cuh), for slices of up to 8192 keys
   // (1 and 16 x 32000, 1 x 128256), whose crossing bins mostly hold tens of keys; beyond
-  // (16 x 128256: 16032), flat slices would often pay both levels 0 (not measured there).
-  std::uint32_t t_c = scope.groups <= 2048 ? level0_count_bound(slice, k, kLocalListRegion, sh) : kBoundUndecided;
+  // (16 x 128256: 16032), flat slices were feared to pay both levels 0 (not measured there;
+  // lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES takes every slice: level0_count_bound.cuh).
+  std::uint32_t t_c = scope.groups <= kSliceBoundMaxGroups ? level0_count_bound(slice, k, kLocalListRegion, sh)
+                                                           : kBoundUndecided;
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();

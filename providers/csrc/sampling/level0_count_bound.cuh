@@ -32,6 +32,17 @@ namespace aotinfer::sampling {
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 
+// The slices (of groups of 4 keys) that cluster_local_top_k.cuh's list kernels bound this way
+// first. Lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES (session 52, dev/NOTES.md item 84, prepared, not
+// run) takes every slice: by dev/model_level0_count_bound.py's functions, level 0 settles every
+// slice of bench_sampling's flat and peaked rows at 128256 in clusters of 8 and 4 (16032 and
+// 32064 keys: 32 and 16 slices of 4 rows of each kind), as at the sizes below the bound.
+#ifdef AOTINFER_LAB_SLICE_BOUND_ALL_SLICES
+constexpr std::int64_t kSliceBoundMaxGroups = std::int64_t{1} << 40;
+#else
+constexpr std::int64_t kSliceBoundMaxGroups = 2048;
+#endif
+
 // Lab AOTINFER_LAB_LIST_KEY_IN_WARP (session 52, dev/NOTES.md item 84, prepared, not run): rank
 // 0's exact top-k searches over its list (cluster_local_top_k.cuh's list_top_k_key) take level
 // 0 the same way (level0_count_key below), then finish_in_warp where the crossing bin holds at
