@@ -12,6 +12,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
 fi
 export PYTHONUNBUFFERED=1
+# .commit (git rev-parse --short=12 HEAD > .commit, ignored by git: carried with the call)
+# names the commit the results report.
 [ -f .commit ] && export AOTINFER_COMMIT=$(cat .commit)
 out=${OUT:-/tmp/lab-out}
 mkdir -p "$out"
