@@ -111,7 +111,7 @@ template <int kCtas, typename Sh>
 __device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
   const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
   if constexpr (kLabListKeyInWarp) {
-    const std::uint32_t key = level0_count_key(list, k, sh);
+    const std::uint32_t key = level0_count_bound(list, k, 0u, sh);  // exact: `enough` 0
     if (key != kBoundUndecided) return key;
   }
   return local_top_k_key(list, k, sh);

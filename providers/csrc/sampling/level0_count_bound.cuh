@@ -45,9 +45,11 @@ constexpr std::int64_t kSliceBoundMaxGroups = 2048;
 
 // Lab AOTINFER_LAB_LIST_KEY_IN_WARP (session 52, dev/NOTES.md item 84, prepared, not run): rank
 // 0's exact top-k searches over its list (cluster_local_top_k.cuh's list_top_k_key) take level
-// 0 the same way (level0_count_key below), then finish_in_warp where the crossing bin holds at
-// most 32 keys, as radix_threshold would; the search runs as before only where neither settles
-// the key.
+// 0 the same way (level0_count_bound with `enough` 0), then finish_in_warp where the crossing bin
+// holds at most 32 keys, as radix_threshold would; the search runs as before only where neither
+// settles the key. The lab's code sits in level0_count_bound behind `if constexpr`, so that the
+// default build keeps the SASS that was measured (a helper shared by two functions moved its
+// instructions: dev/sass_same.py flagged the six list kernels).
 #ifdef AOTINFER_LAB_LIST_KEY_IN_WARP
 constexpr bool kLabListKeyInWarp = true;
 #else
@@ -58,7 +60,11 @@ constexpr bool kLabListKeyInWarp = false;
 // would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
 // kBoundUndecided where its level 0 would not stop. Every thread gets the same value. `sh`'s
 // histograms must be free at entry (no thread uses them after the caller's last barrier) and
-// are free again on return.
+// are free again on return. Lab AOTINFER_LAB_LIST_KEY_IN_WARP, with `enough` 0 (an exact key):
+// where the crossing bin holds at most 32 keys and level 0 does not stop, finish_in_warp ends
+// the search, as radix_threshold's would (a scope one CTA holds whole); warp 0 hands it the bin
+// and the count above it in `bound`, the bin's lowest key with 1 + that count in the low bits
+// (zero in every bin's lowest key; the count is below k, which is below 2^21).
 template <typename Scope, typename Sh>
 __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std::uint32_t k, std::uint32_t enough,
                                                          Sh& sh) {
@@ -110,78 +116,29 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
       }
       // radix_threshold's stops after level 0 (its early exit, then `enough`).
       const bool stops = count == 1u || above + count == k || above + count <= enough;
-      result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : kBoundUndecided, at);
+      if constexpr (kLabListKeyInWarp) {
+        const bool finishes = FinishesInWarp<Scope>::value && enough == 0u && !stops && count <= 32u;
+        const std::uint32_t handed = finishes ? bin << Sh::shift(0) | (above + 1u) : kBoundUndecided;
+        result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : handed, at);
+      } else {
+        result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : kBoundUndecided, at);
+      }
     }
     if (lane == 0) bound = result;
   }
   __syncthreads();
-  return bound;
-}
-
-// Lab AOTINFER_LAB_LIST_KEY_IN_WARP: the exact key of a count search for k over a scope one CTA
-// holds whole (0: fewer than k keys take part), as radix_threshold finds it, where its level 0
-// settles it (the crossing bin holds one key or fills k exactly) or finish_in_warp ends it (the
-// bin holds at most 32 keys); else kBoundUndecided. Preconditions as level0_count_bound's. Its
-// clear, count and warp scan are level0_count_bound's, copied rather than shared so that the
-// adopted function keeps the SASS that was measured (a shared helper moved its instructions):
-// adopting the lab is the time to share them.
-template <typename Scope, typename Sh>
-__device__ __noinline__ std::uint32_t level0_count_key(const Scope& scope, std::uint32_t k, Sh& sh) {
-  __shared__ std::uint32_t key, finish_above;  // finish_above: kBoundUndecided where no finish runs
-  constexpr int kBins = Sh::kBins, kRun = kBins / 32, kPairs = kRun / 2;
-  uint2* pairs = reinterpret_cast<uint2*>(sh.count);
-  for (int i = threadIdx.x; i < kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
-  __syncthreads();
-  scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t x = prob_key(v[j]);
-      if (x != 0u) atomicAdd(&sh.count[x >> Sh::shift(0)], 1u);
-    }
-  });
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const int run_first = (kBins - kRun * (lane + 1)) / 2;
-    std::uint32_t own = 0;
-#pragma unroll 8
-    for (int i = 0; i < kPairs; ++i) {
-      const uint2 c = pairs[run_first + (i + lane) % kPairs];
-      own += c.x + c.y;
-    }
-    const std::uint32_t through = warp_inclusive_scan(own);
-    const unsigned reached = __ballot_sync(kFullMask, through >= k);
-    std::uint32_t result = 0u, finish = kBoundUndecided;
-    if (reached != 0u) {
-      const int run = __ffs(static_cast<int>(reached)) - 1;
-      const std::uint32_t above_run = __shfl_sync(kFullMask, through - own, run);
-      const int pair = (kBins - kRun * run) / 2 - 1 - lane;
-      const uint2 c = pairs[pair];
-      const std::uint32_t pair_count = c.x + c.y;
-      const std::uint32_t pair_through = above_run + warp_inclusive_scan(pair_count);
-      const int at = __ffs(static_cast<int>(__ballot_sync(kFullMask, pair_through >= k))) - 1;
-      std::uint32_t above = pair_through - pair_count, bin = 2u * pair + 1u, count = c.y;
-      if (above + c.y < k) {
-        above += c.y;
-        bin -= 1u;
-        count = c.x;
-      }
-      // radix_threshold's early exit after level 0, else its finish_in_warp.
-      const bool stops = count == 1u || above + count == k, finishes = !stops && count <= 32u;
-      // The bin's lowest key: the key where level 0 stops, the prefix where the finish runs.
-      result = __shfl_sync(kFullMask, stops || finishes ? bin << Sh::shift(0) : kBoundUndecided, at);
-      finish = __shfl_sync(kFullMask, finishes ? above : kBoundUndecided, at);
-    }
-    if (lane == 0) {
-      key = result;
-      finish_above = finish;
+  if constexpr (kLabListKeyInWarp && FinishesInWarp<Scope>::value) {
+    constexpr std::uint32_t kLow = (1u << Sh::shift(0)) - 1u;
+    const std::uint32_t handed = bound;
+    if (handed != kBoundUndecided && (handed & kLow) != 0u) {
+      const std::uint32_t prefix = handed & ~kLow;
+      auto key_of = [](float v) { return prob_key(v); };
+      return finish_in_warp(scope, key_of, prefix, ~kLow, k, (handed & kLow) - 1u, Threshold{prefix, 0, 0, 0, 0, 0},
+                            sh)
+          .key;
     }
   }
-  __syncthreads();
-  if (finish_above == kBoundUndecided) return key;
-  constexpr std::uint32_t kMask = static_cast<std::uint32_t>(kBins - 1) << Sh::shift(0);
-  auto key_of = [](float v) { return prob_key(v); };
-  return finish_in_warp(scope, key_of, key, kMask, k, finish_above, Threshold{key, 0, 0, 0, 0, 0}, sh).key;
+  return bound;
 }
 
 }  // namespace aotinfer::sampling
