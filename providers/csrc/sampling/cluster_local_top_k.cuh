@@ -283,8 +283,9 @@ struct ListFilter {
 };
 
 // Joint's bounds [lo, hi] on the row's total mass in the masses' unit `base`, from
-// r = ldexp(row_sum, 150 + base), row_sum the slices' double sums. The total is at most the exact sum r of the probabilities in that
-// unit, and above r less one unit per level-0 bin (each floored once). Each slice summed at
+// r = ldexp(row_sum, 150 + base), row_sum the slices' double sums. The total is at most the
+// exact sum r of the probabilities in that unit, and above r less one unit per level-0 bin
+// (each floored once). Each slice summed at
 // most 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16; 2^15 in clusters
 // of 4, which take rows of at most 2^17) and rank 0 added eight (sixteen; four) sums: within
 // r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers eightfold
@@ -429,7 +430,7 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // of most rows, "the top-k set's mass is below p times the row's, so the kept set is the top-k
 // set" (two_search_list_filter's first return; the benchmark's rows, whose top-50 mass is ~0.74
 // at p = 0.9), reached the top-k sampler's way: t_k by count, finishing in one warp
-// (local_top_k_key), and the mass of the set summed per key by the draw's own scan, instead of
+// (list_top_k_key), and the mass of the set summed per key by the draw's own scan, instead of
 // the top-k search with masses; where the set's mass reaches the goal's lower bound,
 // joint_top_p_in_set_draw settles the row within the set. Measured (session 51, dev/NOTES.md
 // item 83, A B A B in one machine start, graph us; history/ab-sampling-joint-set-then-warp-
