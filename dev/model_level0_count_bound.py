@@ -4,13 +4,12 @@ GPU ran it: on random slices, the bound it returns (or "undecided") equals what 
 level 0 returns with SearchTarget::enough (a descending scan of the 2048 level-0 bins, the early
 exit where the crossing bin holds one key or fills k, then `enough`). The model walks the lanes'
 runs of 64 bins in the kernel's rotated order and the crossing run's 32 pairs as the warp does.
-It also checks lab AOTINFER_LAB_LIST_KEY_IN_WARP's exact key (the hand-over to finish_in_warp
-in the bound's low bits) against the search's wherever the lab settles it.
 
 A model, not the kernel: the GPU tests (tests/gpu/test_sampling.py) are the check that counts.
 With --bench-rows (torch) it counts instead how many slices of bench_sampling's flat and peaked
 rows level 0 leaves undecided, per vocabulary and cluster size (k = 50, 128 keys enough): the
-evidence for lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES.
+evidence for bounding every slice this way (lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES, adopted in
+session 53). Session 53 removed the rejected lab AOTINFER_LAB_LIST_KEY_IN_WARP and its model.
 
     python3 dev/model_level0_count_bound.py [TRIALS [SEED]]
     python3 dev/model_level0_count_bound.py --bench-rows
@@ -47,37 +46,8 @@ def level0_by_search(keys, k, enough):
     raise AssertionError("unreachable")
 
 
-def list_key_by_search(keys, k):
-    """radix_threshold's exact count search (lab AOTINFER_LAB_LIST_KEY_IN_WARP's target) where
-    level 0 stops or finish_in_warp ends it: the bin's lowest key, or the largest key whose
-    count of keys >= it reaches k (the k-th largest); else undecided."""
-    bound = level0_by_search(keys, k, 0)
-    if bound != UNDECIDED:
-        return bound
-    counts = {}
-    for x in keys:
-        if x:
-            counts[x >> SHIFT] = counts.get(x >> SHIFT, 0) + 1
-    kth = sorted((x for x in keys if x), reverse=True)[k - 1]
-    return kth if counts[kth >> SHIFT] <= 32 else UNDECIDED
-
-
-def list_key_by_warp(keys, k):
-    """The lab: warp 0's hand-over in the bound's low bits, then finish_in_warp (modelled as its
-    definition: the largest bin key with `above` + its count of bin keys >= it reaching k)."""
-    handed = level0_by_warp(keys, k, 0, lab=True)
-    low = (1 << SHIFT) - 1
-    if handed == UNDECIDED or handed & low == 0:
-        return handed
-    prefix, above = handed & ~low, (handed & low) - 1
-    in_bin = [x for x in keys if x and x & ~low == prefix]
-    reaching = [x for x in in_bin if above + sum(1 for y in in_bin if y >= x) >= k]
-    return max(reaching)
-
-
-def level0_by_warp(keys, k, enough, lab=False):
-    """level0_count_bound's warp 0, lane by lane (lab: AOTINFER_LAB_LIST_KEY_IN_WARP's hand-over
-    to finish_in_warp)."""
+def level0_by_warp(keys, k, enough):
+    """level0_count_bound's warp 0, lane by lane."""
     counts = [0] * BINS
     for x in keys:
         if x:
@@ -102,8 +72,6 @@ def level0_by_warp(keys, k, enough, lab=False):
     if above + high < k:
         above, b, c = above + high, b - 1, low
     stops = c == 1 or above + c == k or above + c <= enough
-    if lab and not stops and enough == 0 and c <= 32:
-        return b << SHIFT | (above + 1)
     return b << SHIFT if stops else UNDECIDED
 
 
@@ -153,12 +121,7 @@ def main():
         want, got = level0_by_search(keys, k, 128), level0_by_warp(keys, k, 128)
         assert want == got, (trial, k, want, got)
         undecided += want == UNDECIDED
-        want, got = list_key_by_search(keys, k), list_key_by_warp(keys, k)
-        assert want == got, ("list key", trial, k, want, got)
-    print(
-        f"{trials} slices: the same bound or both undecided ({undecided} undecided); "
-        "the list-key lab's exact key equal to the search's wherever it settles"
-    )
+    print(f"{trials} slices: the same bound or both undecided ({undecided} undecided)")
 
 
 if __name__ == "__main__":

@@ -105,15 +105,10 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
   return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
-// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part); lab
-// AOTINFER_LAB_LIST_KEY_IN_WARP tries level 0 scanned by one warp first (level0_count_bound.cuh).
+// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
 template <int kCtas, typename Sh>
 __device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
   const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
-  if constexpr (kLabListKeyInWarp) {
-    const std::uint32_t key = level0_count_bound(list, k, 0u, sh);  // exact: `enough` 0
-    if (key != kBoundUndecided) return key;
-  }
   return local_top_k_key(list, k, sh);
 }
 
@@ -542,12 +537,9 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // it: its search stops as soon as that holds, which spares peaked slices levels 1 and 2 and
   // flat ones level 2 (session 32, dev/NOTES.md item 64: 0.83-0.85x for top-k at 1 and 16 x
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
-  // Level 0 first, scanned by one warp (level0_count_bound.cuh), for slices of up to 8192 keys
-  // (1 and 16 x 32000, 1 x 128256), whose crossing bins mostly hold tens of keys; beyond
-  // (16 x 128256: 16032), flat slices were feared to pay both levels 0 (not measured there;
-  // lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES takes every slice: level0_count_bound.cuh).
-  std::uint32_t t_c = scope.groups <= kSliceBoundMaxGroups ? level0_count_bound(slice, k, kLocalListRegion, sh)
-                                                           : kBoundUndecided;
+  // Level 0 first, scanned by one warp (level0_count_bound.cuh): the crossing bins of slices
+  // of a few to sixteen thousand keys mostly hold tens of keys, so it mostly settles t_c.
+  std::uint32_t t_c = level0_count_bound(slice, k, kLocalListRegion, sh);
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();

@@ -19,7 +19,19 @@
 // history/ab-sampling-slice-bound-in-warp-a53150c-h100.txt): top-k 0.946-0.947x at 1 x 32000
 // (peaked 10.4 -> 9.8), 0.96-0.97x at 16 x 32000 and 1 x 128256; joint 0.88-0.91x at 1 x
 // 32000 (peaked 12.3 -> 11.1), 0.90-0.95x at 16 x 32000, 0.98-0.99x at 1 x 128256; the same
-// tokens, the sampling tests passing under it.
+// tokens, the sampling tests passing under it. That lab bounded slices of up to 2048 groups
+// only; every slice since session 53 (lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES, H100,
+// history/ab-sampling-slice-bound-all-slices-d40d699-h100.txt): 0.968-0.976x for top-k and
+// joint at 16 x 128256 (slices of 16032 keys; top-k peaked 24.0 -> 23.2), 0.99-1.00x at the
+// sizes the gate already took, the same tokens. dev/model_level0_count_bound.py had found
+// level 0 settling every slice of bench_sampling's flat and peaked rows at 128256.
+//
+// Rank 0's exact search over its list (cluster_local_top_k.cuh's list_top_k_key) does not take
+// this level 0: lab AOTINFER_LAB_LIST_KEY_IN_WARP (level 0 by one warp with `enough` 0, then
+// finish_in_warp where the crossing bin held at most 32 keys) ran 1.03-1.10x on flat rows and
+// 0.98-0.99x on sharp ones (H100, session 53,
+// history/ab-sampling-list-key-in-warp-d40d699-h100.txt): a list's crossing bin mostly holds
+// more keys than that, so the two passes were paid twice.
 #pragma once
 
 #include <cstdint>
@@ -32,39 +44,11 @@ namespace aotinfer::sampling {
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 
-// The slices (of groups of 4 keys) that cluster_local_top_k.cuh's list kernels bound this way
-// first. Lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES (session 52, dev/NOTES.md item 84, prepared, not
-// run) takes every slice: by dev/model_level0_count_bound.py's functions, level 0 settles every
-// slice of bench_sampling's flat and peaked rows at 128256 in clusters of 8 and 4 (16032 and
-// 32064 keys: 32 and 16 slices of 4 rows of each kind), as at the sizes below the bound.
-#ifdef AOTINFER_LAB_SLICE_BOUND_ALL_SLICES
-constexpr std::int64_t kSliceBoundMaxGroups = std::int64_t{1} << 40;
-#else
-constexpr std::int64_t kSliceBoundMaxGroups = 2048;
-#endif
-
-// Lab AOTINFER_LAB_LIST_KEY_IN_WARP (session 52, dev/NOTES.md item 84, prepared, not run): rank
-// 0's exact top-k searches over its list (cluster_local_top_k.cuh's list_top_k_key) take level
-// 0 the same way (level0_count_bound with `enough` 0), then finish_in_warp where the crossing bin
-// holds at most 32 keys, as radix_threshold would; the search runs as before only where neither
-// settles the key. The lab's code sits in level0_count_bound behind `if constexpr`, so that the
-// default build keeps the SASS that was measured (a helper shared by two functions moved its
-// instructions: dev/sass_same.py flagged the six list kernels).
-#ifdef AOTINFER_LAB_LIST_KEY_IN_WARP
-constexpr bool kLabListKeyInWarp = true;
-#else
-constexpr bool kLabListKeyInWarp = false;
-#endif
-
 // The bound of a count search for k over `scope`'s probabilities that radix_threshold's level 0
 // would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
 // kBoundUndecided where its level 0 would not stop. Every thread gets the same value. `sh`'s
 // histograms must be free at entry (no thread uses them after the caller's last barrier) and
-// are free again on return. Lab AOTINFER_LAB_LIST_KEY_IN_WARP, with `enough` 0 (an exact key):
-// where the crossing bin holds at most 32 keys and level 0 does not stop, finish_in_warp ends
-// the search, as radix_threshold's would (a scope one CTA holds whole); warp 0 hands it the bin
-// and the count above it in `bound`, the bin's lowest key with 1 + that count in the low bits
-// (zero in every bin's lowest key; the count is below k, which is below 2^21).
+// are free again on return.
 template <typename Scope, typename Sh>
 __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std::uint32_t k, std::uint32_t enough,
                                                          Sh& sh) {
@@ -116,28 +100,11 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
       }
       // radix_threshold's stops after level 0 (its early exit, then `enough`).
       const bool stops = count == 1u || above + count == k || above + count <= enough;
-      if constexpr (kLabListKeyInWarp) {
-        const bool finishes = FinishesInWarp<Scope>::value && enough == 0u && !stops && count <= 32u;
-        const std::uint32_t handed = finishes ? bin << Sh::shift(0) | (above + 1u) : kBoundUndecided;
-        result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : handed, at);
-      } else {
-        result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : kBoundUndecided, at);
-      }
+      result = __shfl_sync(kFullMask, stops ? bin << Sh::shift(0) : kBoundUndecided, at);
     }
     if (lane == 0) bound = result;
   }
   __syncthreads();
-  if constexpr (kLabListKeyInWarp && FinishesInWarp<Scope>::value) {
-    constexpr std::uint32_t kLow = (1u << Sh::shift(0)) - 1u;
-    const std::uint32_t handed = bound;
-    if (handed != kBoundUndecided && (handed & kLow) != 0u) {
-      const std::uint32_t prefix = handed & ~kLow;
-      auto key_of = [](float v) { return prob_key(v); };
-      return finish_in_warp(scope, key_of, prefix, ~kLow, k, (handed & kLow) - 1u, Threshold{prefix, 0, 0, 0, 0, 0},
-                            sh)
-          .key;
-    }
-  }
   return bound;
 }
 
