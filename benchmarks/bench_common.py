@@ -130,6 +130,19 @@ def graph_floor_us() -> dict:
     }
 
 
+def sm_clock_mhz(cycles: int = 20_000_000) -> float:
+    """The SM clock a busy kernel runs at (MHz): torch.cuda._sleep spins for `cycles` of
+    clock64, timed by events. Latency-bound kernels (barrier chains) scale with it and
+    memory-latency-bound ones do not, so records of two cards compare only beside it."""
+    torch.cuda._sleep(cycles // 10)  # out of idle clocks first
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (1e3 * start.elapsed_time(end))
+
+
 def rotations(make, total_bytes_per_set: int, budget: int = 512 << 20):
     """Enough input sets (from make(i)) that one pass over them overflows the L2 cache."""
     n = max(2, min(16, budget // max(1, total_bytes_per_set)))
@@ -180,6 +193,7 @@ def environment(copy_bw: Optional[float] = None) -> dict:
     if copy_bw is not None:
         env["copy_bandwidth_TB/s"] = round(copy_bw / 1e12, 3)
         env.update(graph_floor_us())
+        env["sm_clock_MHz (busy, torch.cuda._sleep)"] = round(sm_clock_mhz())
     return env
 
 

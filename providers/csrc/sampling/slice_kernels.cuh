@@ -58,12 +58,25 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 
 }  // namespace detail
 
+// Two CTAs a SM (__launch_bounds__'s second argument) caps a thread at 64 registers, for
+// batches of up to two waves of clusters (use_slice_kernels: 66 rows in clusters of 8); the
+// list kernels spill there (joint in clusters of 8: 68 B stored, 36 B loaded a thread). Lab
+// AOTINFER_LAB_SLICE_ONE_CTA_A_SM (session 53, dev/NOTES.md item 85, prepared): one CTA a SM,
+// up to 128 registers, for every slice kernel. A/B at 1 and 16 rows only (at most 128 CTAs,
+// one a SM either way); from 17 rows of clusters of 8 it would take twice the waves, so an
+// adoption needs instances of each for the few-row batches.
+#ifdef AOTINFER_LAB_SLICE_ONE_CTA_A_SM
+constexpr int kSliceCtasPerSm = 1;
+#else
+constexpr int kSliceCtasPerSm = 2;
+#endif
+
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
 // kOneSearch, kTwoSearches or kTopPRejection. kLocalList (rows below kLocalTopKMaxVocab; top-k
 // mode, or with kTwoSearches top-k then top-p and joint): cluster_local_top_k.cuh's draw, an
 // instance of its own.
 template <FilterFamily kFamily, bool kLocalList, int kCtas>
-__global__ void __launch_bounds__(kSliceThreads, 2)
+__global__ void __launch_bounds__(kSliceThreads, kSliceCtasPerSm)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
@@ -96,7 +109,7 @@ __global__ void __launch_bounds__(kSliceThreads, 2)
 // row_filter_kernel of filter_sample.cuh (renorm, or top-k mask with kMask), one cluster of
 // kCtas CTAs per row.
 template <typename T, bool kMask, int kCtas>
-__global__ void __launch_bounds__(kSliceThreads, 2)
+__global__ void __launch_bounds__(kSliceThreads, kSliceCtasPerSm)
     row_filter_slice_kernel(const __grid_constant__ RowFilterParams<T> p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
