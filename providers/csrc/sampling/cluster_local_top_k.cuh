@@ -539,13 +539,14 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // 32000, 0.88-0.89x for joint at 16 x 32000, against the slice's exact k-th largest key).
   // Level 0 first, scanned by one warp (level0_count_bound.cuh): the crossing bins of slices
   // of a few to sixteen thousand keys mostly hold tens of keys, so it mostly settles t_c.
-#ifdef AOTINFER_LAB_SLICE_BOUND_GATE
-  // Lab (session 53, dev/NOTES.md item 85): the measured build's vacuous gate, to A/B its SASS.
-  std::uint32_t t_c = scope.groups <= (std::int64_t{1} << 40) ? level0_count_bound(slice, k, kLocalListRegion, sh)
-                                                              : kBoundUndecided;
-#else
-  std::uint32_t t_c = level0_count_bound(slice, k, kLocalListRegion, sh);
-#endif
+  // The test never fails (a slice in shared memory holds at most 2^14 groups). It stays for
+  // the code ptxas makes of the list kernels with it: without it their registers are
+  // allocated otherwise, and that build ran top-k 1.03-1.06x slower at 1 row and 16 x 32000
+  // (H100, A B A B in one machine start, the same tokens; session 53,
+  // history/ab-sampling-slice-bound-gate-71b12b3-h100.txt).
+  constexpr std::int64_t kNeverLargerSlice = std::int64_t{1} << 40;
+  std::uint32_t t_c = scope.groups <= kNeverLargerSlice ? level0_count_bound(slice, k, kLocalListRegion, sh)
+                                                        : kBoundUndecided;
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();

@@ -58,18 +58,13 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 
 }  // namespace detail
 
-// Two CTAs a SM (__launch_bounds__'s second argument) caps a thread at 64 registers, for
-// batches of up to two waves of clusters (use_slice_kernels: 66 rows in clusters of 8); the
-// list kernels spill there (joint in clusters of 8: 68 B stored, 36 B loaded a thread). Lab
-// AOTINFER_LAB_SLICE_ONE_CTA_A_SM (session 53, dev/NOTES.md item 85, prepared): one CTA a SM,
-// up to 128 registers, for every slice kernel. A/B at 1 and 16 rows only (at most 128 CTAs,
-// one a SM either way); from 17 rows of clusters of 8 it would take twice the waves, so an
-// adoption needs instances of each for the few-row batches.
-#ifdef AOTINFER_LAB_SLICE_ONE_CTA_A_SM
-constexpr int kSliceCtasPerSm = 1;
-#else
+// Two CTAs a SM (for batches of up to two waves of clusters) cap a thread at 64 registers, and
+// the list kernels spill under it (joint in clusters of 8: 36 B stored, 8 B loaded a thread).
+// One CTA a SM (up to 128 registers, no spills; lab AOTINFER_LAB_SLICE_ONE_CTA_A_SM, session
+// 53, history/ab-sampling-slice-one-cta-a-sm-3ebd2d9-h100.txt) ran joint 0.97x at 1 x 32000
+// and 0.98-0.99x at 1 x 128256, the other samplers 0.98-1.03x, but 1.16-1.40x at 16 x 128256:
+// 16 clusters of 8 no longer fit the GPCs at once. Not adopted (dev/NOTES.md item 85).
 constexpr int kSliceCtasPerSm = 2;
-#endif
 
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
 // kOneSearch, kTwoSearches or kTopPRejection. kLocalList (rows below kLocalTopKMaxVocab; top-k
