@@ -132,8 +132,8 @@ def graph_floor_us() -> dict:
 
 def sm_clock_mhz(cycles: int = 20_000_000) -> float:
     """The SM clock a busy kernel runs at (MHz): torch.cuda._sleep spins for `cycles` of
-    clock64, timed by events. Latency-bound kernels (barrier chains) scale with it and
-    memory-latency-bound ones do not, so records of two cards compare only beside it."""
+    clock64, timed by events. Kernels bound by chains of barriers scale with it, those bound
+    by memory latency less, so two cards' records are read beside it."""
     torch.cuda._sleep(cycles // 10)  # out of idle clocks first
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()

@@ -23,8 +23,10 @@
 // only; every slice since session 53 (lab AOTINFER_LAB_SLICE_BOUND_ALL_SLICES, H100,
 // history/ab-sampling-slice-bound-all-slices-d40d699-h100.txt): 0.968-0.976x for top-k and
 // joint at 16 x 128256 (slices of 16032 keys; top-k peaked 24.0 -> 23.2), 0.99-1.00x at the
-// sizes the gate already took, the same tokens. dev/model_level0_count_bound.py had found
-// level 0 settling every slice of bench_sampling's flat and peaked rows at 128256.
+// sizes the bound of 2048 groups already took, the same tokens (dev/model_level0_count_bound.py
+// had found level 0 settling every slice of bench_sampling's flat and peaked rows at 128256).
+// The caller keeps that lab's slice-size test, which never fails, for the SASS it gives
+// (cluster_local_top_k.cuh says why).
 //
 // Rank 0's exact search over its list (cluster_local_top_k.cuh's list_top_k_key) does not take
 // this level 0: lab AOTINFER_LAB_LIST_KEY_IN_WARP (level 0 by one warp with `enough` 0, then
