@@ -401,6 +401,18 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 template <FilterFamily kFamily, bool kLocalList = false>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
                                   int smem_limit, cudaStream_t stream) {
+#ifdef AOTINFER_LAB_FEW_ROWS_ONE_CTA_A_SM
+  // (slice_kernels.cuh's lab: the two-search list kernels at one CTA a SM for a few rows.)
+  constexpr std::int64_t kOneCtaMaxRows = 4;
+  if constexpr (kLocalList && kFamily == FilterFamily::kTwoSearches) {
+    if (batch <= kOneCtaMaxRows) {
+      return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas, 1>,
+                           sample_slice_kernel<kFamily, kLocalList, kSliceCtas, 1>,
+                           sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas, 1>>(p, batch, p.vocab, bounds,
+                                                                                         device, smem_limit, stream);
+    }
+  }
+#endif
   return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas>,
                        sample_slice_kernel<kFamily, kLocalList, kSliceCtas>,
                        sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
