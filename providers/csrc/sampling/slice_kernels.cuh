@@ -66,8 +66,8 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 // 16 clusters of 8 no longer fit the GPCs at once. Not adopted (dev/NOTES.md item 85). Lab
 // AOTINFER_LAB_FEW_ROWS_ONE_CTA_A_SM (session 53, prepared, not run): instances at one CTA a SM
 // of the two-search list kernels (joint, top-k then top-p), which sample_launch.cu launches
-// for up to kOneCtaMaxRows rows (at most 4 clusters of 16 or 8 of 8: each GPC holds one or
-// two at one CTA a SM); every other batch and kernel as before.
+// for up to kOneCtaMaxRows = 4 rows (at most 4 clusters in flight; at one CTA a SM a GPC holds
+// one cluster of 16, two of 8 or four of 4); every other batch and kernel as before.
 constexpr int kSliceCtasPerSm = 2;
 
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
