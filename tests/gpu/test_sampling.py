@@ -434,7 +434,7 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, cluster_ctas, mon
     positions and 300 ties below them in the first slice (its region of 128 entries overflows:
     back to the cluster-wide search); 3, all equal; 4, only 30 positive entries (fewer than k:
     keep them all), with NaN and inf among the rest; 5, k = 65 and 6, k = 64 (beyond and at the
-    list's limit of half a region); 7, k = 1. Every slice (4000 to 32064 keys here) takes its
+    list's limit of half a region); 7, k = 1. Every slice (2000 to 32064 keys here) takes its
     bound from level 0 scanned by one warp (level0_count_bound.cuh) where that level settles it
     (rows 0, 1's first slice, 4's slices: fewer than k keys) and from the search where it does
     not (the crowded bins of rows 1-3). Tokens equal the reference's."""
