@@ -401,8 +401,7 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
 template <FilterFamily kFamily, bool kLocalList = false>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
                                   int smem_limit, cudaStream_t stream) {
-#ifdef AOTINFER_LAB_FEW_ROWS_ONE_CTA_A_SM
-  // (slice_kernels.cuh's lab: the two-search list kernels at one CTA a SM for a few rows.)
+  // The two-search list kernels at one CTA a SM for a few rows (slice_kernels.cuh says why).
   constexpr std::int64_t kOneCtaMaxRows = 4;
   if constexpr (kLocalList && kFamily == FilterFamily::kTwoSearches) {
     if (batch <= kOneCtaMaxRows) {
@@ -412,7 +411,6 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
                                                                                          device, smem_limit, stream);
     }
   }
-#endif
   return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas>,
                        sample_slice_kernel<kFamily, kLocalList, kSliceCtas>,
                        sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,

@@ -60,27 +60,25 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 
 // Two CTAs a SM (for batches of up to two waves of clusters) cap a thread at 64 registers, and
 // the list kernels spill under it (joint in clusters of 8: 36 B stored, 8 B loaded a thread).
-// One CTA a SM (up to 128 registers, no spills; lab AOTINFER_LAB_SLICE_ONE_CTA_A_SM, session
-// 53, history/ab-sampling-slice-one-cta-a-sm-3ebd2d9-h100.txt) ran joint 0.97x at 1 x 32000
-// and 0.98-0.99x at 1 x 128256, the other samplers 0.98-1.03x, but 1.16-1.40x at 16 x 128256:
-// 16 clusters of 8 no longer fit the GPCs at once. Not adopted (dev/NOTES.md item 85). Lab
-// AOTINFER_LAB_FEW_ROWS_ONE_CTA_A_SM (session 53, prepared, not run): instances at one CTA a SM
-// of the two-search list kernels (joint, top-k then top-p), which sample_launch.cu launches
-// for up to kOneCtaMaxRows = 4 rows (at most 4 clusters in flight; at one CTA a SM a GPC holds
-// one cluster of 16, two of 8 or four of 4); every other batch and kernel as before.
+// One CTA a SM for every slice kernel (up to 128 registers, no spills; lab
+// AOTINFER_LAB_SLICE_ONE_CTA_A_SM, session 53, history/ab-sampling-slice-one-cta-a-sm-3ebd2d9-
+// h100.txt) ran joint 0.97x at 1 x 32000 and 0.98-0.99x at 1 x 128256, but every sampler
+// 1.16-1.40x at 16 x 128256: 16 clusters of 8 no longer fit the GPCs at once. So only the
+// two-search list kernels (joint, top-k then top-p) have instances at one CTA a SM (kCtasPerSm
+// = 1), which sample_launch.cu launches for up to kOneCtaMaxRows = 4 rows (at most 4 clusters in
+// flight; at one CTA a SM a GPC holds one cluster of 16, two of 8 or four of 4). H200 A/B, A B A
+// B in one machine start, the same tokens (history/ab-sampling-few-rows-one-cta-c15ea54.txt):
+// joint 0.964-0.985x at 1 and 4 rows but sharp rows of 32000 (0.998-1.002x), top-k then top-p
+// 0.977-0.997x there; at 16 rows (two CTAs a SM still, but the shared noinline callees compile
+// otherwise) 0.986-1.007x.
 constexpr int kSliceCtasPerSm = 2;
 
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
 // kOneSearch, kTwoSearches or kTopPRejection. kLocalList (rows below kLocalTopKMaxVocab; top-k
 // mode, or with kTwoSearches top-k then top-p and joint): cluster_local_top_k.cuh's draw, an
-// instance of its own.
-#ifdef AOTINFER_LAB_FEW_ROWS_ONE_CTA_A_SM
+// instance of its own. kCtasPerSm: the occupancy its registers are capped for (see above).
 template <FilterFamily kFamily, bool kLocalList, int kCtas, int kCtasPerSm = kSliceCtasPerSm>
 __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
-#else
-template <FilterFamily kFamily, bool kLocalList, int kCtas>
-__global__ void __launch_bounds__(kSliceThreads, kSliceCtasPerSm)
-#endif
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 slice_smem[];
