@@ -444,17 +444,12 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // and the searches run. Its scan and draw are a copy of draw_from_local_list_block's, the
 // verdict between them: a body shared with the top-k kernels would move their register
 // allocation (dev/NOTES.md item 80). Keep them in step.
-// Lab AOTINFER_LAB_JOINT_SET_DRAW_INLINE (session 54, dev/NOTES.md item 86): inlined into the
-// kernel body. Nsight Compute puts joint's batch-1 kernel at 3.75 cycles of instruction-fetch
-// stalls an issued instruction against top-k's 1.33, whose draw is inline: a call to a body
-// placed far from the caller's breaks the sequential fetch.
-#ifdef AOTINFER_LAB_JOINT_SET_DRAW_INLINE
-#define AOTINFER_JOINT_SET_DRAW_CALL __forceinline__
-#else
-#define AOTINFER_JOINT_SET_DRAW_CALL __noinline__
-#endif
+// Inlined into the kernel body instead (lab AOTINFER_LAB_JOINT_SET_DRAW_INLINE, session 54, H100,
+// A B A B in one machine start, the same tokens): joint 0.971-1.017x, 1 x 32000 peaked 0.996x,
+// where the instruction-fetch stalls were to fall (history/ab-sampling-joint-set-draw-inline-
+// 041d04e-h100.txt; dev/NOTES.md item 86). Not adopted.
 template <int kCtas, typename Sh>
-__device__ AOTINFER_JOINT_SET_DRAW_CALL std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
+__device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
                                                           std::int64_t n, const FilterParams& f, std::int64_t row,
                                                           std::int32_t k, double row_sum, const RowRandom& rng,
                                                           Sh& sh) {
