@@ -451,24 +451,15 @@ def test_cluster_top_k_sampler_on_crowded_and_tied_rows(vocab, cluster_ctas, mon
     assert_samplers_match_reference(("top_k",), probs, k, 0.9, 0.1, many(rows, 16), 23, 8)
 
 
-@pytest.mark.parametrize("vocab", [32000, 128256])
-def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
-    vocab, cluster_ctas, monkeypatch
-):
-    """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
-    set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
-    mass: cluster_local_top_k.cuh's two_search_list_filter). Rows: 0, random (joint keeps the
+def two_search_rows(vocab):
+    """Rows, k and p of the cluster two-search tests below. Rows: 0, random (joint keeps the
     top-k set); 1, ten entries hold 0.95 of the mass (the top-p search runs within the top k);
     2, 40 ties at the top and 300 ties below them in the first slice (a region overflows: the
     cluster-wide search); 3, all equal; 4, only 30 positive entries, NaN and inf among the rest;
     5, p = 1 (no top-p filter); 6, one entry of 1/2 and 2^14 distinct entries near 2^-15 that
     sum to 1/2 exactly, with k = 1 and p = 1/2, so that the top-k set's mass equals joint's goal
     exactly (the bounds cannot decide: rank 0 sums the row's mass exactly, exact_row_mass);
-    7, k = 64 with five entries at the top. In clusters of 4 and 8 joint settles row 0
-    by count and the draw's scan (the top-k set kept whole) and row 1 within the top-k set by
-    one warp (joint_top_p_in_set_draw), and leaves row 6 to the searches (its set's mass lies
-    between the goals of the row's mass bounds). Tokens equal the reference's."""
-    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    7, k = 64 with five entries at the top."""
     rows = 8
     g = gen(73)
     probs = make_probs(rows, vocab, seed=74)
@@ -488,8 +479,38 @@ def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
     probs[6, vocab - 16384 :] = tail[torch.randperm(16384, device=DEV, generator=g)]
     k = torch.tensor([50, 50, 50, 50, 50, 40, 1, 64], device=DEV, dtype=torch.int32)
     p = torch.tensor([0.9, 0.9, 0.5, 0.9, 0.8, 1.0, 0.5, 0.9], device=DEV)
+    return probs, k, p
+
+
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_cluster_two_search_samplers_on_crowded_tied_and_balanced_rows(
+    vocab, cluster_ctas, monkeypatch
+):
+    """Top-k then top-p and joint top-k / top-p in the cluster kernels (rank 0 decides the kept
+    set from the CTAs' lists of their own top k, and joint's goal from bounds on the row's total
+    mass: cluster_local_top_k.cuh's two_search_list_filter), on two_search_rows. In clusters of
+    4 and 8 joint settles row 0 by count and the draw's scan (the top-k set kept whole) and row
+    1 within the top-k set by one warp (joint_top_p_in_set_draw), and leaves row 6 to the
+    searches (its set's mass lies between the goals of the row's mass bounds). 128 outputs a
+    call: the kernels' instances at two CTAs a SM. Tokens equal the reference's."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    probs, k, p = two_search_rows(vocab)
     samplers = ("top_k_first", "joint")
-    assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(rows, 16), 25, 9)
+    assert_samplers_match_reference(samplers, probs, k, p, 0.1, many(8, 16), 25, 9)
+
+
+@pytest.mark.parametrize("vocab", [32000, 128256])
+def test_cluster_two_search_samplers_at_one_cta_a_sm(vocab, cluster_ctas, monkeypatch):
+    """The same rows drawn one to four outputs a call: sample_launch.cu launches the two-search
+    list kernels' instances at one CTA a SM (their own SASS, up to 128 registers) for up to
+    kOneCtaMaxRows = 4 outputs, in clusters of 4, 8 and 16 alike. Tokens equal the
+    reference's."""
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    probs, k, p = two_search_rows(vocab)
+    samplers = ("top_k_first", "joint")
+    for idx in ([0, 1, 2, 3], [4, 5, 6, 7], [6], [1, 1]):
+        rows = torch.tensor(idx, device=DEV)
+        assert_samplers_match_reference(samplers, probs, k, p, 0.1, rows, 25, 9)
 
 
 @pytest.mark.parametrize("vocab", [32000, 128256])
