@@ -444,10 +444,10 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // and the searches run. Its scan and draw are a copy of draw_from_local_list_block's, the
 // verdict between them: a body shared with the top-k kernels would move their register
 // allocation (dev/NOTES.md item 80). Keep them in step.
-// Inlined into the kernel body instead (lab AOTINFER_LAB_JOINT_SET_DRAW_INLINE, session 54, H100,
-// A B A B in one machine start, the same tokens): joint 0.971-1.017x, 1 x 32000 peaked 0.996x,
-// where the instruction-fetch stalls were to fall (history/ab-sampling-joint-set-draw-inline-
-// 041d04e-h100.txt; dev/NOTES.md item 86). Not adopted.
+// It stays a call: inlined into the kernel body (lab AOTINFER_LAB_JOINT_SET_DRAW_INLINE, session
+// 54, H100, A B A B in one machine start, the same tokens) it ran joint 0.971-1.017x, 1 x 32000
+// peaked 0.996x, where its instruction-fetch stalls were to fall (history/ab-sampling-joint-set-
+// draw-inline-041d04e-h100.txt; dev/NOTES.md item 86).
 template <int kCtas, typename Sh>
 __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, const std::uint32_t* positions,
                                                           std::int64_t n, const FilterParams& f, std::int64_t row,
