@@ -398,6 +398,16 @@ cudaError_t launch_slices(const Params& p, std::int64_t rows, std::int64_t vocab
                             static_cast<std::size_t>(groups * 16), stream, false, dim3(ctas, 1, 1), p, groups);
 }
 
+// The sampler's slice kernels in all three cluster sizes, at kCtasPerSm CTAs a SM.
+template <FilterFamily kFamily, bool kLocalList, int kCtasPerSm>
+cudaError_t launch_sample_slices(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
+                                 int smem_limit, cudaStream_t stream) {
+  return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas, kCtasPerSm>,
+                       sample_slice_kernel<kFamily, kLocalList, kSliceCtas, kCtasPerSm>,
+                       sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas, kCtasPerSm>>(
+      p, batch, p.vocab, bounds, device, smem_limit, stream);
+}
+
 template <FilterFamily kFamily, bool kLocalList = false>
 cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, SliceBounds bounds, int device,
                                   int smem_limit, cudaStream_t stream) {
@@ -405,16 +415,10 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
   constexpr std::int64_t kOneCtaMaxRows = 4;
   if constexpr (kLocalList && kFamily == FilterFamily::kTwoSearches) {
     if (batch <= kOneCtaMaxRows) {
-      return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas, 1>,
-                           sample_slice_kernel<kFamily, kLocalList, kSliceCtas, 1>,
-                           sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas, 1>>(p, batch, p.vocab, bounds,
-                                                                                         device, smem_limit, stream);
+      return launch_sample_slices<kFamily, kLocalList, 1>(p, batch, bounds, device, smem_limit, stream);
     }
   }
-  return launch_slices<sample_slice_kernel<kFamily, kLocalList, kNarrowSliceCtas>,
-                       sample_slice_kernel<kFamily, kLocalList, kSliceCtas>,
-                       sample_slice_kernel<kFamily, kLocalList, kWideSliceCtas>>(p, batch, p.vocab, bounds, device,
-                                                                                  smem_limit, stream);
+  return launch_sample_slices<kFamily, kLocalList, kSliceCtasPerSm>(p, batch, bounds, device, smem_limit, stream);
 }
 
 // The row kernels of one filter family, with the gathering the family compiles
