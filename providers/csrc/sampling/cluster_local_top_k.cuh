@@ -53,6 +53,24 @@ namespace aotinfer::sampling {
 constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
+
+// Lab AOTINFER_LAB_JOINT_WARP_SUMS (session 55): joint's slice sums leave each CTA as one
+// double a warp, pushed into rank 0 (no block reduction, so two block barriers fewer before
+// the cluster barrier in every CTA), and rank 0 adds the kCtas x 16 warp sums in every warp
+// (sum_in_every_lane: the same bits in every thread).
+#ifdef AOTINFER_LAB_JOINT_WARP_SUMS
+constexpr bool kLabJointWarpSums = true;
+#else
+constexpr bool kLabJointWarpSums = false;
+#endif
+// Lab AOTINFER_LAB_JOINT_FLOOR_IN_MAX (session 55): joint_top_k_set_draw's floored test
+// from the smallest kept key, reduced beside the largest key in one block reduction, instead
+// of a __syncthreads_or of its own (one block barrier fewer in rank 0's draw).
+#ifdef AOTINFER_LAB_JOINT_FLOOR_IN_MAX
+constexpr bool kLabJointFloorInMax = true;
+#else
+constexpr bool kLabJointFloorInMax = false;
+#endif
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
@@ -461,9 +479,23 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
   std::uint32_t mx = 0u;
+  std::uint32_t kept_min = ~0u;  // the lab: the smallest kept key (nonzero, >= min_key)
+  if constexpr (kLabJointFloorInMax) {
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
-  mx = block_reduce(mx, MaxOp{}, 0u);
+    for (int i = 0; i < kPerThread; ++i) {
+      const std::uint32_t key = prob_key(keys[first + i]);
+      mx = max(mx, key);
+      if (key != 0u && key >= min_key) kept_min = min(kept_min, key);
+    }
+    const std::uint64_t both =
+        block_reduce((static_cast<std::uint64_t>(mx) << 32) | ~kept_min, PairMaxOp{}, std::uint64_t{0});
+    mx = static_cast<std::uint32_t>(both >> 32);
+    kept_min = ~static_cast<std::uint32_t>(both);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+    mx = block_reduce(mx, MaxOp{}, 0u);
+  }
   if (mx == 0u) return -1;  // no participant: the default path's verdict too
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -473,9 +505,18 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
     const std::uint32_t key = prob_key(keys[first + i]);
     q[i] = fx.kept_mass(key, min_key);
     own += q[i];
-    floored |= key != 0u && key >= min_key && FixedPointScale::biased_exponent(key) + fx.base < 0;
+    if constexpr (!kLabJointFloorInMax) {
+      floored |= key != 0u && key >= min_key && FixedPointScale::biased_exponent(key) + fx.base < 0;
+    }
   }
-  if (__syncthreads_or(floored || (mx >> 23) == 0u)) return kSetUndecided;
+  if constexpr (kLabJointFloorInMax) {
+    // biased_exponent grows with the key: some kept key is floored iff the smallest is. The
+    // verdict is the block's (both reduced), so every thread returns alike.
+    if (kept_min != ~0u && FixedPointScale::biased_exponent(kept_min) + fx.base < 0) return kSetUndecided;
+    if ((mx >> 23) == 0u) return kSetUndecided;
+  } else {
+    if (__syncthreads_or(floored || (mx >> 23) == 0u)) return kSetUndecided;
+  }
   std::uint64_t total;
   const std::uint64_t before = block_exclusive_scan(own, &total);
   if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing, and the set is the top-k set
@@ -525,7 +566,9 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   __shared__ __align__(16) float list_keys[kLocalListEntries<kCtas>];
   __shared__ std::uint32_t list_positions[kLocalListEntries<kCtas>];
   __shared__ int overflowed[kCtas];
-  __shared__ double slice_sums[kCtas];  // joint: each slice's probabilities, summed
+  // Joint: each slice's probabilities, summed (the lab: each warp's, kSliceWarps a slice).
+  constexpr int kSliceWarps = kSliceThreads / 32;
+  __shared__ double slice_sums[kLabJointWarpSums ? kCtas * kSliceWarps : kCtas];
   const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -614,8 +657,15 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   }
   for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
   if (sums) {
-    sum = block_reduce(sum, SumOp{}, 0.0);
-    if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
+    if constexpr (kLabJointWarpSums) {
+      sum = warp_reduce(sum, SumOp{});
+      if ((threadIdx.x & 31) == 0) {
+        *cluster.map_shared_rank(&slice_sums[rank * kSliceWarps + (threadIdx.x >> 5)], 0) = sum;
+      }
+    } else {
+      sum = block_reduce(sum, SumOp{}, 0.0);
+      if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
+    }
   }
   if (threadIdx.x < kCtas) {
     *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
@@ -631,8 +681,12 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
         list_keys, list_positions, n, list_top_k_key<kCtas>(list_keys, k, sh), rng);
   } else {
     double row_sum = 0.0;
+    if constexpr (kLabJointWarpSums) {
+      row_sum = sum_in_every_lane<kCtas * kSliceWarps>(slice_sums);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
+      for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
+    }
     // (Clusters of 16 keep the searches: joint_top_k_set_draw's comment.)
     if constexpr (kCtas != kWideSliceCtas) {
       if (f.mode == FilterMode::kJoint) {
