@@ -41,6 +41,7 @@
 
 #include "../common/block_reduce.cuh"
 #include "filter_sample.cuh"
+#include "lab_row_trace.cuh"
 #include "level0_count_bound.cuh"
 #include "row_scope.cuh"
 #include "top_k_set_in_warp.cuh"
@@ -596,6 +597,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
                                                         : kBoundUndecided;
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
+  LAB_SLICE(lab_slice_mark(2));
   if constexpr (!kLabFewerBarriers) cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
@@ -670,7 +672,9 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (threadIdx.x < kCtas) {
     *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
   }
+  LAB_SLICE(lab_slice_mark(3));
   cluster.sync();
+  LAB_SLICE(lab_slice_mark(4));
   int any = 0;
 #pragma unroll
   for (int r = 0; r < kCtas; ++r) any |= overflowed[r];

@@ -1,10 +1,11 @@
 // A lab (dev/trace_rejection_rows.py, dev/lab_trace_rejection.sh): built with
 // -DAOTINFER_LAB_ROW_TRACE, the rejection row kernels (top_p_rejection.cuh) print one line per
 // row with its timeline; without it, LAB_TRACE(...) compiles to nothing. It measured what a
-// round costs beside round 0's pass (dev/NOTES.md item 74).
+// round costs beside round 0's pass (dev/NOTES.md item 74). Below it, the slice kernels' phase
+// trace (AOTINFER_LAB_SLICE_TRACE).
 #pragma once
 
-#ifdef AOTINFER_LAB_ROW_TRACE
+#if defined(AOTINFER_LAB_ROW_TRACE) || defined(AOTINFER_LAB_SLICE_TRACE)
 #include <cstdio>
 #endif
 
@@ -42,6 +43,45 @@ struct LabRowTrace {
 #define LAB_TRACE(stmt) stmt
 #else
 #define LAB_TRACE(stmt)
+#endif
+
+}  // namespace aotinfer::sampling
+
+namespace aotinfer::sampling {
+
+// A lab (dev/trace_slice_phases.py): built with -DAOTINFER_LAB_SLICE_TRACE, the slice kernels
+// (slice_kernels.cuh) mark, in thread 0 of each CTA, the SM clock at their phases (0 entry,
+// 1 slice loaded, 2 list bound t_c found, 3 listed, 4 past the list exchange's cluster
+// barrier, 5 done) and print one line per CTA: family, CTAs a SM, rank, SM, the global clock
+// at entry (ns) and the cycles from entry to each later mark (0: not reached).
+#ifdef AOTINFER_LAB_SLICE_TRACE
+__device__ __forceinline__ unsigned long long* lab_slice_marks() {
+  __shared__ unsigned long long marks[7];
+  return marks;
+}
+__device__ __forceinline__ void lab_slice_mark(int i) {
+  if (threadIdx.x == 0) lab_slice_marks()[i] = clock64();
+}
+__device__ __forceinline__ void lab_slice_start() {
+  if (threadIdx.x != 0) return;
+  unsigned long long* m = lab_slice_marks();
+  for (int i = 1; i < 6; ++i) m[i] = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(m[6]));
+  m[0] = clock64();
+}
+__device__ __forceinline__ void lab_slice_print(int family, int ctas_per_sm, int rank) {
+  if (threadIdx.x != 0) return;
+  const unsigned long long* m = lab_slice_marks();
+  const unsigned long long end = clock64();
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  auto d = [&](int i) { return m[i] ? m[i] - m[0] : 0ull; };
+  printf("SLICE %d %d %d %u %llu %llu %llu %llu %llu %llu\n", family, ctas_per_sm, rank, smid, m[6], d(1), d(2),
+         d(3), d(4), end - m[0]);
+}
+#define LAB_SLICE(stmt) stmt
+#else
+#define LAB_SLICE(stmt)
 #endif
 
 }  // namespace aotinfer::sampling

@@ -87,12 +87,14 @@ __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
   const int rank = static_cast<int>(cluster.block_rank());
   const std::int64_t b = blockIdx.x / kCtas;
   pdl_wait_for_prior_grid();
+  LAB_SLICE(lab_slice_start());
   const std::int64_t row = detail::source_row(p.indices, p.indices_int64, b);
   std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
     const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
                                                                 detail::slice_range(n, slice_groups, rank));
+    LAB_SLICE(lab_slice_mark(1));
     if constexpr (kLocalList) {
       token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches>(
           scope, p.input + row * p.row_stride, n, p.filter, row, p.random.for_row(b, 0), sh);
@@ -103,6 +105,7 @@ __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
   pdl_launch_dependents();
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
   if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
+  LAB_SLICE(lab_slice_print(static_cast<int>(kFamily), kCtasPerSm, rank));
   // No barrier before exiting: every access to a peer's shared memory (SliceScopeOf) comes
   // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
 #endif

@@ -1,0 +1,124 @@
+"""Phase timelines of the batch-1 cluster samplers (a lab tool, GPU machine, with a provider
+built with -DAOTINFER_LAB_SLICE_TRACE: lab_row_trace.cuh's lab_slice_print writes one SLICE
+line per CTA). Each op runs on bench_sampling's rows in a CUDA graph of CALLS back-to-back
+calls (the benchmark's setting: warm code, launches queued), replayed REPS times; the summary
+splits the lines into launches (CTAs ordered by their entry on the global clock, kCtas a
+launch) and prints, per op, the median SM cycles of each phase: the slice's load, the list
+bound t_c, the listing (t_c to the list exchange), the wait at the exchange's cluster barrier
+and rank 0's draw after it, for rank 0 and the slowest CTA, and the launch's entry skew.
+
+    python3 dev/trace_slice_phases.py [DIST ...] > trace.txt    (collect; default peaked)
+    python3 dev/trace_slice_phases.py --summary trace.txt        (summarise)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+CALLS, REPS, CTAS = 10, 4, 8
+PHASES = ("load", "bound", "listing", "exchange", "draw")
+
+
+def collect(dists: list[str]) -> None:
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from bench_sampling import make_probs
+
+    import aotinfer
+
+    s = dict(seed=1, offset=0)
+    ops = {
+        "top_k": lambda p: aotinfer.top_k_sampling_from_probs(p, 50, **s),
+        "joint": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
+            p, 50, 0.9, filter_apply_order="joint", **s
+        ),
+        "top_k_first": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
+            p, 50, 0.9, filter_apply_order="top_k_first", **s
+        ),
+    }
+    for dist in dists:
+        rows = [make_probs(1, 32000, dist == "peaked", seed=i) for i in range(CALLS)]
+        for name, fn in ops.items():
+            fn(rows[0])  # loaded and warm
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for r in rows:
+                    fn(r)
+            torch.cuda.synchronize()
+            for rep in range(REPS):
+                print(f"LAUNCH {name} 1x32000 {dist} rep {rep}", flush=True)
+                graph.replay()
+                torch.cuda.synchronize()
+                sys.stdout.flush()
+            del graph
+
+
+def launches_of(lines: list[list[int]]) -> list[list[list[int]]]:
+    """SLICE fields (family, ctas a SM, rank, sm, g0, d1..d4, end) grouped into launches."""
+    lines = sorted(lines, key=lambda f: f[4])
+    return [lines[i : i + CTAS] for i in range(0, len(lines) - CTAS + 1, CTAS)]
+
+
+def phases(f: list[int]) -> dict:
+    d1, d2, d3, d4, end = f[5:10]
+    return {
+        "load": d1,
+        "bound": d2 - d1,
+        "listing": d3 - d2,
+        "exchange": d4 - d3,
+        "draw": end - d4,
+        "end": end,
+    }
+
+
+def summarise(path: str) -> None:
+    cases: dict[str, list[list[int]]] = defaultdict(list)
+    name = None
+    for line in open(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "LAUNCH":
+            name = " ".join(parts[1:4])
+        elif parts[0] == "SLICE" and name is not None:
+            cases[name].append([int(x) for x in parts[1:]])
+    med = statistics.median
+    for name, lines in cases.items():
+        launches = [
+            ls for ls in launches_of(lines) if sorted(f[2] for f in ls) == list(range(CTAS))
+        ]
+        if not launches:
+            print(f"== {name}: no whole launch")
+            continue
+        rank0 = [phases(next(f for f in ls if f[2] == 0)) for ls in launches]
+        slowest = [
+            max(
+                (phases(f) for f in ls if f[2] != 0),
+                key=lambda p: p["load"] + p["bound"] + p["listing"],
+            )
+            for ls in launches
+        ]
+        skew = [(max(f[4] for f in ls) - min(f[4] for f in ls)) for ls in launches]
+        fam = launches[0][0][0], launches[0][0][1]
+        print(
+            f"== {name}: family {fam[0]}, {fam[1]} CTA(s) a SM, {len(launches)} launches;"
+            f" entry skew median {med(skew)} ns"
+        )
+        print("   cycles (median)  " + "  ".join(f"{p:>8}" for p in PHASES + ("end",)))
+        for label, rows in (("rank 0", rank0), ("slowest peer", slowest)):
+            print(
+                f"   {label:<15}  "
+                + "  ".join(f"{med([r[p] for r in rows]):>8.0f}" for p in PHASES + ("end",))
+            )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--summary":
+        summarise(sys.argv[2])
+    else:
+        collect(sys.argv[1:] or ["peaked"])
