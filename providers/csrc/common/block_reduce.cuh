@@ -41,28 +41,6 @@ struct MaxOp {
   }
 };
 
-// Two 32-bit maxima in one reduction: the halves of a 64-bit word, each the larger of its own.
-struct PairMaxOp {
-  __device__ __forceinline__ std::uint64_t operator()(std::uint64_t a, std::uint64_t b) const {
-    const std::uint64_t hi = (a >> 32) > (b >> 32) ? a >> 32 : b >> 32;
-    const std::uint64_t lo = (a & 0xffffffffu) > (b & 0xffffffffu) ? a & 0xffffffffu : b & 0xffffffffu;
-    return hi << 32 | lo;
-  }
-};
-
-// The sum of kCount values (a multiple of 32) by one warp, the same bits in every lane: each
-// lane adds its values in a fixed order, then warp_reduce's xor butterfly, whose every step
-// adds the same two values in both lanes of a pair (a + b == b + a in floating point too).
-template <int kCount, typename T>
-__device__ __forceinline__ T sum_in_every_lane(const T* v) {
-  static_assert(kCount % 32 == 0, "whole rows of 32");
-  const int lane = threadIdx.x & 31;
-  T s = v[lane];
-#pragma unroll
-  for (int i = 1; i < kCount / 32; ++i) s += v[i * 32 + lane];
-  return warp_reduce(s, SumOp{});
-}
-
 // (score, index) pairs: the smallest score wins, ties to the lowest index. An index of -1
 // marks "no candidate" and loses to everything.
 struct ScoredIndex {

@@ -55,23 +55,6 @@ constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
 
-// Lab AOTINFER_LAB_JOINT_WARP_SUMS (session 55): joint's slice sums leave each CTA as one
-// double a warp, pushed into rank 0 (no block reduction, so two block barriers fewer before
-// the cluster barrier in every CTA), and rank 0 adds the kCtas x 16 warp sums in every warp
-// (sum_in_every_lane: the same bits in every thread).
-#ifdef AOTINFER_LAB_JOINT_WARP_SUMS
-constexpr bool kLabJointWarpSums = true;
-#else
-constexpr bool kLabJointWarpSums = false;
-#endif
-// Lab AOTINFER_LAB_JOINT_FLOOR_IN_MAX (session 55): joint_top_k_set_draw's floored test
-// from the smallest kept key, reduced beside the largest key in one block reduction, instead
-// of a __syncthreads_or of its own (one block barrier fewer in rank 0's draw).
-#ifdef AOTINFER_LAB_JOINT_FLOOR_IN_MAX
-constexpr bool kLabJointFloorInMax = true;
-#else
-constexpr bool kLabJointFloorInMax = false;
-#endif
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
@@ -124,11 +107,123 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
   return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
+// Lab AOTINFER_LAB_LIST_BITONIC_TOP_K (session 55): rank 0 finds t_k in the list by sorting
+// networks instead of the radix search (whose levels cost block barriers and a one-warp scan of
+// the list: rank 0's draw, t_k included, took ~7.7k of a top-k call's ~18.5k cycles at 1 x
+// 32000 on an H100; history/trace-slice-phases-f00efa8-h100.txt). Each warp sorts 64 keys
+// (two a lane) by a bitonic network in registers; pairs of warps then keep the larger 64 of
+// their two lists (the elementwise larger of one list and the other reversed is a bitonic
+// sequence holding them; six more steps sort it), through shared memory, until warp 0 holds
+// the list's 64 largest keys in order. The k-th of them (k <= kLocalListRegion / 2 = 64) is t_k:
+// the same kept set as the search's key (no list key lies between the two).
+#ifdef AOTINFER_LAB_LIST_BITONIC_TOP_K
+constexpr bool kLabListBitonicTopK = true;
+#else
+constexpr bool kLabListBitonicTopK = false;
+#endif
+
+// One compare-exchange step of a bitonic network over the 64 keys of a warp, element
+// i = lane + 32 r in a[r]: sequences of length `len` sorted descending where i & len is 0
+// (every one when len is 64), ascending elsewhere; partners i and i ^ j.
+__device__ __forceinline__ void warp_bitonic_step(std::uint32_t (&a)[2], int len, int j) {
+  const int lane = threadIdx.x & 31;
+  if (j == 32) {  // partners in one lane
+    const bool down = (lane & len) == 0;  // (len >= 64 here: every sequence descends)
+    const std::uint32_t hi = max(a[0], a[1]), lo = min(a[0], a[1]);
+    a[0] = down ? hi : lo;
+    a[1] = down ? lo : hi;
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = lane + 32 * r;
+    const std::uint32_t other = __shfl_xor_sync(kFullMask, a[r], j);
+    const bool down = (i & len) == 0, lower = (i & j) == 0;
+    a[r] = down == lower ? max(a[r], other) : min(a[r], other);
+  }
+}
+
+// Sorts a bitonic sequence of 64 (two a lane) descending.
+__device__ __forceinline__ void warp_bitonic_merge(std::uint32_t (&a)[2]) {
+#pragma unroll
+  for (int j = 32; j > 0; j >>= 1) warp_bitonic_step(a, 64, j);
+}
+
+// The larger 64 of two descending lists of 64 (a in registers, b read by element index),
+// descending, in a.
+template <typename ReadB>
+__device__ __forceinline__ void warp_keep_larger_64(std::uint32_t (&a)[2], ReadB b) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) a[r] = max(a[r], b(63 - lane - 32 * r));
+  warp_bitonic_merge(a);
+}
+
+template <int kCtas, typename Sh>
+__device__ std::uint32_t list_top_k_key_by_sorting(const float* keys, std::int32_t k, Sh& sh) {
+  constexpr int kChunks = kLocalListEntries<kCtas> / 64;
+  constexpr int kWarps = kSliceThreads / 32;
+  constexpr int kLists = kChunks < kWarps ? kChunks : kWarps;  // sorted lists after the warps' own merges
+  static_assert(kChunks % kLists == 0 && (kLists & (kLists - 1)) == 0, "whole chunks, lists in pairs");
+  static_assert(kLists / 2 * 64 * 2 <= Sh::kBins, "two exchange buffers in sh.count");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  std::uint32_t* exchange = sh.count;  // free here: the slice's searches are over
+  std::uint32_t a[2] = {0u, 0u};
+  if (warp < kLists) {
+#pragma unroll
+    for (int c = warp; c < kChunks; c += kLists) {
+      std::uint32_t b[2] = {prob_key(keys[c * 64 + lane]), prob_key(keys[c * 64 + 32 + lane])};
+#pragma unroll
+      for (int len = 2; len <= 64; len <<= 1) {
+#pragma unroll
+        for (int j = len >> 1; j > 0; j >>= 1) warp_bitonic_step(b, len, j);
+      }
+      if (c == warp) {
+        a[0] = b[0];
+        a[1] = b[1];
+      } else {
+        // b's element e sits in lane e % 32, register e / 32: a shuffle reads it.
+        warp_keep_larger_64(a, [&](int e) {
+          const std::uint32_t lo = __shfl_sync(kFullMask, b[0], e & 31), hi = __shfl_sync(kFullMask, b[1], e & 31);
+          return e < 32 ? lo : hi;
+        });
+      }
+    }
+  }
+  int buffer = 0;
+#pragma unroll
+  for (int lists = kLists; lists > 1; lists >>= 1) {
+    const int half = lists >> 1;
+    std::uint32_t* slots = exchange + buffer * (kLists / 2 * 64);
+    if (warp >= half && warp < lists) {
+      slots[(warp - half) * 64 + lane] = a[0];
+      slots[(warp - half) * 64 + 32 + lane] = a[1];
+    }
+    __syncthreads();
+    if (warp < half) warp_keep_larger_64(a, [&](int e) { return slots[warp * 64 + e]; });
+    buffer ^= 1;
+  }
+  // Warp 0 holds the 64 largest in order: the k-th is element k - 1.
+  if (warp == 0) {
+    const int e = k - 1;
+    const std::uint32_t v = __shfl_sync(kFullMask, e < 32 ? a[0] : a[1], e & 31);
+    if (lane == 0) sh.count[Sh::kBins] = v;
+  }
+  __syncthreads();
+  const std::uint32_t t_k = sh.count[Sh::kBins];
+  __syncthreads();  // sh's next user may write count[kBins]
+  return t_k;
+}
+
 // Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
 template <int kCtas, typename Sh>
 __device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
-  const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
-  return local_top_k_key(list, k, sh);
+  if constexpr (kLabListBitonicTopK) {
+    return list_top_k_key_by_sorting<kCtas>(keys, k, sh);
+  } else {
+    const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
+    return local_top_k_key(list, k, sh);
+  }
 }
 
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
@@ -480,23 +575,9 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
   std::uint32_t mx = 0u;
-  std::uint32_t kept_min = ~0u;  // the lab: the smallest kept key (nonzero, >= min_key)
-  if constexpr (kLabJointFloorInMax) {
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const std::uint32_t key = prob_key(keys[first + i]);
-      mx = max(mx, key);
-      if (key != 0u && key >= min_key) kept_min = min(kept_min, key);
-    }
-    const std::uint64_t both =
-        block_reduce((static_cast<std::uint64_t>(mx) << 32) | ~kept_min, PairMaxOp{}, std::uint64_t{0});
-    mx = static_cast<std::uint32_t>(both >> 32);
-    kept_min = ~static_cast<std::uint32_t>(both);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
-    mx = block_reduce(mx, MaxOp{}, 0u);
-  }
+  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+  mx = block_reduce(mx, MaxOp{}, 0u);
   if (mx == 0u) return -1;  // no participant: the default path's verdict too
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -506,18 +587,9 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
     const std::uint32_t key = prob_key(keys[first + i]);
     q[i] = fx.kept_mass(key, min_key);
     own += q[i];
-    if constexpr (!kLabJointFloorInMax) {
-      floored |= key != 0u && key >= min_key && FixedPointScale::biased_exponent(key) + fx.base < 0;
-    }
+    floored |= key != 0u && key >= min_key && FixedPointScale::biased_exponent(key) + fx.base < 0;
   }
-  if constexpr (kLabJointFloorInMax) {
-    // biased_exponent grows with the key: some kept key is floored iff the smallest is. The
-    // verdict is the block's (both reduced), so every thread returns alike.
-    if (kept_min != ~0u && FixedPointScale::biased_exponent(kept_min) + fx.base < 0) return kSetUndecided;
-    if ((mx >> 23) == 0u) return kSetUndecided;
-  } else {
-    if (__syncthreads_or(floored || (mx >> 23) == 0u)) return kSetUndecided;
-  }
+  if (__syncthreads_or(floored || (mx >> 23) == 0u)) return kSetUndecided;
   std::uint64_t total;
   const std::uint64_t before = block_exclusive_scan(own, &total);
   if (p < 1.f) {  // as prob_filter: NaN or >= 1 filters nothing, and the set is the top-k set
@@ -567,9 +639,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   __shared__ __align__(16) float list_keys[kLocalListEntries<kCtas>];
   __shared__ std::uint32_t list_positions[kLocalListEntries<kCtas>];
   __shared__ int overflowed[kCtas];
-  // Joint: each slice's probabilities, summed (the lab: each warp's, kSliceWarps a slice).
-  constexpr int kSliceWarps = kSliceThreads / 32;
-  __shared__ double slice_sums[kLabJointWarpSums ? kCtas * kSliceWarps : kCtas];
+  __shared__ double slice_sums[kCtas];  // joint: each slice's probabilities, summed
   const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -659,15 +729,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   }
   for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
   if (sums) {
-    if constexpr (kLabJointWarpSums) {
-      sum = warp_reduce(sum, SumOp{});
-      if ((threadIdx.x & 31) == 0) {
-        *cluster.map_shared_rank(&slice_sums[rank * kSliceWarps + (threadIdx.x >> 5)], 0) = sum;
-      }
-    } else {
-      sum = block_reduce(sum, SumOp{}, 0.0);
-      if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
-    }
+    sum = block_reduce(sum, SumOp{}, 0.0);
+    if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
   }
   if (threadIdx.x < kCtas) {
     *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
@@ -685,12 +748,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
         list_keys, list_positions, n, list_top_k_key<kCtas>(list_keys, k, sh), rng);
   } else {
     double row_sum = 0.0;
-    if constexpr (kLabJointWarpSums) {
-      row_sum = sum_in_every_lane<kCtas * kSliceWarps>(slice_sums);
-    } else {
 #pragma unroll
-      for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
-    }
+    for (int r = 0; r < kCtas; ++r) row_sum += slice_sums[r];
     // (Clusters of 16 keep the searches: joint_top_k_set_draw's comment.)
     if constexpr (kCtas != kWideSliceCtas) {
       if (f.mode == FilterMode::kJoint) {
