@@ -107,20 +107,22 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
   return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
-// Lab AOTINFER_LAB_LIST_BITONIC_TOP_K (session 55): rank 0 finds t_k in the list by sorting
-// networks instead of the radix search (whose levels cost block barriers and a one-warp scan of
-// the list: rank 0's draw, t_k included, took ~7.7k of a top-k call's ~18.5k cycles at 1 x
-// 32000 on an H100; history/trace-slice-phases-f00efa8-h100.txt). Each warp sorts 64 keys
-// (two a lane) by a bitonic network in registers; pairs of warps then keep the larger 64 of
-// their two lists (the elementwise larger of one list and the other reversed is a bitonic
-// sequence holding them; six more steps sort it), through shared memory, until warp 0 holds
-// the list's 64 largest keys in order. The k-th of them (k <= kLocalListRegion / 2 = 64) is t_k:
-// the same kept set as the search's key (no list key lies between the two).
-#ifdef AOTINFER_LAB_LIST_BITONIC_TOP_K
-constexpr bool kLabListBitonicTopK = true;
-#else
-constexpr bool kLabListBitonicTopK = false;
-#endif
+// Rank 0 finds t_k in the list by sorting networks (session 55, dev/NOTES.md item 87): each
+// warp sorts 64 keys (two a lane) by a bitonic network in registers; pairs of warps then keep
+// the larger 64 of their two lists (the elementwise larger of one list and the other reversed
+// is a bitonic sequence that holds them; six more steps sort it), through shared memory, until
+// warp 0 holds the list's 64 largest keys in order. The k-th of them (k <= kLocalListRegion / 2
+// = 64) is t_k: the kept set of the radix search's key (no list key lies between the two).
+// The search it replaced (local_top_k_key over the list) paid block barriers at each level and
+// a one-warp scan of the list; rank 0's draw, t_k included, took ~7.7k of a top-k call's ~18.5k
+// cycles at 1 x 32000 (H100; history/trace-slice-phases-f00efa8-h100.txt, dev/
+// trace_slice_phases.py). Measured as lab AOTINFER_LAB_LIST_BITONIC_TOP_K (H100, A B A B in one
+// machine start, the same tokens, the 757 sampling tests passing under it; history/
+// ab-sampling-list-bitonic-top-k-eebabab-h100.txt): at 1, 4 and 16 rows of 32000 top-k
+// 0.84-0.92x, joint 0.86-0.93x (1 x 32000 peaked 10.8 -> 9.85 us), top-k then top-p 0.88-0.94x;
+// at 16 rows of 128256 0.91-0.98x; at 1 and 4 rows of 128256 (clusters of 16) flat rows top-k
+// 0.92x and top-k then top-p 0.95-0.96x, the rest 0.995-1.006x (joint there keeps the two
+// searches with masses; peaked and sharp rows' list searches were short).
 
 // One compare-exchange step of a bitonic network over the 64 keys of a warp, element
 // i = lane + 32 r in a[r]: sequences of length `len` sorted descending where i & len is 0
@@ -159,8 +161,9 @@ __device__ __forceinline__ void warp_keep_larger_64(std::uint32_t (&a)[2], ReadB
   warp_bitonic_merge(a);
 }
 
+// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
 template <int kCtas, typename Sh>
-__device__ std::uint32_t list_top_k_key_by_sorting(const float* keys, std::int32_t k, Sh& sh) {
+__device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
   constexpr int kChunks = kLocalListEntries<kCtas> / 64;
   constexpr int kWarps = kSliceThreads / 32;
   constexpr int kLists = kChunks < kWarps ? kChunks : kWarps;  // sorted lists after the warps' own merges
@@ -215,16 +218,6 @@ __device__ std::uint32_t list_top_k_key_by_sorting(const float* keys, std::int32
   return t_k;
 }
 
-// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
-template <int kCtas, typename Sh>
-__device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
-  if constexpr (kLabListBitonicTopK) {
-    return list_top_k_key_by_sorting<kCtas>(keys, k, sh);
-  } else {
-    const LocalScope<true> list = local_list_scope<true, kCtas>(keys);
-    return local_top_k_key(list, k, sh);
-  }
-}
 
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
 __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_key, const FixedPointScale& fx) {
@@ -452,7 +445,7 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
 
 // Top-k then top-p (FlashInfer's default filter_apply_order) by rank 0's warp 0 over the top-k
 // set (top_k_set_in_warp.cuh). The block finds t_k by count, as the top-k sampler does
-// (local_top_k_key, finishing in one warp); warp 0 copies the keys >= t_k, sorts them, takes
+// (list_top_k_key's sorting networks); warp 0 copies the keys >= t_k, sorts them, takes
 // the largest key whose running mass reaches p times the set's mass (an exact goal) and draws.
 // Returns the token in thread 0 (-1: nothing kept), or kSetUndecided in every thread where the
 // set is too large or too deep for exact masses (two_search_list_filter then decides).
@@ -538,8 +531,8 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // Joint top-k / top-p in the list kernels of clusters of 4 and 8 (local_list_draw): the verdict
 // of most rows, "the top-k set's mass is below p times the row's, so the kept set is the top-k
 // set" (two_search_list_filter's first return; the benchmark's rows, whose top-50 mass is ~0.74
-// at p = 0.9), reached the top-k sampler's way: t_k by count, finishing in one warp
-// (list_top_k_key), and the mass of the set summed per key by the draw's own scan, instead of
+// at p = 0.9), reached the top-k sampler's way: t_k by count (list_top_k_key's sorting
+// networks), and the mass of the set summed per key by the draw's own scan, instead of
 // the top-k search with masses; where the set's mass reaches the goal's lower bound,
 // joint_top_p_in_set_draw settles the row within the set. Measured (session 51, dev/NOTES.md
 // item 83, A B A B in one machine start, graph us; history/ab-sampling-joint-set-then-warp-
