@@ -4,8 +4,9 @@ line per CTA). Each op runs on bench_sampling's rows in a CUDA graph of CALLS ba
 calls (the benchmark's setting: warm code, launches queued), replayed REPS times; the summary
 splits the lines into launches (CTAs ordered by their entry on the global clock, kCtas a
 launch) and prints, per op, the median SM cycles of each phase: the slice's load, the list
-bound t_c, the listing (t_c to the list exchange), the wait at the exchange's cluster barrier
-and rank 0's draw after it, for rank 0 and the slowest CTA, and the launch's entry skew.
+bound t_c (its histogram's fill, then the scan and what follows), the listing (t_c to the list
+exchange), the wait at the exchange's cluster barrier, then rank 0's t_k and the rest of its
+draw, for rank 0 and the slowest CTA, and the launch's entry skew.
 
     python3 dev/trace_slice_phases.py [DIST ...] > trace.txt    (collect; default peaked)
     python3 dev/trace_slice_phases.py --summary trace.txt        (summarise)
@@ -19,7 +20,7 @@ import sys
 from collections import defaultdict
 
 CALLS, REPS, CTAS = 10, 4, 8
-PHASES = ("load", "bound", "listing", "exchange", "draw")
+PHASES = ("load", "fill", "scan", "listing", "exchange", "t_k", "rest")
 
 
 def collect(dists: list[str]) -> None:
@@ -65,13 +66,21 @@ def launches_of(lines: list[list[int]]) -> list[list[list[int]]]:
 
 
 def phases(f: list[int]) -> dict:
+    """A CTA's phases in cycles: the slice bound split at its histogram's fill (mark 6), rank
+    0's draw at t_k (mark 5). Lines of the first trace (no marks 5 and 6) give fill = the
+    whole bound and t_k = 0."""
     d1, d2, d3, d4, end = f[5:10]
+    d5, d6 = (f[10], f[11]) if len(f) > 11 else (0, 0)
+    fill_end = d6 or d2
+    t_k_end = d5 or d4
     return {
         "load": d1,
-        "bound": d2 - d1,
+        "fill": fill_end - d1,
+        "scan": d2 - fill_end,
         "listing": d3 - d2,
         "exchange": d4 - d3,
-        "draw": end - d4,
+        "t_k": t_k_end - d4,
+        "rest": end - t_k_end,
         "end": end,
     }
 
@@ -99,7 +108,7 @@ def summarise(path: str) -> None:
         slowest = [
             max(
                 (phases(f) for f in ls if f[2] != 0),
-                key=lambda p: p["load"] + p["bound"] + p["listing"],
+                key=lambda p: p["load"] + p["fill"] + p["scan"] + p["listing"],
             )
             for ls in launches
         ]

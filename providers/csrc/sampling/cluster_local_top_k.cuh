@@ -215,6 +215,7 @@ __device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& s
   __syncthreads();
   const std::uint32_t t_k = sh.count[Sh::kBins];
   __syncthreads();  // sh's next user may write count[kBins]
+  LAB_SLICE(lab_slice_mark(5));
   return t_k;
 }
 

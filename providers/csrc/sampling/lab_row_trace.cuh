@@ -52,11 +52,12 @@ namespace aotinfer::sampling {
 // A lab (dev/trace_slice_phases.py): built with -DAOTINFER_LAB_SLICE_TRACE, the slice kernels
 // (slice_kernels.cuh) mark, in thread 0 of each CTA, the SM clock at their phases (0 entry,
 // 1 slice loaded, 2 list bound t_c found, 3 listed, 4 past the list exchange's cluster
-// barrier, 5 done) and print one line per CTA: family, CTAs a SM, rank, SM, the global clock
-// at entry (ns) and the cycles from entry to each later mark (0: not reached).
+// barrier, 5 rank 0's t_k found in the list, 6 the slice bound's histogram filled) and print
+// one line per CTA at its end: family, CTAs a SM, rank, SM, the global clock at entry (ns) and
+// the cycles from entry to marks 1-4, to the end, then to marks 5 and 6 (0: not reached).
 #ifdef AOTINFER_LAB_SLICE_TRACE
 __device__ __forceinline__ unsigned long long* lab_slice_marks() {
-  __shared__ unsigned long long marks[7];
+  __shared__ unsigned long long marks[8];  // [7]: the global clock at entry
   return marks;
 }
 __device__ __forceinline__ void lab_slice_mark(int i) {
@@ -65,8 +66,8 @@ __device__ __forceinline__ void lab_slice_mark(int i) {
 __device__ __forceinline__ void lab_slice_start() {
   if (threadIdx.x != 0) return;
   unsigned long long* m = lab_slice_marks();
-  for (int i = 1; i < 6; ++i) m[i] = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(m[6]));
+  for (int i = 1; i < 7; ++i) m[i] = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(m[7]));
   m[0] = clock64();
 }
 __device__ __forceinline__ void lab_slice_print(int family, int ctas_per_sm, int rank) {
@@ -76,8 +77,8 @@ __device__ __forceinline__ void lab_slice_print(int family, int ctas_per_sm, int
   unsigned smid;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
   auto d = [&](int i) { return m[i] ? m[i] - m[0] : 0ull; };
-  printf("SLICE %d %d %d %u %llu %llu %llu %llu %llu %llu\n", family, ctas_per_sm, rank, smid, m[6], d(1), d(2),
-         d(3), d(4), end - m[0]);
+  printf("SLICE %d %d %d %u %llu %llu %llu %llu %llu %llu %llu %llu\n", family, ctas_per_sm, rank, smid, m[7], d(1),
+         d(2), d(3), d(4), end - m[0], d(5), d(6));
 }
 #define LAB_SLICE(stmt) stmt
 #else

@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
+#include "lab_row_trace.cuh"
 #include "radix_threshold.cuh"
 
 namespace aotinfer::sampling {
@@ -70,6 +71,7 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
     }
   });
   __syncthreads();
+  LAB_SLICE(lab_slice_mark(6));
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     // Lane l sums run l, bins [kBins - kRun (l + 1), kBins - kRun l): the highest run first.
