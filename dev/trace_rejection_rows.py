@@ -16,6 +16,9 @@ import statistics
 import sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(__file__))
+from trace_records import trace_records  # noqa: E402
+
 REPS = 6
 
 
@@ -41,17 +44,12 @@ def collect(shapes: list[tuple[int, int]]) -> None:
 
 def summarise(path: str) -> None:
     launches: dict[str, list[dict]] = defaultdict(list)
-    name = None
-    for line in open(path):
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "LAUNCH":
-            name = " ".join(parts[1:3])
+    for name, fields in trace_records(path, "TRACE", 2):
+        if fields is None:
             launches[name].append([])
-        elif parts[0] == "TRACE" and name is not None:
-            f = dict(zip(parts[1:19:2], map(int, parts[2:20:2])))
-            f["at"] = [int(x) for x in parts[20:24]]
+        else:
+            f = dict(zip(fields[0:18:2], map(int, fields[1:19:2])))
+            f["at"] = [int(x) for x in fields[19:23]]
             launches[name][-1].append(f)
     for name, reps in launches.items():
         spans, ends, pass0, by_rounds, exact_ends, slowest = [], [], [], defaultdict(list), [], []

@@ -19,6 +19,9 @@ import statistics
 import sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(__file__))
+from trace_records import trace_records  # noqa: E402
+
 CALLS, REPS, CTAS = 10, 4, 8
 PHASES = ("load", "fill", "scan", "listing", "exchange", "t_k", "rest")
 
@@ -87,15 +90,9 @@ def phases(f: list[int]) -> dict:
 
 def summarise(path: str) -> None:
     cases: dict[str, list[list[int]]] = defaultdict(list)
-    name = None
-    for line in open(path):
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "LAUNCH":
-            name = " ".join(parts[1:4])
-        elif parts[0] == "SLICE" and name is not None:
-            cases[name].append([int(x) for x in parts[1:]])
+    for name, fields in trace_records(path, "SLICE", 3):
+        if fields is not None:
+            cases[name].append([int(x) for x in fields])
     med = statistics.median
     for name, lines in cases.items():
         launches = [
