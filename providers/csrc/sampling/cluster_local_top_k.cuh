@@ -54,7 +54,6 @@ namespace aotinfer::sampling {
 constexpr std::int64_t kLocalTopKMaxVocab = 262144;
 // Each CTA's region of rank 0's list; the path runs for k up to half of it.
 constexpr int kLocalListRegion = 128;
-
 template <int kCtas>
 constexpr int kLocalListEntries = kCtas * kLocalListRegion;
 // The list kernels' static shared memory: RadixShared, the list (8 KB of 1024 entries in
@@ -218,7 +217,6 @@ __device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& s
   LAB_SLICE(lab_slice_mark(5));
   return t_k;
 }
-
 
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
 __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_key, const FixedPointScale& fx) {

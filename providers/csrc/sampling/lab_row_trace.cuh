@@ -45,10 +45,6 @@ struct LabRowTrace {
 #define LAB_TRACE(stmt)
 #endif
 
-}  // namespace aotinfer::sampling
-
-namespace aotinfer::sampling {
-
 // A lab (dev/trace_slice_phases.py): built with -DAOTINFER_LAB_SLICE_TRACE, the slice kernels
 // (slice_kernels.cuh) mark, in thread 0 of each CTA, the SM clock at their phases (0 entry,
 // 1 slice loaded, 2 list bound t_c found, 3 listed, 4 past the list exchange's cluster
