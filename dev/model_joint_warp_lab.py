@@ -13,12 +13,21 @@ A model, not the kernel: the GPU tests (tests/gpu/test_sampling.py, under the la
 are the check that counts.
 
     python3 dev/model_joint_warp_lab.py [TRIALS [SEED]]
+
+JOINT_SLACK_EXP=-20 JOINT_SUM_ERROR_EXP=-21 models lab AOTINFER_LAB_JOINT_FLOAT_SUMS
+(cluster_local_top_k.cuh): the bounds' slack r * 2^SLACK, and the slices' sum off by up to
+2^SUM_ERROR of itself (the trips' float sums); then every kept set must also equal the one the
+exact row sum gives (the default slack, no error).
 """
 
 import math
+import os
 import random
 import struct
 import sys
+
+SLACK_EXP = float(os.environ.get("JOINT_SLACK_EXP", "-36"))
+SUM_ERROR_EXP = os.environ.get("JOINT_SUM_ERROR_EXP")
 
 
 def key_of(f):
@@ -322,7 +331,8 @@ def exact_row_mass(row_keys, base):
     return tot
 
 
-def two_search_list_filter(keys, row_keys, n, joint, k, p, row_sum):
+def two_search_list_filter(keys, row_keys, n, joint, k, p, row_sum, slack_exp=None):
+    slack_exp = SLACK_EXP if slack_exp is None else slack_exp
     use_p = p < 1
     t = radix(keys, n, False, count=k, track=use_p)
     if t["top_bin"] == 0:
@@ -334,7 +344,7 @@ def two_search_list_filter(keys, row_keys, n, joint, k, p, row_sum):
     lo = hi = mass_k
     if joint:
         r = math.ldexp(row_sum, 150 + t["mass_base"])
-        slack = r * 2.0**-36
+        slack = r * 2.0**slack_exp
         hi = math.ceil(r + slack)
         lo = math.floor(max(r - slack - KBINS, 1.0))
         if mass_k >= mass_goal(fr, lo) and mass_k < mass_goal(fr, hi):
@@ -374,7 +384,7 @@ def lab(keys_f, pos, row_keys, n, joint, k, p, row_sum, entries):
         lo = hi = mass_k
         if joint:
             r = math.ldexp(row_sum, 150 + base)
-            slack = r * 2.0**-36
+            slack = r * 2.0**SLACK_EXP
             hi = math.ceil(r + slack)
             lo = math.floor(max(r - slack - KBINS, 1.0))
         glo, ghi = mass_goal(fr, lo), mass_goal(fr, hi)
@@ -433,7 +443,16 @@ def main(trials, seed):
             else f32(rng.choice([0.5, 0.9, 0.99, 0.99999, 1.0, rng.random()]))
         )
         keys = [key_of(v) for v in keys_f]
+        exact_sum = row_sum
+        if SUM_ERROR_EXP is not None:
+            row_sum *= 1 + rng.uniform(-1, 1) * 2.0 ** float(SUM_ERROR_EXP)
         kept1 = two_search_list_filter(keys, row_keys, n, joint, k, p, row_sum)
+        if SUM_ERROR_EXP is not None:
+            ref = two_search_list_filter(keys, row_keys, n, joint, k, p, exact_sum, -36)
+            assert (kept1 is None) == (ref is None), trial
+            if ref is not None:
+                assert [x and x >= kept1 for x in keys] == [x and x >= ref for x in keys], trial
+            stats["same_as_exact_sum"] = stats.get("same_as_exact_sum", 0) + 1
         status, res = lab(keys_f, pos, row_keys, n, joint, k, p, row_sum, entries)
         stats[status] += 1
         if status == "fallback":

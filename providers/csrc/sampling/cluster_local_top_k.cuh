@@ -377,7 +377,7 @@ __device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_
 // floored as a whole, which no CTA has: `row_sum` (the slices' sums of their probabilities
 // in double) puts it within [lo, hi]; only where a total in between could give another kept
 // set does rank 0 sum it exactly from the row `x` (exact_row_mass; rare, the interval is
-// about 2^-35 of the total wide). `any` is false where the row has no participant.
+// about 2^-35 of the total wide; 2^-19 under lab AOTINFER_LAB_JOINT_FLOAT_SUMS). `any` is false where the row has no participant.
 struct ListFilter {
   std::uint32_t min_key;
   bool any;
@@ -392,11 +392,26 @@ struct ListFilter {
 // r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers eightfold
 // (twofold; fourfold; twofold). Two functions, so that a caller that may need only the lower
 // bound computes the upper one where it does (joint_top_k_set_draw).
+//
+// Lab AOTINFER_LAB_JOINT_FLOAT_SUMS (session 55, unmeasured): each thread sums a listing trip's
+// eight keys in float and adds that once in double (a trip whose float sum overflows adds its
+// keys in double instead), where the default converts and adds every key in double: joint's
+// listing took ~0.9k cycles more than top-k then top-p's in the same kernel at 1 x 32000
+// (H100, history/trace-slice-phases-f00efa8-h100.txt). A float sum of at most eight
+// non-negative keys is within 7 * 2^-24 (< 2^-21) of theirs, so the total stays within
+// 2^-21 + 2^-37 of r; the slack widens to r * 2^-20, which covers that about twofold. The kept
+// set is unchanged (the bounds only decide where rank 0 sums the row exactly), so is the token.
+#ifdef AOTINFER_LAB_JOINT_FLOAT_SUMS
+constexpr bool kLabJointFloatSums = true;
+#else
+constexpr bool kLabJointFloatSums = false;
+#endif
+constexpr double kRowSumSlack = kLabJointFloatSums ? 0x1p-20 : 0x1p-36;
 template <typename Sh>
 __device__ __forceinline__ std::uint64_t row_mass_lo(double r) {
-  return __double2ull_rd(fmax(r - r * 0x1p-36 - Sh::kBins, 1.0));
+  return __double2ull_rd(fmax(r - r * kRowSumSlack - Sh::kBins, 1.0));
 }
-__device__ __forceinline__ std::uint64_t row_mass_hi(double r) { return __double2ull_ru(r + r * 0x1p-36); }
+__device__ __forceinline__ std::uint64_t row_mass_hi(double r) { return __double2ull_ru(r + r * kRowSumSlack); }
 
 template <typename Sh>
 __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, const float* x, std::int64_t n,
@@ -686,6 +701,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
     float v[kTrip][4];
     std::uint32_t keep[kTrip];
     std::uint64_t counts = 0;
+    float trip_sum = 0.f;  // the lab's float sum of the trip's keys
 #pragma unroll
     for (int h = 0; h < kTrip; ++h) {
       const std::int64_t g = base + h * blockDim.x + threadIdx.x;
@@ -697,9 +713,29 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t key = prob_key(v[h][j]);
         keep[h] |= (key >= t_c ? 1u : 0u) << j;
-        if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+        if constexpr (kLabJointFloatSums) {
+          if (sums) trip_sum += key ? __uint_as_float(key) : 0.f;
+        } else {
+          if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+        }
       }
       counts |= static_cast<std::uint64_t>(__popc(keep[h])) << (32 * h);
+    }
+    if constexpr (kLabJointFloatSums) {
+      if (sums) {
+        if (trip_sum < INFINITY) {
+          sum += static_cast<double>(trip_sum);
+        } else {  // keys near FLT_MAX: in double, one by one
+#pragma unroll
+          for (int h = 0; h < kTrip; ++h) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const std::uint32_t key = prob_key(v[h][j]);
+              sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
+            }
+          }
+        }
+      }
     }
     std::uint64_t trip_total;
     const std::uint64_t before = block_exclusive_scan(counts, &trip_total);
