@@ -121,7 +121,7 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
 // 0.84-0.92x, joint 0.86-0.93x (1 x 32000 peaked 10.8 -> 9.85 us), top-k then top-p 0.88-0.94x;
 // at 16 rows of 128256 0.91-0.98x; at 1 and 4 rows of 128256 (clusters of 16) flat rows top-k
 // 0.92x and top-k then top-p 0.95-0.96x, the rest 0.995-1.006x (joint there keeps the two
-// searches with masses; peaked and sharp rows' list searches were short).
+// searches with masses; why peaked and sharp rows gained nothing there is not measured).
 
 // One compare-exchange step of a bitonic network over the 64 keys of a warp, element
 // i = lane + 32 r in a[r]: sequences of length `len` sorted descending where i & len is 0
