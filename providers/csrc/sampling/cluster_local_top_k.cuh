@@ -45,6 +45,7 @@
 #include "level0_count_bound.cuh"
 #include "row_scope.cuh"
 #include "top_k_set_in_warp.cuh"
+#include "warp_bitonic.cuh"
 
 namespace aotinfer::sampling {
 
@@ -100,10 +101,11 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
   return radix_threshold(scope, key_of, target, sh).key;
 }
 
-// The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own.
-template <bool kFinish, int kCtas>
-__device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* keys) {
-  return LocalScope<kFinish>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
+// The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own (the
+// two-search filter's masses searches; list_top_k_key sorts it instead).
+template <int kCtas>
+__device__ __forceinline__ LocalScope<false> local_list_scope(const float* keys) {
+  return LocalScope<false>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
 }
 
 // Rank 0 finds t_k in the list by sorting networks (session 55, dev/NOTES.md item 87): each
@@ -122,44 +124,7 @@ __device__ __forceinline__ LocalScope<kFinish> local_list_scope(const float* key
 // at 16 rows of 128256 0.91-0.98x; at 1 and 4 rows of 128256 (clusters of 16) flat rows top-k
 // 0.92x and top-k then top-p 0.95-0.96x, the rest 0.995-1.006x (joint there keeps the two
 // searches with masses; why peaked and sharp rows gained nothing there is not measured).
-
-// One compare-exchange step of a bitonic network over the 64 keys of a warp, element
-// i = lane + 32 r in a[r]: sequences of length `len` sorted descending where i & len is 0
-// (every one when len is 64), ascending elsewhere; partners i and i ^ j.
-__device__ __forceinline__ void warp_bitonic_step(std::uint32_t (&a)[2], int len, int j) {
-  const int lane = threadIdx.x & 31;
-  if (j == 32) {  // partners in one lane
-    const bool down = (lane & len) == 0;  // (len >= 64 here: every sequence descends)
-    const std::uint32_t hi = max(a[0], a[1]), lo = min(a[0], a[1]);
-    a[0] = down ? hi : lo;
-    a[1] = down ? lo : hi;
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = lane + 32 * r;
-    const std::uint32_t other = __shfl_xor_sync(kFullMask, a[r], j);
-    const bool down = (i & len) == 0, lower = (i & j) == 0;
-    a[r] = down == lower ? max(a[r], other) : min(a[r], other);
-  }
-}
-
-// Sorts a bitonic sequence of 64 (two a lane) descending.
-__device__ __forceinline__ void warp_bitonic_merge(std::uint32_t (&a)[2]) {
-#pragma unroll
-  for (int j = 32; j > 0; j >>= 1) warp_bitonic_step(a, 64, j);
-}
-
-// The larger 64 of two descending lists of 64 (a in registers, b read by element index),
-// descending, in a.
-template <typename ReadB>
-__device__ __forceinline__ void warp_keep_larger_64(std::uint32_t (&a)[2], ReadB b) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) a[r] = max(a[r], b(63 - lane - 32 * r));
-  warp_bitonic_merge(a);
-}
-
+// The networks: warp_bitonic.cuh.
 // Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
 template <int kCtas, typename Sh>
 __device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
@@ -714,7 +679,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
         const std::uint32_t key = prob_key(v[h][j]);
         keep[h] |= (key >= t_c ? 1u : 0u) << j;
         if constexpr (kLabJointFloatSums) {
-          if (sums) trip_sum += key ? __uint_as_float(key) : 0.f;
+          if (sums) trip_sum += __uint_as_float(key);  // (key 0: 0.f)
         } else {
           if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
         }
@@ -729,10 +694,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
 #pragma unroll
           for (int h = 0; h < kTrip; ++h) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const std::uint32_t key = prob_key(v[h][j]);
-              sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
-            }
+            for (int j = 0; j < 4; ++j) sum += static_cast<double>(__uint_as_float(prob_key(v[h][j])));
           }
         }
       }
@@ -793,7 +755,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
         if (token != kSetUndecided) return token;
       }
     }
-    const ListFilter kept = two_search_list_filter(local_list_scope<false, kCtas>(list_keys), x, n, f, row, k, row_sum, sh);
+    const ListFilter kept = two_search_list_filter(local_list_scope<kCtas>(list_keys), x, n, f, row, k, row_sum, sh);
     return kept.any ? draw_from_local_list<kCtas>(list_keys, list_positions, n, kept.min_key, rng) : -1;
   }
 }
