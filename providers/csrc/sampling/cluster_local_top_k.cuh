@@ -125,14 +125,32 @@ __device__ __forceinline__ LocalScope<false> local_list_scope(const float* keys)
 // 0.92x and top-k then top-p 0.95-0.96x, the rest 0.995-1.006x (joint there keeps the two
 // searches with masses; why peaked and sharp rows gained nothing there is not measured).
 // The networks: warp_bitonic.cuh.
-// Rank 0: the row's top-k threshold key from its list (0: fewer than k keys take part).
+//
+// Lab AOTINFER_LAB_LIST_LARGEST (session 56, unmeasured): the sort also yields the list's largest
+// key (warp 0's element 0), which the draws after it (draw_from_local_list_block,
+// joint_top_k_set_draw) then take instead of a block reduction over the list's entries (two
+// block barriers and a read of every entry). The same key, so the same unit and token.
+#ifdef AOTINFER_LAB_LIST_LARGEST
+constexpr bool kLabListLargest = true;
+#else
+constexpr bool kLabListLargest = false;
+#endif
+// The key of a list entry no draw has found yet: the draw reduces the list for it.
+constexpr std::uint32_t kLargestUnknown = 0xffffffffu;
+
+// Rank 0's top-k threshold key of the row from its list (0: fewer than k keys take part), and
+// the list's largest key (kLargestUnknown unless lab AOTINFER_LAB_LIST_LARGEST).
+struct ListTopK {
+  std::uint32_t key;
+  std::uint32_t largest;
+};
 template <int kCtas, typename Sh>
-__device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
+__device__ ListTopK list_top_k(const float* keys, std::int32_t k, Sh& sh) {
   constexpr int kChunks = kLocalListEntries<kCtas> / 64;
   constexpr int kWarps = kSliceThreads / 32;
   constexpr int kLists = kChunks < kWarps ? kChunks : kWarps;  // sorted lists after the warps' own merges
   static_assert(kChunks % kLists == 0 && (kLists & (kLists - 1)) == 0, "whole chunks, lists in pairs");
-  static_assert(kLists / 2 * 64 * 2 <= Sh::kBins, "two exchange buffers in sh.count");
+  static_assert(kLists / 2 * 64 * 2 < Sh::kBins, "two exchange buffers in sh.count, and the largest key");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   std::uint32_t* exchange = sh.count;  // free here: the slice's searches are over
   std::uint32_t a[2] = {0u, 0u};
@@ -174,13 +192,31 @@ __device__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& s
   if (warp == 0) {
     const int e = k - 1;
     const std::uint32_t v = __shfl_sync(kFullMask, e < 32 ? a[0] : a[1], e & 31);
-    if (lane == 0) sh.count[Sh::kBins] = v;
+    if (lane == 0) {
+      sh.count[Sh::kBins] = v;
+      if constexpr (kLabListLargest) sh.count[Sh::kBins - 1] = a[0];  // (beyond the exchange buffers)
+    }
   }
   __syncthreads();
-  const std::uint32_t t_k = sh.count[Sh::kBins];
+  const ListTopK found{sh.count[Sh::kBins], kLabListLargest ? sh.count[Sh::kBins - 1] : kLargestUnknown};
   __syncthreads();  // sh's next user may write count[kBins]
   LAB_SLICE(lab_slice_mark(5));
-  return t_k;
+  return found;
+}
+template <int kCtas, typename Sh>
+__device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
+  return list_top_k<kCtas>(keys, k, sh).key;
+}
+
+// The list's largest key as a draw's unit: `known` where list_top_k gave it, else a block
+// reduction over the list (each thread's kPerThread entries from `first`).
+template <int kPerThread>
+__device__ __forceinline__ std::uint32_t list_largest(const float* keys, int first, std::uint32_t known) {
+  if (known != kLargestUnknown) return known;
+  std::uint32_t mx = 0u;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
+  return block_reduce(mx, MaxOp{}, 0u);
 }
 
 // The list entry's fixed-point mass: 0 for an empty entry or a key below min_key.
@@ -194,16 +230,14 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 // block scan of each thread's two entries.
 template <int kCtas>
 __device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions,
-                                                   std::int64_t n, std::uint32_t min_key, const RowRandom& rng) {
+                                                   std::int64_t n, std::uint32_t min_key, const RowRandom& rng,
+                                                   std::uint32_t largest) {
   __shared__ std::int64_t found_token;
   // The row's largest key is in the list (k >= 1): the draw's unit, as inverse_cdf_draw's.
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
-  std::uint32_t mx = 0u;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
-  mx = block_reduce(mx, MaxOp{}, 0u);
+  const std::uint32_t mx = list_largest<kPerThread>(keys, first, largest);
   if (mx == 0u) return -1;
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -292,13 +326,14 @@ __device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw.
+// nothing to draw. `largest`: the list's largest key where the caller knows it (list_top_k).
 template <int kCtas, bool kByWarp = kLabFewerBarriers>
 __device__ __forceinline__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions,
                                                              std::int64_t n, std::uint32_t min_key,
-                                                             const RowRandom& rng) {
+                                                             const RowRandom& rng,
+                                                             std::uint32_t largest = kLargestUnknown) {
   if constexpr (kByWarp) return draw_from_local_list_warp<kCtas>(keys, positions, n, min_key, rng);
-  return draw_from_local_list_block<kCtas>(keys, positions, n, min_key, rng);
+  return draw_from_local_list_block<kCtas>(keys, positions, n, min_key, rng, largest);
 }
 
 // Rank 0, joint mode, a row the slices' sums leave undecided (two_search_list_filter): the
@@ -542,14 +577,12 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   __shared__ std::int64_t found_token;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
-  const std::uint32_t min_key = list_top_k_key<kCtas>(keys, k, sh);
+  const ListTopK top = list_top_k<kCtas>(keys, k, sh);
+  const std::uint32_t min_key = top.key;
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
-  std::uint32_t mx = 0u;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
-  mx = block_reduce(mx, MaxOp{}, 0u);
+  const std::uint32_t mx = list_largest<kPerThread>(keys, first, top.largest);
   if (mx == 0u) return -1;  // no participant: the default path's verdict too
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -734,8 +767,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (any) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
-    return draw_from_local_list<kCtas>(
-        list_keys, list_positions, n, list_top_k_key<kCtas>(list_keys, k, sh), rng);
+    const ListTopK top = list_top_k<kCtas>(list_keys, k, sh);
+    return draw_from_local_list<kCtas>(list_keys, list_positions, n, top.key, rng, top.largest);
   } else {
     double row_sum = 0.0;
 #pragma unroll
