@@ -1,9 +1,17 @@
-# aotinfer_source_revision(<out>): the git commit of the source tree, or AOTINFER_SOURCE_REVISION
-# from the environment (for builds from an sdist or a tarball), or "unknown".
+# aotinfer_source_revision(<out>): AOTINFER_SOURCE_REVISION from the environment, or the
+# revision a provider sdist was stamped with (cmake/source_revision.txt, written only into
+# the sdist's tree by ci/build_sdists.py: an unpacked sdist may sit inside a packager's own
+# git checkout, whose commit is not ours), or the git commit of the source tree, or "unknown".
 function(aotinfer_source_revision out)
   set(rev "unknown")
+  set(stamp "${PROJECT_SOURCE_DIR}/cmake/source_revision.txt")
   if(DEFINED ENV{AOTINFER_SOURCE_REVISION})
     set(rev "$ENV{AOTINFER_SOURCE_REVISION}")
+  elseif(EXISTS "${stamp}")
+    file(STRINGS "${stamp}" rev LIMIT_COUNT 1)
+    if(NOT rev)
+      set(rev "unknown")
+    endif()
   else()
     find_package(Git QUIET)
     if(GIT_FOUND)

@@ -3,7 +3,9 @@ sorting networks that find the k-th largest key of rank 0's list, lane by lane a
 runs them (element i = lane + 32 r of a warp in register r; shuffles as reads of another
 lane's register). Checks, on random, tied, sparse (mostly empty), ascending and descending
 lists of 512, 1024 and 2048 keys (clusters of 4, 8 and 16), that warp 0 ends with the list's
-64 largest keys in order and that element k - 1 is the k-th largest, for k in 1..64.
+64 largest keys in order and that element k - 1 is the k-th largest, for k in 1..64; so
+element 0, lane 0's first register, is the list's largest key (lab AOTINFER_LAB_LIST_LARGEST's
+unit for the draw).
 
     python3 dev/model_list_sorting.py [TRIALS]
 """
@@ -105,7 +107,8 @@ def main(trials: int) -> None:
         got, top = run(keys, k)
         want = sorted(keys, reverse=True)
         assert top == want[:64] and got == want[k - 1], (trial, n, mode, k)
-    print(f"{trials} lists: the 64 largest in order and the k-th largest, every time")
+        assert top[0] == max(keys), (trial, n, mode)
+    print(f"{trials} lists: the 64 largest in order, the k-th and the largest, every time")
 
 
 if __name__ == "__main__":

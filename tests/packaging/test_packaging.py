@@ -5,8 +5,9 @@ from the folder named by AOTINFER_TEST_WHEELHOUSE so that CI does not build twic
 installs them, as the air-gapped user does, into a fresh venv that sees the system's torch
 and cuda-python, and checks the installed provider: discovered by `aotinfer show-config`,
 no link-time dependency on PyTorch or the CUDA runtime/driver, sm_90a SASS only (no PTX),
-compressed, and a small wheel; and, where SOURCE_DATE_EPOCH is set, that the sm90a wheel
-builds again, from a copy of the tree at another path, to the same bytes.
+compressed, and a small wheel; that the sm90a sdist (ci/build_sdists.py) carries its
+sources; and, where SOURCE_DATE_EPOCH is set, that the sm90a wheel builds again, from that
+sdist unpacked at another path, to the same bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -292,26 +294,74 @@ def _members(wheel):
         }
 
 
-def test_provider_wheel_is_reproducible(wheelhouse, tmp_path):
+def _sdist_tool():
+    spec = importlib.util.spec_from_file_location("build_sdists", ROOT / "ci/build_sdists.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _revision():
+    return (
+        subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+
+
+@pytest.fixture(scope="module")
+def sm90a_sdist(tmp_path_factory):
+    """The sm90a sdist as ci/build_sdists.py builds it (offline: no isolation)."""
+    out = tmp_path_factory.mktemp("sdist")
+    env = dict(os.environ, AOTINFER_BUILD_ISOLATION="0")
+    env.pop("AOTINFER_SOURCE_REVISION", None)  # the checkout's commit, as the wheelhouse's
+    tool = [sys.executable, str(ROOT / "ci/build_sdists.py"), "--no-core", "--outdir", str(out)]
+    _run([*tool, "sm90a"], env=env)
+    (sdist,) = out.glob("aotinfer_sm90a-*.tar.gz")
+    return sdist
+
+
+def test_provider_sdist_carries_its_sources(sm90a_sdist):
+    """A packager's sdist builds alone: it holds the shared sources the provider folder's
+    pyproject reaches above itself for, builds from its own root, and names the commit."""
+    with tarfile.open(sm90a_sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        names = {n[len(top) + 1 :] for n in tar.getnames() if n.startswith(top + "/")}
+        pyproject = tar.extractfile(f"{top}/pyproject.toml").read().decode()
+        stamp = tar.extractfile(f"{top}/cmake/source_revision.txt").read().decode()
+    tracked = _run(["git", "ls-files", "CMakeLists.txt", "cmake", "providers/csrc"], cwd=ROOT)
+    wanted = set(tracked.split()) | {"aotinfer_sm90a/__init__.py", "LICENSE", "README.md"}
+    assert wanted <= names, sorted(wanted - names)
+    stray = [n for n in names if n.endswith((".so", ".pyc")) or n.startswith("build/")]
+    assert not stray, stray
+    assert 'cmake.source-dir = "."' in pyproject and "../.." not in pyproject
+    assert stamp.strip() == _revision()
+    # The tool's own checks: an unknown provider is named, with the valid ones.
+    tool = _sdist_tool()
+    with pytest.raises(SystemExit, match="unknown provider 'sm91'.*sm90a"):
+        tool.stage_provider("sm91", Path(os.devnull))
+
+
+def test_provider_wheel_is_reproducible(wheelhouse, sm90a_sdist, tmp_path):
     """DESIGN.md's packager: an offline build is reproducible under SOURCE_DATE_EPOCH. The
-    sm90a wheel built again from a copy of the tree at another path, with the same
-    SOURCE_DATE_EPOCH and source revision (which build_info records), is the same bytes."""
+    sm90a wheel built again from its sdist, unpacked at another path, with the same
+    SOURCE_DATE_EPOCH (the sdist carries the source revision that build_info records), is
+    the same bytes as the wheel built from the checkout."""
     if not os.environ.get("SOURCE_DATE_EPOCH"):
         pytest.skip("SOURCE_DATE_EPOCH is not set (ci/test.sh sets it for its wheelhouse)")
     if _nvcc() is None:
         pytest.skip("nvcc not found (CUDACXX, PATH, /usr/local/cuda/bin): cannot build sm90a")
     built = _wheel(wheelhouse, "aotinfer_sm90a")
-    tree = tmp_path / "elsewhere"
-    ignore = shutil.ignore_patterns(".git", "build", "dist", ".whl", "*.egg-info", "__pycache__")
-    shutil.copytree(ROOT, tree, ignore=ignore)
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    env = dict(os.environ, AOTINFER_SOURCE_REVISION=revision or "unknown")
+    elsewhere = tmp_path / "elsewhere"
+    with tarfile.open(sm90a_sdist) as tar:
+        tar.extractall(elsewhere, filter="data")
+    (tree,) = elsewhere.iterdir()
+    env = {k: v for k, v in os.environ.items() if k != "AOTINFER_SOURCE_REVISION"}
     out = tmp_path / "out"
     _run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
-         str(tree / "providers" / "sm90a")],
+         str(tree)],
         env=env, cwd=tree,
     )  # fmt: skip
     again = _wheel(out, "aotinfer_sm90a")
