@@ -135,7 +135,8 @@ constexpr bool kLabListLargest = true;
 #else
 constexpr bool kLabListLargest = false;
 #endif
-// The key of a list entry no draw has found yet: the draw reduces the list for it.
+// A draw's `largest` where its caller does not know the list's largest key (no key is this:
+// prob_key gives at most 0x7f7fffff): the draw then reduces the list for it.
 constexpr std::uint32_t kLargestUnknown = 0xffffffffu;
 
 // Rank 0's top-k threshold key of the row from its list (0: fewer than k keys take part), and
@@ -226,8 +227,8 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw. By the whole block: a block reduction for the row's largest key and a
-// block scan of each thread's two entries.
+// nothing to draw. By the whole block: the row's largest key (`largest`, or a block
+// reduction where that is kLargestUnknown) and a block scan of each thread's two entries.
 template <int kCtas>
 __device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions,
                                                    std::int64_t n, std::uint32_t min_key, const RowRandom& rng,
