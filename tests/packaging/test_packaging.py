@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from aotinfer import _arches
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,40 +312,46 @@ def _revision():
     )
 
 
+PROVIDERS = tuple(_arches.PROVIDERS)
+
+
 @pytest.fixture(scope="module")
-def sm90a_sdist(tmp_path_factory):
-    """The sm90a sdist as ci/build_sdists.py builds it (offline: no isolation)."""
+def sdists(tmp_path_factory):
+    """Every provider's sdist as ci/build_sdists.py builds them (offline: no isolation;
+    staging and packing only, no compiler), by provider."""
     out = tmp_path_factory.mktemp("sdist")
     env = dict(os.environ, AOTINFER_BUILD_ISOLATION="0")
     env.pop("AOTINFER_SOURCE_REVISION", None)  # the checkout's commit, as the wheelhouse's
     tool = [sys.executable, str(ROOT / "ci/build_sdists.py"), "--no-core", "--outdir", str(out)]
-    _run([*tool, "sm90a"], env=env)
-    (sdist,) = out.glob("aotinfer_sm90a-*.tar.gz")
-    return sdist
+    _run([*tool, *PROVIDERS], env=env)
+    return {arch: next(out.glob(f"aotinfer_{arch}-*.tar.gz")) for arch in PROVIDERS}
 
 
-def test_provider_sdist_carries_its_sources(sm90a_sdist):
+@pytest.mark.parametrize("arch", PROVIDERS)
+def test_provider_sdist_carries_its_sources(sdists, arch):
     """A packager's sdist builds alone: it holds the shared sources the provider folder's
     pyproject reaches above itself for, builds from its own root, and names the commit."""
-    with tarfile.open(sm90a_sdist) as tar:
+    with tarfile.open(sdists[arch]) as tar:
         top = tar.getnames()[0].split("/")[0]
         names = {n[len(top) + 1 :] for n in tar.getnames() if n.startswith(top + "/")}
         pyproject = tar.extractfile(f"{top}/pyproject.toml").read().decode()
         stamp = tar.extractfile(f"{top}/cmake/source_revision.txt").read().decode()
     tracked = _run(["git", "ls-files", "CMakeLists.txt", "cmake", "providers/csrc"], cwd=ROOT)
-    wanted = set(tracked.split()) | {"aotinfer_sm90a/__init__.py", "LICENSE", "README.md"}
+    wanted = set(tracked.split()) | {f"aotinfer_{arch}/__init__.py", "LICENSE", "README.md"}
     assert wanted <= names, sorted(wanted - names)
     stray = [n for n in names if n.endswith((".so", ".pyc")) or n.startswith("build/")]
     assert not stray, stray
     assert 'cmake.source-dir = "."' in pyproject and "../.." not in pyproject
+    assert f'AOTINFER_PROVIDER = "{arch}"' in pyproject
     assert stamp.strip() == _revision()
-    # The tool's own checks: an unknown provider is named, with the valid ones.
-    tool = _sdist_tool()
+
+
+def test_sdist_tool_names_an_unknown_provider():
     with pytest.raises(SystemExit, match="unknown provider 'sm91'.*sm90a"):
-        tool.stage_provider("sm91", Path(os.devnull))
+        _sdist_tool().stage_provider("sm91", Path(os.devnull))
 
 
-def test_provider_wheel_is_reproducible(wheelhouse, sm90a_sdist, tmp_path):
+def test_provider_wheel_is_reproducible(wheelhouse, sdists, tmp_path):
     """DESIGN.md's packager: an offline build is reproducible under SOURCE_DATE_EPOCH. The
     sm90a wheel built again from its sdist, unpacked at another path, with the same
     SOURCE_DATE_EPOCH (the sdist carries the source revision that build_info records), is
@@ -354,7 +362,7 @@ def test_provider_wheel_is_reproducible(wheelhouse, sm90a_sdist, tmp_path):
         pytest.skip("nvcc not found (CUDACXX, PATH, /usr/local/cuda/bin): cannot build sm90a")
     built = _wheel(wheelhouse, "aotinfer_sm90a")
     elsewhere = tmp_path / "elsewhere"
-    with tarfile.open(sm90a_sdist) as tar:
+    with tarfile.open(sdists["sm90a"]) as tar:
         tar.extractall(elsewhere, filter="data")
     (tree,) = elsewhere.iterdir()
     env = {k: v for k, v in os.environ.items() if k != "AOTINFER_SOURCE_REVISION"}
