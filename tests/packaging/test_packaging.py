@@ -5,8 +5,8 @@ from the folder named by AOTINFER_TEST_WHEELHOUSE so that CI does not build twic
 installs them, as the air-gapped user does, into a fresh venv that sees the system's torch
 and cuda-python, and checks the installed provider: discovered by `aotinfer show-config`,
 no link-time dependency on PyTorch or the CUDA runtime/driver, sm_90a SASS only (no PTX),
-compressed, and a small wheel; that the sm90a sdist (ci/build_sdists.py) carries its
-sources; and, where SOURCE_DATE_EPOCH is set, that the sm90a wheel builds again, from that
+compressed, and a small wheel; that every provider's sdist (ci/build_sdists.py) carries its
+sources; and, where SOURCE_DATE_EPOCH is set, that the sm90a wheel builds again, from its
 sdist unpacked at another path, to the same bytes.
 """
 
@@ -347,6 +347,7 @@ def test_provider_sdist_carries_its_sources(sdists, arch):
 
 
 def test_sdist_tool_names_an_unknown_provider():
+    """A mistyped provider is refused by name, with the valid names, before anything is staged."""
     with pytest.raises(SystemExit, match="unknown provider 'sm91'.*sm90a"):
         _sdist_tool().stage_provider("sm91", Path(os.devnull))
 
