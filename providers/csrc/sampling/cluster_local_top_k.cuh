@@ -135,12 +135,9 @@ constexpr bool kLabListLargest = true;
 #else
 constexpr bool kLabListLargest = false;
 #endif
-// A draw's `largest` where its caller does not know the list's largest key (no key is this:
-// prob_key gives at most 0x7f7fffff): the draw then reduces the list for it.
-constexpr std::uint32_t kLargestUnknown = 0xffffffffu;
 
 // Rank 0's top-k threshold key of the row from its list (0: fewer than k keys take part), and
-// the list's largest key (kLargestUnknown unless lab AOTINFER_LAB_LIST_LARGEST).
+// under lab AOTINFER_LAB_LIST_LARGEST the list's largest key (else 0, unused).
 struct ListTopK {
   std::uint32_t key;
   std::uint32_t largest;
@@ -199,7 +196,7 @@ __device__ ListTopK list_top_k(const float* keys, std::int32_t k, Sh& sh) {
     }
   }
   __syncthreads();
-  const ListTopK found{sh.count[Sh::kBins], kLabListLargest ? sh.count[Sh::kBins - 1] : kLargestUnknown};
+  const ListTopK found{sh.count[Sh::kBins], kLabListLargest ? sh.count[Sh::kBins - 1] : 0u};
   __syncthreads();  // sh's next user may write count[kBins]
   LAB_SLICE(lab_slice_mark(5));
   return found;
@@ -209,11 +206,12 @@ __device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::
   return list_top_k<kCtas>(keys, k, sh).key;
 }
 
-// The list's largest key as a draw's unit: `known` where list_top_k gave it, else a block
-// reduction over the list (each thread's kPerThread entries from `first`).
-template <int kPerThread>
+// The list's largest key as a draw's unit: `known` (kKnown: list_top_k gave it), else a block
+// reduction over the list (each thread's kPerThread entries from `first`). A template
+// argument, not a test of `known`: the kernels keep no reduction they never run.
+template <int kPerThread, bool kKnown>
 __device__ __forceinline__ std::uint32_t list_largest(const float* keys, int first, std::uint32_t known) {
-  if (known != kLargestUnknown) return known;
+  if constexpr (kKnown) return known;
   std::uint32_t mx = 0u;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) mx = max(mx, prob_key(keys[first + i]));
@@ -227,9 +225,9 @@ __device__ __forceinline__ std::uint64_t list_mass(float v, std::uint32_t min_ke
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw. By the whole block: the row's largest key (`largest`, or a block
-// reduction where that is kLargestUnknown) and a block scan of each thread's two entries.
-template <int kCtas>
+// nothing to draw. By the whole block: the row's largest key (kLargestKnown: `largest`, else a
+// block reduction) and a block scan of each thread's two entries.
+template <int kCtas, bool kLargestKnown>
 __device__ std::int64_t draw_from_local_list_block(const float* keys, const std::uint32_t* positions,
                                                    std::int64_t n, std::uint32_t min_key, const RowRandom& rng,
                                                    std::uint32_t largest) {
@@ -238,7 +236,7 @@ __device__ std::int64_t draw_from_local_list_block(const float* keys, const std:
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
-  const std::uint32_t mx = list_largest<kPerThread>(keys, first, largest);
+  const std::uint32_t mx = list_largest<kPerThread, kLargestKnown>(keys, first, largest);
   if (mx == 0u) return -1;
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -327,14 +325,13 @@ __device__ std::int64_t draw_from_local_list_warp(const float* keys, const std::
 
 // Rank 0: the token drawn from the list's keys >= min_key (keys as floats, 0 for an empty
 // entry; positions); the list holds every key of the row's kept set in row order. -1:
-// nothing to draw. `largest`: the list's largest key where the caller knows it (list_top_k).
-template <int kCtas, bool kByWarp = kLabFewerBarriers>
+// nothing to draw. kLargestKnown: `largest` is the list's largest key (list_top_k's).
+template <int kCtas, bool kByWarp = kLabFewerBarriers, bool kLargestKnown = false>
 __device__ __forceinline__ std::int64_t draw_from_local_list(const float* keys, const std::uint32_t* positions,
                                                              std::int64_t n, std::uint32_t min_key,
-                                                             const RowRandom& rng,
-                                                             std::uint32_t largest = kLargestUnknown) {
+                                                             const RowRandom& rng, std::uint32_t largest = 0u) {
   if constexpr (kByWarp) return draw_from_local_list_warp<kCtas>(keys, positions, n, min_key, rng);
-  return draw_from_local_list_block<kCtas>(keys, positions, n, min_key, rng, largest);
+  return draw_from_local_list_block<kCtas, kLargestKnown>(keys, positions, n, min_key, rng, largest);
 }
 
 // Rank 0, joint mode, a row the slices' sums leave undecided (two_search_list_filter): the
@@ -583,7 +580,7 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
-  const std::uint32_t mx = list_largest<kPerThread>(keys, first, top.largest);
+  const std::uint32_t mx = list_largest<kPerThread, kLabListLargest>(keys, first, top.largest);
   if (mx == 0u) return -1;  // no participant: the default path's verdict too
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -769,7 +766,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
     const ListTopK top = list_top_k<kCtas>(list_keys, k, sh);
-    return draw_from_local_list<kCtas>(list_keys, list_positions, n, top.key, rng, top.largest);
+    return draw_from_local_list<kCtas, kLabFewerBarriers, kLabListLargest>(list_keys, list_positions, n, top.key,
+                                                                            rng, top.largest);
   } else {
     double row_sum = 0.0;
 #pragma unroll
