@@ -1,4 +1,4 @@
-"""A model of cluster_local_top_k.cuh's list_top_k_key (a lab tool, any machine): the bitonic
+"""A model of cluster_local_top_k.cuh's list_top_k (a lab tool, any machine): the bitonic
 sorting networks that find the k-th largest key of rank 0's list, lane by lane as the kernel
 runs them (element i = lane + 32 r of a warp in register r; shuffles as reads of another
 lane's register). Checks, on random, tied, sparse (mostly empty), ascending and descending

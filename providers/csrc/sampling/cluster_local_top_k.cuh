@@ -102,7 +102,7 @@ __device__ std::uint32_t local_top_k_key(const Scope& scope, std::int32_t k, Sh&
 }
 
 // The list in rank 0 (keys as floats, 0 for an empty entry) as a scope of its own (the
-// two-search filter's masses searches; list_top_k_key sorts it instead).
+// two-search filter's masses searches; list_top_k sorts it instead).
 template <int kCtas>
 __device__ __forceinline__ LocalScope<false> local_list_scope(const float* keys) {
   return LocalScope<false>(reinterpret_cast<const float4*>(keys), kLocalListEntries<kCtas> / 4, 0);
@@ -200,10 +200,6 @@ __device__ ListTopK list_top_k(const float* keys, std::int32_t k, Sh& sh) {
   __syncthreads();  // sh's next user may write count[kBins]
   LAB_SLICE(lab_slice_mark(5));
   return found;
-}
-template <int kCtas, typename Sh>
-__device__ __forceinline__ std::uint32_t list_top_k_key(const float* keys, std::int32_t k, Sh& sh) {
-  return list_top_k<kCtas>(keys, k, sh).key;
 }
 
 // The list's largest key as a draw's unit: `known` (kKnown: list_top_k gave it), else a block
@@ -457,7 +453,7 @@ __device__ ListFilter two_search_list_filter(const LocalScope<false>& list, cons
 
 // Top-k then top-p (FlashInfer's default filter_apply_order) by rank 0's warp 0 over the top-k
 // set (top_k_set_in_warp.cuh). The block finds t_k by count, as the top-k sampler does
-// (list_top_k_key's sorting networks); warp 0 copies the keys >= t_k, sorts them, takes
+// (list_top_k's sorting networks); warp 0 copies the keys >= t_k, sorts them, takes
 // the largest key whose running mass reaches p times the set's mass (an exact goal) and draws.
 // Returns the token in thread 0 (-1: nothing kept), or kSetUndecided in every thread where the
 // set is too large or too deep for exact masses (two_search_list_filter then decides).
@@ -472,7 +468,7 @@ __device__ __noinline__ std::int64_t top_k_then_top_p_draw_in_warp(const float* 
   __shared__ WarpSet ws;
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
   // t_k, or 0 where fewer than k keys take part (then the set is all of them).
-  const std::uint32_t set_floor = max(list_top_k_key<kCtas>(list_keys, k, sh), 1u);
+  const std::uint32_t set_floor = max(list_top_k<kCtas>(list_keys, k, sh).key, 1u);
   std::int64_t token = -1;
   if (threadIdx.x < 32) {
     const CopiedSet set = warp_copy_set<kLocalListEntries<kCtas>>(list_keys, list_positions, set_floor, ws);
@@ -543,7 +539,7 @@ __device__ __noinline__ std::int64_t joint_top_p_in_set_draw(const float* list_k
 // Joint top-k / top-p in the list kernels of clusters of 4 and 8 (local_list_draw): the verdict
 // of most rows, "the top-k set's mass is below p times the row's, so the kept set is the top-k
 // set" (two_search_list_filter's first return; the benchmark's rows, whose top-50 mass is ~0.74
-// at p = 0.9), reached the top-k sampler's way: t_k by count (list_top_k_key's sorting
+// at p = 0.9), reached the top-k sampler's way: t_k by count (list_top_k's sorting
 // networks), and the mass of the set summed per key by the draw's own scan, instead of
 // the top-k search with masses; where the set's mass reaches the goal's lower bound,
 // joint_top_p_in_set_draw settles the row within the set. Measured (session 51, dev/NOTES.md

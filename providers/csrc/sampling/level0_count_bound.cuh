@@ -28,7 +28,7 @@
 // The caller keeps that lab's slice-size test, which never fails, for the SASS it gives
 // (cluster_local_top_k.cuh says why).
 //
-// Rank 0's exact search over its list (cluster_local_top_k.cuh's list_top_k_key) does not take
+// Rank 0's exact search over its list (cluster_local_top_k.cuh's list_top_k) does not take
 // this level 0: lab AOTINFER_LAB_LIST_KEY_IN_WARP (level 0 by one warp with `enough` 0, then
 // finish_in_warp where the crossing bin held at most 32 keys) ran 1.03-1.10x on flat rows and
 // 0.98-0.99x on sharp ones (H100, session 53,

@@ -1,6 +1,6 @@
 // Bitonic sorting networks over 64 keys held by one warp, two a lane (element i = lane + 32 r
 // in register r): rank 0's top-k threshold from its list (cluster_local_top_k.cuh's
-// list_top_k_key). dev/model_list_sorting.py models them lane by lane.
+// list_top_k). dev/model_list_sorting.py models them lane by lane.
 #pragma once
 
 #include <cstdint>
