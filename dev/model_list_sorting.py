@@ -4,8 +4,8 @@ runs them (element i = lane + 32 r of a warp in register r; shuffles as reads of
 lane's register). Checks, on random, tied, sparse (mostly empty), ascending and descending
 lists of 512, 1024 and 2048 keys (clusters of 4, 8 and 16), that warp 0 ends with the list's
 64 largest keys in order and that element k - 1 is the k-th largest, for k in 1..64; so
-element 0, lane 0's first register, is the list's largest key (lab AOTINFER_LAB_LIST_LARGEST's
-unit for the draw).
+element 0, lane 0's first register, is the list's largest key (the draws' unit: list_top_k's
+`largest`, adopted from lab AOTINFER_LAB_LIST_LARGEST in session 57).
 
     python3 dev/model_list_sorting.py [TRIALS]
 """

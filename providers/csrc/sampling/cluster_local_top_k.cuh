@@ -126,18 +126,17 @@ __device__ __forceinline__ LocalScope<false> local_list_scope(const float* keys)
 // searches with masses; why peaked and sharp rows gained nothing there is not measured).
 // The networks: warp_bitonic.cuh.
 //
-// Lab AOTINFER_LAB_LIST_LARGEST (session 56, unmeasured): the sort also yields the list's largest
-// key (warp 0's element 0), which the draws after it (draw_from_local_list_block,
-// joint_top_k_set_draw) then take instead of a block reduction over the list's entries (two
-// block barriers and a read of every entry). The same key, so the same unit and token.
-#ifdef AOTINFER_LAB_LIST_LARGEST
-constexpr bool kLabListLargest = true;
-#else
-constexpr bool kLabListLargest = false;
-#endif
+// The sort also yields the list's largest key (warp 0's element 0), which the draws after it
+// (draw_from_local_list_block for the top-k sampler, joint_top_k_set_draw) take instead of a
+// block reduction over the list's entries (two block barriers and a read of every entry); the
+// same key, so the same unit and token (dev/model_list_sorting.py checks element 0). Measured
+// as lab AOTINFER_LAB_LIST_LARGEST (session 57, H100, A B A B in one machine start, the same
+// tokens, the 757 sampling tests passing under it; history/ab-sampling-list-largest-5386537-
+// h100.txt): top-k 0.968-0.983x and joint 0.978-0.986x at 1-16 rows of 32000 (joint 1 x 32000
+// peaked 9.9 -> 9.7 us), top-k 0.973-0.992x at 1-16 rows of 128256, the rest 0.994-1.001x.
 
 // Rank 0's top-k threshold key of the row from its list (0: fewer than k keys take part), and
-// under lab AOTINFER_LAB_LIST_LARGEST the list's largest key (else 0, unused).
+// the list's largest key (0: the list is empty).
 struct ListTopK {
   std::uint32_t key;
   std::uint32_t largest;
@@ -192,11 +191,11 @@ __device__ ListTopK list_top_k(const float* keys, std::int32_t k, Sh& sh) {
     const std::uint32_t v = __shfl_sync(kFullMask, e < 32 ? a[0] : a[1], e & 31);
     if (lane == 0) {
       sh.count[Sh::kBins] = v;
-      if constexpr (kLabListLargest) sh.count[Sh::kBins - 1] = a[0];  // (beyond the exchange buffers)
+      sh.count[Sh::kBins - 1] = a[0];  // (beyond the exchange buffers)
     }
   }
   __syncthreads();
-  const ListTopK found{sh.count[Sh::kBins], kLabListLargest ? sh.count[Sh::kBins - 1] : 0u};
+  const ListTopK found{sh.count[Sh::kBins], sh.count[Sh::kBins - 1]};
   __syncthreads();  // sh's next user may write count[kBins]
   LAB_SLICE(lab_slice_mark(5));
   return found;
@@ -368,39 +367,36 @@ __device__ __noinline__ std::uint64_t exact_row_mass(const float* x, std::int64_
 // whole in the list, and within t_k's bin the later levels count keys >= t_k only, as over
 // the row); the top-p search within that set is the row's too (keys below t_k take no part
 // in either). Joint mode's goal needs the row's total mass, the sum of level-0 bins each
-// floored as a whole, which no CTA has: `row_sum` (the slices' sums of their probabilities
-// in double) puts it within [lo, hi]; only where a total in between could give another kept
-// set does rank 0 sum it exactly from the row `x` (exact_row_mass; rare, the interval is
-// about 2^-35 of the total wide; 2^-19 under lab AOTINFER_LAB_JOINT_FLOAT_SUMS). `any` is false where the row has no participant.
+// floored as a whole, which no CTA has: `row_sum` (the slices' sums of their probabilities)
+// puts it within [lo, hi]; only where a total in between could give another kept set does
+// rank 0 sum it exactly from the row `x` (exact_row_mass; rare, the interval is about 2^-19
+// of the total wide). `any` is false where the row has no participant.
 struct ListFilter {
   std::uint32_t min_key;
   bool any;
 };
 
 // Joint's bounds [lo, hi] on the row's total mass in the masses' unit `base`, from
-// r = ldexp(row_sum, 150 + base), row_sum the slices' double sums. The total is at most the
-// exact sum r of the probabilities in that unit, and above r less one unit per level-0 bin
-// (each floored once). Each slice summed at
-// most 2^13 floats in double (2^15 below vocab 2^18; 2^14 in clusters of 16; 2^15 in clusters
-// of 4, which take rows of at most 2^17) and rank 0 added eight (sixteen; four) sums: within
-// r * 2^-39 (2^-37; 2^-38; 2^-37) of r, which the slack of r * 2^-36 covers eightfold
-// (twofold; fourfold; twofold). Two functions, so that a caller that may need only the lower
-// bound computes the upper one where it does (joint_top_k_set_draw).
+// r = ldexp(row_sum, 150 + base), row_sum the slices' sums. The total is at most the exact sum
+// r of the probabilities in that unit, and above r less one unit per level-0 bin (each floored
+// once). Each thread of a slice sums a listing trip's keys (at most eight) in float and adds
+// that once to its double sum (a trip whose float sum overflows adds its keys in double
+// instead): a float sum of at most eight non-negative keys is within 7 * 2^-24 (< 2^-21) of
+// theirs, and the double sums of a slice's (at most 2^15) floats and rank 0's sum of at most
+// sixteen slices add at most 2^-37, so row_sum is within r * (2^-21 + 2^-37) of r, which the
+// slack of r * 2^-20 covers about twofold. The kept set does not depend on the slack (the
+// bounds only decide where rank 0 sums the row exactly), so neither does the token. Two
+// functions, so that a caller that may need only the lower bound computes the upper one where
+// it does (joint_top_k_set_draw).
 //
-// Lab AOTINFER_LAB_JOINT_FLOAT_SUMS (session 55, unmeasured): each thread sums a listing trip's
-// eight keys in float and adds that once in double (a trip whose float sum overflows adds its
-// keys in double instead), where the default converts and adds every key in double: joint's
-// listing took ~0.9k cycles more than top-k then top-p's in the same kernel at 1 x 32000
-// (H100, history/trace-slice-phases-f00efa8-h100.txt). A float sum of at most eight
-// non-negative keys is within 7 * 2^-24 (< 2^-21) of theirs, so the total stays within
-// 2^-21 + 2^-37 of r; the slack widens to r * 2^-20, which covers that about twofold. The kept
-// set is unchanged (the bounds only decide where rank 0 sums the row exactly), so is the token.
-#ifdef AOTINFER_LAB_JOINT_FLOAT_SUMS
-constexpr bool kLabJointFloatSums = true;
-#else
-constexpr bool kLabJointFloatSums = false;
-#endif
-constexpr double kRowSumSlack = kLabJointFloatSums ? 0x1p-20 : 0x1p-36;
+// The float trip sums replaced a conversion and a double add per key: joint's listing took
+// ~0.9k cycles more than top-k then top-p's in the same kernel at 1 x 32000 (H100,
+// history/trace-slice-phases-f00efa8-h100.txt). Measured as lab AOTINFER_LAB_JOINT_FLOAT_SUMS
+// (session 57, H100, A B A B in one machine start, the same tokens, the 757 sampling tests
+// passing under it; history/ab-sampling-joint-float-sums-5386537-h100.txt): joint and top-k
+// then top-p 0.991-0.998x at 1 and 4 rows, 0.970-0.981x at 16 rows of 32000, 0.942-0.956x at
+// 16 rows of 128256 (joint 1.001-1.003x at 4 x 128256 peaked and sharp).
+constexpr double kRowSumSlack = 0x1p-20;
 template <typename Sh>
 __device__ __forceinline__ std::uint64_t row_mass_lo(double r) {
   return __double2ull_rd(fmax(r - r * kRowSumSlack - Sh::kBins, 1.0));
@@ -576,7 +572,7 @@ __device__ __noinline__ std::int64_t joint_top_k_set_draw(const float* keys, con
   constexpr int kPerThread = kLocalListEntries<kCtas> / kSliceThreads;
   static_assert(kLocalListEntries<kCtas> % kSliceThreads == 0, "whole chunks per thread");
   const int first = threadIdx.x * kPerThread;
-  const std::uint32_t mx = list_largest<kPerThread, kLabListLargest>(keys, first, top.largest);
+  const std::uint32_t mx = top.largest;
   if (mx == 0u) return -1;  // no participant: the default path's verdict too
   const FixedPointScale fx = FixedPointScale::of(mx, n);
   std::uint64_t q[kPerThread], own = 0;
@@ -693,7 +689,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
     float v[kTrip][4];
     std::uint32_t keep[kTrip];
     std::uint64_t counts = 0;
-    float trip_sum = 0.f;  // the lab's float sum of the trip's keys
+    float trip_sum = 0.f;  // the trip's keys (kRowSumSlack's comment)
 #pragma unroll
     for (int h = 0; h < kTrip; ++h) {
       const std::int64_t g = base + h * blockDim.x + threadIdx.x;
@@ -705,24 +701,18 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t key = prob_key(v[h][j]);
         keep[h] |= (key >= t_c ? 1u : 0u) << j;
-        if constexpr (kLabJointFloatSums) {
-          if (sums) trip_sum += __uint_as_float(key);  // (key 0: 0.f)
-        } else {
-          if (sums) sum += key ? static_cast<double>(__uint_as_float(key)) : 0.0;
-        }
+        if (sums) trip_sum += __uint_as_float(key);  // (key 0: 0.f)
       }
       counts |= static_cast<std::uint64_t>(__popc(keep[h])) << (32 * h);
     }
-    if constexpr (kLabJointFloatSums) {
-      if (sums) {
-        if (trip_sum < INFINITY) {
-          sum += static_cast<double>(trip_sum);
-        } else {  // keys near FLT_MAX: in double, one by one
+    if (sums) {
+      if (trip_sum < INFINITY) {
+        sum += static_cast<double>(trip_sum);
+      } else {  // keys near FLT_MAX: in double, one by one
 #pragma unroll
-          for (int h = 0; h < kTrip; ++h) {
+        for (int h = 0; h < kTrip; ++h) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) sum += static_cast<double>(__uint_as_float(prob_key(v[h][j])));
-          }
+          for (int j = 0; j < 4; ++j) sum += static_cast<double>(__uint_as_float(prob_key(v[h][j])));
         }
       }
     }
@@ -762,8 +752,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (rank != 0) return -2;  // no CTA reads a peer from here on: rank 0 settles the row alone
   if constexpr (!kTwoSearches) {
     const ListTopK top = list_top_k<kCtas>(list_keys, k, sh);
-    return draw_from_local_list<kCtas, kLabFewerBarriers, kLabListLargest>(list_keys, list_positions, n, top.key,
-                                                                            rng, top.largest);
+    return draw_from_local_list<kCtas, kLabFewerBarriers, true>(list_keys, list_positions, n, top.key, rng,
+                                                                 top.largest);
   } else {
     double row_sum = 0.0;
 #pragma unroll
