@@ -47,29 +47,24 @@ namespace aotinfer::sampling {
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 
-// Two labs on the histogram's fill (session 57, unmeasured). The phase trace at 1 x 32000
-// (H100, history/trace-slice-phases-e8fda70-h100.txt) puts the fill (clear, the slice's ~4000
-// keys counted by shared atomics, two block barriers) at ~3.2k of the top-k kernel's ~16k
-// cycles, where its instructions would issue in a few hundred: the guess is that lanes whose
-// keys share a bin (a quarter binade: flat and peaked rows put a warp's 32 keys in a few
-// bins) serialise their atomics.
-// - AOTINFER_LAB_FILL_TWO_COPIES: odd lanes count into a second histogram (the mass
-//   histogram mass_lo, which this count-only level leaves unused, one bank over), so a bin's
-//   lanes split between two addresses; warp 0's scan adds the two.
-// - AOTINFER_LAB_FILL_MATCH: the lanes of a warp that hold keys of one bin
-//   (__match_any_sync) add once, by the lowest of them, their number.
-// The counts are the same, so are the bound, the list and the token.
-#ifdef AOTINFER_LAB_FILL_TWO_COPIES
-constexpr bool kLabFillTwoCopies = true;
-#else
-constexpr bool kLabFillTwoCopies = false;
-#endif
-#ifdef AOTINFER_LAB_FILL_MATCH
-constexpr bool kLabFillMatch = true;
-#else
-constexpr bool kLabFillMatch = false;
-#endif
-static_assert(!(kLabFillTwoCopies && kLabFillMatch), "one fill lab at a time");
+// Lab AOTINFER_LAB_FILL_IN_LOAD (session 57, unmeasured). The phase trace at 1 x 32000 (H100,
+// history/trace-slice-phases-e8fda70-h100.txt) puts this bound's fill (clear, a pass over the
+// slice in shared memory counting its ~4000 keys, two block barriers) at ~3.2k of the top-k
+// kernel's ~16k cycles, and the slice's load before it at ~2.7k, mostly waiting on DRAM.
+// Under the lab the list kernels count each group's keys as load_slice_counting
+// (slice_kernels.cuh) stores it, so the adds run while other warps wait on their loads, and
+// the bound below only scans. The same keys are counted (the copy stores what the pass reads
+// back), so the bound, the list and the token are the same. (Hardware already aggregates a
+// warp's increments of one bin: the adds compile to ATOMS.POPC.INC.32.) Preprocessor guards,
+// not a constexpr switch, so that the default build's code stays byte for byte that measured.
+template <typename Sh>
+__device__ __forceinline__ void count_level0_group(Sh& sh, const float (&v)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t key = prob_key(v[j]);  // the NaN fill of a tail gives key 0
+    if (key != 0u) atomicAdd(&sh.count[key >> Sh::shift(0)], 1u);
+  }
+}
 
 // The bound of a count search for k over `scope`'s probabilities that radix_threshold's level 0
 // would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
@@ -85,28 +80,20 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
   constexpr int kPairs = kRun / 2;    // as pairs (8-byte loads: sh.count is 8-byte aligned)
   static_assert(kPairs == 32, "one pair of the crossing run a lane");
   uint2* pairs = reinterpret_cast<uint2*>(sh.count);
-  std::uint32_t* const second = sh.mass_lo;  // lab AOTINFER_LAB_FILL_TWO_COPIES's odd lanes
+#ifdef AOTINFER_LAB_FILL_IN_LOAD
+  (void)scope;  // counted by load_slice_counting, whose closing cluster barrier does not order
+                // the adds a thread made after arriving: the block barrier below does
+#else
   for (int i = threadIdx.x; i < kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
-  if constexpr (kLabFillTwoCopies) {
-    for (int i = threadIdx.x; i < kBins; i += blockDim.x) second[i] = 0u;
-  }
   __syncthreads();
-  std::uint32_t* const own_copy = kLabFillTwoCopies && (threadIdx.x & 1u) ? second : sh.count;
   scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::uint32_t key = prob_key(v[j]);  // the NaN fill of a tail gives key 0
-      if constexpr (kLabFillMatch) {
-        // Key 0 (no participant) as a class of its own, which adds nothing.
-        const unsigned peers = __match_any_sync(__activemask(), key != 0u ? key >> Sh::shift(0) : kBoundUndecided);
-        if (key != 0u && static_cast<unsigned>(__ffs(static_cast<int>(peers)) - 1) == (threadIdx.x & 31u)) {
-          atomicAdd(&sh.count[key >> Sh::shift(0)], static_cast<std::uint32_t>(__popc(peers)));
-        }
-      } else {
-        if (key != 0u) atomicAdd(&own_copy[key >> Sh::shift(0)], 1u);
-      }
+      if (key != 0u) atomicAdd(&sh.count[key >> Sh::shift(0)], 1u);
     }
   });
+#endif
   __syncthreads();
   LAB_SLICE(lab_slice_mark(6));
   if (threadIdx.x < 32) {
@@ -117,10 +104,8 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
     std::uint32_t own = 0;
 #pragma unroll 8
     for (int i = 0; i < kPairs; ++i) {
-      const int q = run_first + (i + lane) % kPairs;
-      const uint2 c = pairs[q];
+      const uint2 c = pairs[run_first + (i + lane) % kPairs];
       own += c.x + c.y;
-      if constexpr (kLabFillTwoCopies) own += second[2 * q] + second[2 * q + 1];
     }
     const std::uint32_t through = warp_inclusive_scan(own);
     const unsigned reached = __ballot_sync(kFullMask, through >= k);
@@ -130,11 +115,7 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
       const std::uint32_t above_run = __shfl_sync(kFullMask, through - own, run);
       // The run's pairs from the top, lane l taking pair l (its .y the higher bin).
       const int pair = (kBins - kRun * run) / 2 - 1 - lane;
-      uint2 c = pairs[pair];
-      if constexpr (kLabFillTwoCopies) {
-        c.x += second[2 * pair];
-        c.y += second[2 * pair + 1];
-      }
+      const uint2 c = pairs[pair];
       const std::uint32_t pair_count = c.x + c.y;
       const std::uint32_t pair_through = above_run + warp_inclusive_scan(pair_count);
       // (Some lane reaches k: the run's last pair ends at `through` of lane `run`.)

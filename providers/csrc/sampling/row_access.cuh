@@ -64,6 +64,16 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
   }
 }
 
+// Lab AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT (session 57, unmeasured): the rest below loads up to
+// kTailInFlight groups a thread before using the first. A round of kInFlight whole groups
+// needs count >= kInFlight * blockDim.x (8 x 512 groups for the cluster kernels' slice copy,
+// load_slice), which no slice of a batch-1 or batch-16 row reaches: 1 x 32000 in clusters of 8
+// is ~1000 groups a CTA, two a thread, and its SASS loads them one DRAM round trip after the
+// other (LDG.E.128 then STS.128 in a loop); the phase trace puts that load at ~2.7k of the
+// top-k kernel's ~16k cycles (history/trace-slice-phases-e8fda70-h100.txt). The order of the f
+// calls is the same, so are the slice and every result.
+constexpr int kTailInFlight = 4;
+
 // f(g, v) for groups g = first + threadIdx.x, first + threadIdx.x + blockDim.x, ... below
 // first + count, in ascending g, with the elements of group g in v (tail elements = fill).
 // kInFlight groups are loaded before the first of them is used, so that many loads per
@@ -84,11 +94,25 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) f(g + u * step, v[u]);
   }
+#ifdef AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT
+  for (; g < end; g += kTailInFlight * step) {
+    float v[kTailInFlight][4];
+#pragma unroll
+    for (int u = 0; u < kTailInFlight; ++u) {
+      if (g + u * step < end) load_group4(x, n, g + u * step, aligned, fill, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kTailInFlight; ++u) {
+      if (g + u * step < end) f(g + u * step, v[u]);
+    }
+  }
+#else
   for (; g < end; g += step) {
     float v[4];
     load_group4(x, n, g, aligned, fill, v);
     f(g, v);
   }
+#endif
 }
 
 // for_each_group4 over a whole row (n elements), with the whole groups in ascending g or,

@@ -54,6 +54,27 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
   cluster.barrier_wait();  // (a block barrier too: the slice is visible to the CTA)
   return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
 }
+
+#ifdef AOTINFER_LAB_FILL_IN_LOAD
+// load_slice that, with kCount, also counts the slice's keys into sh's level-0 bins for
+// level0_count_bound (lab AOTINFER_LAB_FILL_IN_LOAD, level0_count_bound.cuh).
+template <int kCtas, bool kCount, typename T, typename Sh>
+__device__ SliceScopeOf<kCtas> load_slice_counting(float4* dst, const T* x, std::int64_t n, SliceRange r, Sh& sh) {
+  if constexpr (kCount) {
+    uint2* pairs = reinterpret_cast<uint2*>(sh.count);
+    for (int i = threadIdx.x; i < Sh::kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
+    __syncthreads();
+  }
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.barrier_arrive();
+  for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
+    dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
+    if constexpr (kCount) count_level0_group(sh, v);
+  });
+  cluster.barrier_wait();
+  return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
+}
+#endif
 #endif
 
 }  // namespace detail
@@ -92,8 +113,13 @@ __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
   std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
+#ifdef AOTINFER_LAB_FILL_IN_LOAD
+    const SliceScopeOf<kCtas> scope = detail::load_slice_counting<kCtas, kLocalList>(
+        slice_smem, p.input + row * p.row_stride, n, detail::slice_range(n, slice_groups, rank), sh);
+#else
     const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
                                                                 detail::slice_range(n, slice_groups, rank));
+#endif
     LAB_SLICE(lab_slice_mark(1));
     if constexpr (kLocalList) {
       token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches>(
