@@ -31,10 +31,13 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// Copies the slice of row x into shared memory as floats (NaN past the row's end), then
-// makes it visible to the CTA. Around the copy, one phase of the cluster barrier: a CTA may
-// write into a peer's shared memory only once the peer is known to be running, and the
-// pushes of SliceScopeOf::reduce() come before its barrier, so a kernel whose first
+// Copies the slice of row x into shared memory as floats (NaN past the row's end), group g by
+// the thread that SharedGroups' passes give it. The closing barrier_wait orders only what each
+// thread did before it arrived, at the start, not its stores: a thread's first pass over the
+// slice may read the groups it stored itself, others' only after a block barrier (every
+// kernel's first pass reads its own; dev/NOTES.md item 89). Around the copy, one phase of
+// the cluster barrier: a CTA may write into a peer's shared memory only once the peer is
+// known to be running, and the pushes of SliceScopeOf::reduce() come before its barrier, so a kernel whose first
 // collective is a reduce() (top-p by rejection's largest key, plain and min-p sampling's
 // largest_key) would otherwise push into peers not yet known to have started. Every CTA
 // arrives before its loads, so the wait after them rarely waits. Against no phase (reduce()
@@ -51,7 +54,7 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
   });
-  cluster.barrier_wait();  // (a block barrier too: the slice is visible to the CTA)
+  cluster.barrier_wait();  // (not a block barrier for the stores above: see the comment)
   return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
 }
 
