@@ -47,16 +47,17 @@ namespace aotinfer::sampling {
 // No key is this (the largest bin's lowest key is 0xffe00000).
 constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 
-// Lab AOTINFER_LAB_FILL_IN_LOAD (session 57, unmeasured). The phase trace at 1 x 32000 (H100,
-// history/trace-slice-phases-e8fda70-h100.txt) puts this bound's fill (clear, a pass over the
-// slice in shared memory counting its ~4000 keys, two block barriers) at ~3.2k of the top-k
-// kernel's ~16k cycles, and the slice's load before it at ~2.7k, mostly waiting on DRAM.
-// Under the lab the list kernels count each group's keys as load_slice_counting
-// (slice_kernels.cuh) stores it, so the adds run while other warps wait on their loads, and
-// the bound below only scans. The same keys are counted (the copy stores what the pass reads
-// back), so the bound, the list and the token are the same. (Hardware already aggregates a
-// warp's increments of one bin: the adds compile to ATOMS.POPC.INC.32.) Preprocessor guards,
-// not a constexpr switch, so that the default build's code stays byte for byte that measured.
+// The level-0 counts of the bound below: load_slice (slice_kernels.cuh) adds each group's keys
+// as it stores the group, for the list kernels, so the adds run while other warps wait on
+// their loads and the bound only scans. Before, the bound filled them itself (clear, a pass
+// over the slice in shared memory, two block barriers: ~3.2k of the top-k kernel's ~16k
+// cycles at 1 x 32000, history/trace-slice-phases-e8fda70-h100.txt). Measured as lab
+// AOTINFER_LAB_FILL_IN_LOAD (session 58, H100, A B A B in one machine start, the same tokens;
+// history/ab-sampling-fill-in-load-7366653-h100.txt): top-k 0.94-0.97x, joint and top-k then
+// top-p 0.95-0.98x at 1-16 rows of 32000 and 1-4 rows of 128256, 0.98-1.00x at 16 x 128256.
+// The same keys are counted (the copy stores what the pass read back), so the bound, the
+// list and the token are the same. (The hardware aggregates a warp's increments of one bin:
+// the adds compile to ATOMS.POPC.INC.32.)
 template <typename Sh>
 __device__ __forceinline__ void count_level0_group(Sh& sh, const float (&v)[4]) {
 #pragma unroll
@@ -68,9 +69,9 @@ __device__ __forceinline__ void count_level0_group(Sh& sh, const float (&v)[4]) 
 
 // The bound of a count search for k over `scope`'s probabilities that radix_threshold's level 0
 // would return with SearchTarget::enough = `enough` (0: fewer than k keys take part), or
-// kBoundUndecided where its level 0 would not stop. Every thread gets the same value. `sh`'s
-// histograms must be free at entry (no thread uses them after the caller's last barrier) and
-// are free again on return.
+// kBoundUndecided where its level 0 would not stop. Every thread gets the same value. At
+// entry `sh.count` holds the slice's level-0 counts (load_slice<kCtas, true>, slice_kernels.cuh)
+// and nothing else of `sh`'s histograms is in use; they are free again on return.
 template <typename Scope, typename Sh>
 __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std::uint32_t k, std::uint32_t enough,
                                                          Sh& sh) {
@@ -80,20 +81,11 @@ __device__ __noinline__ std::uint32_t level0_count_bound(const Scope& scope, std
   constexpr int kPairs = kRun / 2;    // as pairs (8-byte loads: sh.count is 8-byte aligned)
   static_assert(kPairs == 32, "one pair of the crossing run a lane");
   uint2* pairs = reinterpret_cast<uint2*>(sh.count);
-#ifdef AOTINFER_LAB_FILL_IN_LOAD
-  (void)scope;  // counted by load_slice_counting, whose closing cluster barrier does not order
-                // the adds a thread made after arriving: the block barrier below does
-#else
-  for (int i = threadIdx.x; i < kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
-  __syncthreads();
-  scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::uint32_t key = prob_key(v[j]);  // the NaN fill of a tail gives key 0
-      if (key != 0u) atomicAdd(&sh.count[key >> Sh::shift(0)], 1u);
-    }
-  });
-#endif
+  // The counts come from load_slice, whose closing cluster barrier does not order the adds a
+  // thread made after arriving: the block barrier below does. (`scope` stays a parameter:
+  // the build measured passes it, and this __noinline__ function's code follows its
+  // signature.)
+  (void)scope;
   __syncthreads();
   LAB_SLICE(lab_slice_mark(6));
   if (threadIdx.x < 32) {

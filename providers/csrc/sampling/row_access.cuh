@@ -64,14 +64,16 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
   }
 }
 
-// Lab AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT (session 57, unmeasured): the rest below loads up to
-// kTailInFlight groups a thread before using the first. A round of kInFlight whole groups
-// needs count >= kInFlight * blockDim.x (8 x 512 groups for the cluster kernels' slice copy,
-// load_slice), which no slice of a batch-1 or batch-16 row reaches: 1 x 32000 in clusters of 8
-// is ~1000 groups a CTA, two a thread, and its SASS loads them one DRAM round trip after the
-// other (LDG.E.128 then STS.128 in a loop); the phase trace puts that load at ~2.7k of the
-// top-k kernel's ~16k cycles (history/trace-slice-phases-e8fda70-h100.txt). The order of the f
-// calls is the same, so are the slice and every result.
+// The rest of for_each_group4 (below) loads up to kTailInFlight groups a thread before using
+// the first. A round of kInFlight whole groups needs count >= kInFlight * blockDim.x (8 x 512
+// groups for the cluster kernels' slice copy, load_slice), which no slice of a batch-1 or
+// batch-16 row reaches (1 x 32000 in clusters of 8 is ~1000 groups a CTA, two a thread); one
+// group at a time, such a slice loaded one DRAM round trip after the other. Measured as lab
+// AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT (session 58, H100, A B A B in one machine start, the same
+// tokens; history/ab-sampling-slice-tail-in-flight-7366653-h100.txt): top-k, top-p, min-p,
+// joint and top-k renorm 0.89-0.97x at 16 rows of 32000 and 1-16 rows of 128256, top-p and
+// min-p 0.98-0.99x at 1-4 rows of 32000, the rest there 0.998-1.002x. The order of the f calls
+// is the same, so are the slice and every result.
 constexpr int kTailInFlight = 4;
 
 // f(g, v) for groups g = first + threadIdx.x, first + threadIdx.x + blockDim.x, ... below
@@ -80,7 +82,7 @@ constexpr int kTailInFlight = 4;
 // thread are in flight (latency hiding); the order of the f calls, and so any result
 // accumulated in them, is the same as loading one group at a time. Rounds of whole groups
 // (the row's body, when aligned) load without the per-group tail checks; the rest (the last
-// round or two, or all of an unaligned row) one group at a time.
+// round or two, or all of an unaligned row) with them, kTailInFlight groups at a time.
 template <int kInFlight, typename T, typename F>
 __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std::int64_t first,
                                                 std::int64_t count, bool aligned, float fill, F&& f) {
@@ -94,7 +96,6 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) f(g + u * step, v[u]);
   }
-#ifdef AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT
   for (; g < end; g += kTailInFlight * step) {
     float v[kTailInFlight][4];
 #pragma unroll
@@ -106,13 +107,6 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
       if (g + u * step < end) f(g + u * step, v[u]);
     }
   }
-#else
-  for (; g < end; g += step) {
-    float v[4];
-    load_group4(x, n, g, aligned, fill, v);
-    f(g, v);
-  }
-#endif
 }
 
 // for_each_group4 over a whole row (n elements), with the whole groups in ascending g or,

@@ -45,39 +45,26 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // (history/ab-sampling-load-slice-phase-ec5f1b3.txt). It makes the start barriers of the
 // searches' level 0 and of the list kernels' exchange redundant (lab
 // AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them).
-template <int kCtas, typename T>
-__device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r) {
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.barrier_arrive();
-  // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
-  // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
-  for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
-    dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
-  });
-  cluster.barrier_wait();  // (not a block barrier for the stores above: see the comment)
-  return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
-}
-
-#ifdef AOTINFER_LAB_FILL_IN_LOAD
-// load_slice that, with kCount, also counts the slice's keys into sh's level-0 bins for
-// level0_count_bound (lab AOTINFER_LAB_FILL_IN_LOAD, level0_count_bound.cuh).
-template <int kCtas, bool kCount, typename T, typename Sh>
-__device__ SliceScopeOf<kCtas> load_slice_counting(float4* dst, const T* x, std::int64_t n, SliceRange r, Sh& sh) {
-  if constexpr (kCount) {
+// With kCountLevel0 (the list kernels), it also counts the slice's keys into sh's level-0
+// bins for level0_count_bound (whose comment has the measurement), clearing them first.
+template <int kCtas, bool kCountLevel0, typename T, typename Sh>
+__device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r, Sh& sh) {
+  if constexpr (kCountLevel0) {
     uint2* pairs = reinterpret_cast<uint2*>(sh.count);
     for (int i = threadIdx.x; i < Sh::kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
     __syncthreads();
   }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.barrier_arrive();
+  // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
+  // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
     dst[g - r.first] = make_float4(v[0], v[1], v[2], v[3]);
-    if constexpr (kCount) count_level0_group(sh, v);
+    if constexpr (kCountLevel0) count_level0_group(sh, v);
   });
-  cluster.barrier_wait();
+  cluster.barrier_wait();  // (not a block barrier for the stores above: see the comment)
   return SliceScopeOf<kCtas>{{dst, r.count, r.first}};
 }
-#endif
 #endif
 
 }  // namespace detail
@@ -116,13 +103,8 @@ __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
   std::int64_t token = -1;
   if (row >= 0 && row < p.rows) {  // the same for the whole cluster
     const std::int64_t n = p.vocab;
-#ifdef AOTINFER_LAB_FILL_IN_LOAD
-    const SliceScopeOf<kCtas> scope = detail::load_slice_counting<kCtas, kLocalList>(
+    const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas, kLocalList>(
         slice_smem, p.input + row * p.row_stride, n, detail::slice_range(n, slice_groups, rank), sh);
-#else
-    const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.row_stride, n,
-                                                                detail::slice_range(n, slice_groups, rank));
-#endif
     LAB_SLICE(lab_slice_mark(1));
     if constexpr (kLocalList) {
       token = detail::local_list_draw<kFamily == FilterFamily::kTwoSearches>(
@@ -154,7 +136,7 @@ __global__ void __launch_bounds__(kSliceThreads, kSliceCtasPerSm)
   pdl_wait_for_prior_grid();
   const std::int64_t n = p.vocab;
   const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
-  const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas>(slice_smem, p.input + row * p.in_row_stride, n, range);
+  const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas, false>(slice_smem, p.input + row * p.in_row_stride, n, range, sh);
   T* y = p.out + row * p.out_row_stride;
   const bool out_aligned = group_aligned(y);
   if constexpr (kMask) {
