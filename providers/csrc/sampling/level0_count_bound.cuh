@@ -54,7 +54,7 @@ constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 // cycles at 1 x 32000, history/trace-slice-phases-e8fda70-h100.txt). Measured as lab
 // AOTINFER_LAB_FILL_IN_LOAD (session 58, H100, A B A B in one machine start, the same tokens;
 // history/ab-sampling-fill-in-load-7366653-h100.txt): top-k 0.94-0.97x, joint and top-k then
-// top-p 0.95-0.98x at 1-16 rows of 32000 and 1-4 rows of 128256, 0.98-1.00x at 16 x 128256.
+// top-p 0.95-0.99x at 1-16 rows of 32000 and 1-4 rows of 128256, 0.98-1.00x at 16 x 128256.
 // The same keys are counted (the copy stores what the pass read back), so the bound, the
 // list and the token are the same. (The hardware aggregates a warp's increments of one bin:
 // the adds compile to ATOMS.POPC.INC.32.)

@@ -71,8 +71,8 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
 // group at a time, such a slice loaded one DRAM round trip after the other. Measured as lab
 // AOTINFER_LAB_SLICE_TAIL_IN_FLIGHT (session 58, H100, A B A B in one machine start, the same
 // tokens; history/ab-sampling-slice-tail-in-flight-7366653-h100.txt): top-k, top-p, min-p,
-// joint and top-k renorm 0.89-0.97x at 16 rows of 32000 and 1-16 rows of 128256, top-p and
-// min-p 0.98-0.99x at 1-4 rows of 32000, the rest there 0.998-1.002x. The order of the f calls
+// joint and top-k renorm 0.92-0.97x at 16 x 32000 and 0.89-0.99x at 1-16 x 128256, top-p
+// and min-p 0.98-0.99x at 1-4 x 32000, the rest there 0.998-1.002x. The order of the f calls
 // is the same, so are the slice and every result.
 constexpr int kTailInFlight = 4;
 
