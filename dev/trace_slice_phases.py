@@ -6,7 +6,10 @@ splits the lines into launches (CTAs ordered by their entry on the global clock,
 launch) and prints, per op, the median SM cycles of each phase: the slice's load, the list
 bound t_c (its histogram's fill, then the scan and what follows), the listing (t_c to the list
 exchange), the wait at the exchange's cluster barrier, then rank 0's t_k and the rest of its
-draw, for rank 0 and the slowest CTA, and the launch's entry skew.
+draw, for rank 0 and the slowest CTA, and the launch's entry skew. Top-p by rejection (family
+5) marks round 0's steps instead (lab_row_trace.cuh): its pass over the slice, its draw (the
+cluster's push of totals and largest keys), the drawn key's exchange, the test pass and the
+test's exchange; "rest" is what follows (further rounds, the write).
 
     python3 dev/trace_slice_phases.py [DIST ...] > trace.txt    (collect; default peaked)
     python3 dev/trace_slice_phases.py --summary trace.txt        (summarise)
@@ -24,6 +27,8 @@ from trace_records import trace_records  # noqa: E402
 
 CALLS, REPS, CTAS = 10, 4, 8
 PHASES = ("load", "fill", "scan", "listing", "exchange", "t_k", "rest")
+REJECTION_FAMILY = 5  # FilterFamily::kTopPRejection (filter_sample.cuh)
+REJECTION_PHASES = ("load", "pass0", "draw0", "pivot", "test", "tested", "rest")
 
 
 def collect(dists: list[str]) -> None:
@@ -43,6 +48,7 @@ def collect(dists: list[str]) -> None:
         "top_k_first": lambda p: aotinfer.top_k_top_p_sampling_from_probs(
             p, 50, 0.9, filter_apply_order="top_k_first", **s
         ),
+        "top_p": lambda p: aotinfer.top_p_sampling_from_probs(p, 0.9, **s),
     }
     for dist in dists:
         rows = [make_probs(1, 32000, dist == "peaked", seed=i) for i in range(CALLS)]
@@ -66,6 +72,19 @@ def launches_of(lines: list[list[int]]) -> list[list[list[int]]]:
     """SLICE fields (family, ctas a SM, rank, sm, g0, d1..d4, end) grouped into launches."""
     lines = sorted(lines, key=lambda f: f[4])
     return [lines[i : i + CTAS] for i in range(0, len(lines) - CTAS + 1, CTAS)]
+
+
+def rejection_phases(f: list[int]) -> dict:
+    """A top-p rejection CTA's phases in cycles: marks 1-6 in order, each phase from the mark
+    before; a mark not reached (0) gives its phase 0 and the next one's from the last reached."""
+    marks = [f[5], f[6], f[7], f[8], f[10], f[11]]
+    out, last = {}, 0
+    for name, m in zip(REJECTION_PHASES, marks):
+        out[name] = m - last if m else 0
+        last = m or last
+    out["rest"] = f[9] - last
+    out["end"] = f[9]
+    return out
 
 
 def phases(f: list[int]) -> dict:
@@ -101,12 +120,13 @@ def summarise(path: str) -> None:
         if not launches:
             print(f"== {name}: no whole launch")
             continue
-        rank0 = [phases(next(f for f in ls if f[2] == 0)) for ls in launches]
+        rejection = launches[0][0][0] == REJECTION_FAMILY
+        of, names = (rejection_phases, REJECTION_PHASES) if rejection else (phases, PHASES)
+        # The slowest peer: the last to reach the first cluster exchange of the draw.
+        before = names[:2] if rejection else names[:4]
+        rank0 = [of(next(f for f in ls if f[2] == 0)) for ls in launches]
         slowest = [
-            max(
-                (phases(f) for f in ls if f[2] != 0),
-                key=lambda p: p["load"] + p["fill"] + p["scan"] + p["listing"],
-            )
+            max((of(f) for f in ls if f[2] != 0), key=lambda p: sum(p[k] for k in before))
             for ls in launches
         ]
         skew = [(max(f[4] for f in ls) - min(f[4] for f in ls)) for ls in launches]
@@ -115,11 +135,11 @@ def summarise(path: str) -> None:
             f"== {name}: family {fam[0]}, {fam[1]} CTA(s) a SM, {len(launches)} launches;"
             f" entry skew median {med(skew)} ns"
         )
-        print("   cycles (median)  " + "  ".join(f"{p:>8}" for p in PHASES + ("end",)))
+        print("   cycles (median)  " + "  ".join(f"{p:>8}" for p in names + ("end",)))
         for label, rows in (("rank 0", rank0), ("slowest peer", slowest)):
             print(
                 f"   {label:<15}  "
-                + "  ".join(f"{med([r[p] for r in rows]):>8.0f}" for p in PHASES + ("end",))
+                + "  ".join(f"{med([r[p] for r in rows]):>8.0f}" for p in names + ("end",))
             )
 
 

@@ -51,7 +51,12 @@ struct LabRowTrace {
 // barrier, 5 rank 0's t_k found in the list, 6 the slice bound's histogram filled) and print
 // one line per CTA at its end: family, CTAs a SM, rank, SM, the global clock at entry (ns) and
 // the cycles from entry to marks 1-4, to the end, then to marks 5 and 6 (0: not reached).
+// Top-p by rejection (top_p_rejection.cuh, in a cluster) marks round 0's steps instead: 2 its
+// pass over the slice, 3 its draw (the cluster's push of totals and largest keys), 4 the drawn
+// key's reduce across the cluster, 5 the test pass, 6 the test's reduce.
 #ifdef AOTINFER_LAB_SLICE_TRACE
+constexpr int kLabRejectionPass0 = 2, kLabRejectionDraw0 = 3, kLabRejectionPivot0 = 4, kLabRejectionTest0 = 5,
+              kLabRejectionTested0 = 6;
 __device__ __forceinline__ unsigned long long* lab_slice_marks() {
   __shared__ unsigned long long marks[8];  // [7]: the global clock at entry
   return marks;

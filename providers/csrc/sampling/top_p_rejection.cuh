@@ -279,9 +279,11 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       return sum;
     });
     if constexpr (kSpeculativeRound0) {
+      LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
       max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
       first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
                                        TotalsAndLargestKey{&max_key, n});
+      LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
     } else {
       max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
     }
@@ -319,6 +321,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     // thread of a CTA). The draw's last barrier follows its reads of seg, which the test pass
     // overwrites.
     const std::uint32_t k0 = scope.reduce_uniform(drawn, MaxOp{});
+    LAB_SLICE(if (Scope::kSplitOverCluster && round == 0) lab_slice_mark(kLabRejectionPivot0));
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
     // A rejected round: every key at or below k0 is outside the top-p set, and so is every key
@@ -360,6 +363,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       scope.for_each_group(0.f, [&](std::int64_t, const float (&v)[4]) {
         add_pivot_masses(v, k0, k1, fx, above0, above1);
       });
+      LAB_SLICE(if (round == 0) lab_slice_mark(kLabRejectionTest0));
     } else {  // and per segment: the next round's segment masses
       segment_pass_sums<2>(scope, layout, above, [&](std::int64_t, const float (&v)[4], std::uint64_t (&m)[2]) {
         m[0] = m[1] = 0;
@@ -369,7 +373,9 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       });
       __syncthreads();  // the segment masses are written
     }
-    if (scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal) {
+    const bool accepted = scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal;
+    LAB_SLICE(if (Scope::kSplitOverCluster && round == 0) lab_slice_mark(kLabRejectionTested0));
+    if (accepted) {
       LAB_TRACE(trace.finish(round + 1));
       return token;
     }
