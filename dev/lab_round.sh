@@ -6,7 +6,8 @@
 # sampling tests under the lab's wheel ($OUT/lab-N.txt); the default wheel is reinstalled after
 # each. Each argument is NAME=MACRO[:OPS], OPS the ops to time, comma-separated (default: all);
 # LAB_BATCHES the batch sizes to time (default "1 16"); LAB_DISTS the row kinds
-# (dev/time_sampling_graph.py; default "flat peaked"). LAB_BEFORE: a command to run after the
+# (dev/time_sampling_graph.py; default "flat peaked"); LAB_TESTS the GPU tests run under each
+# lab's wheel (default tests/gpu/test_sampling.py). LAB_BEFORE: a command to run after the
 # GPU suite and before the labs, once every lab's build is done (so that no build shares the
 # host with it), e.g. "python3 benchmarks/bench_sampling.py": the record and the labs in one
 # machine start (~450 s for one lab).
@@ -26,7 +27,7 @@ for spec in "$@"; do
   builds+=("$name=.:-DCMAKE_CUDA_FLAGS=-D$macro")
   cmds+=("WAIT_FOR=/tmp/$name-wheel.done LABEL_A=default LABEL_B=$name AB_NAME=ab-$name \
 ${only}dev/ab_wheels.sh - /tmp/$name-wheel dev/time_sampling_graph.py ${LAB_BATCHES:-1 16} \
-&& python3 -m pytest tests/gpu/test_sampling.py -m gpu -q -p no:cacheprovider | tail -3; \
+&& python3 -m pytest ${LAB_TESTS:-tests/gpu/test_sampling.py} -m gpu -q -p no:cacheprovider | tail -3; \
 python3 -m pip install -q --no-deps --force-reinstall dist/aotinfer_$arch-*.whl")
 done
 if [ -n "${LAB_BEFORE:-}" ]; then
