@@ -15,9 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-#include <cooperative_groups.h>
-#endif
 
 #include "../common/block_reduce.cuh"
 #include "philox.cuh"
@@ -126,36 +123,6 @@ struct ScopeTotals {
 // takes the CTAs' totals across the scope; where it says not to search (a draw from masses
 // that may not hold: top_p_rejection.cuh's round 0 in a cluster), the draw returns
 // kDrawNotSearched.
-// Step 3's start, by one whole warp: the segment of the run of `holder` lane (the first whose
-// inclusive sum exceeds `local`) where the mass runs out, then the element (find_in_segment).
-// `own` / `inclusive`: the lanes' sums of their runs of per_lane segments, and their scan.
-template <typename Groups>
-__device__ __forceinline__ void find_in_runs(const Groups& groups, const SegmentLayout& layout, const std::uint64_t* seg,
-                                             std::int64_t per_lane, std::uint64_t own, std::uint64_t inclusive,
-                                             std::uint64_t local, std::uint32_t min_key, const FixedPointScale& fx,
-                                             bool want_key, std::int64_t* token, std::uint32_t* key) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t segments = layout.segments;
-  const int holder = __ffs(__ballot_sync(kFullMask, inclusive > local)) - 1;
-  // The holder's run of segments, 32 at a time across the warp (every lane decides alike).
-  const std::int64_t first = holder * per_lane, end = min(first + per_lane, segments);
-  std::uint64_t rest = local - __shfl_sync(kFullMask, inclusive - own, holder);
-  std::int64_t s = first;
-  for (std::int64_t base = first; base < end; base += 32) {
-    const std::uint64_t m = base + lane < end ? seg[base + lane] : 0;
-    const std::uint64_t run = warp_inclusive_scan(m);
-    const std::uint64_t run_total = __shfl_sync(kFullMask, run, 31);
-    if (rest < run_total) {
-      const int at = __ffs(__ballot_sync(kFullMask, run > rest)) - 1;
-      s = base + at;
-      rest -= __shfl_sync(kFullMask, run - m, at);
-      break;
-    }
-    rest -= run_total;
-  }
-  find_in_segment(groups, layout, s, rest, min_key, fx, want_key, token, key);
-}
-
 template <typename Scope, typename Across = ScopeTotals>
 __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayout& layout, const std::uint64_t* seg,
                                            std::uint32_t min_key, const FixedPointScale& fx, const RowRandom& rng,
@@ -184,8 +151,25 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
     } else if (row_total == 0 || target < before_cta || target - before_cta >= cta_total) {
       if (lane == 0) found_token = row_total == 0 ? -1 : -2;  // -2: another CTA of the cluster
     } else {
-      find_in_runs(scope, layout, seg, per_lane, own, inclusive, target - before_cta, min_key, fx, drawn != nullptr,
-                   &found_token, &found_key);
+      const std::uint64_t local = target - before_cta;
+      const int holder = __ffs(__ballot_sync(kFullMask, inclusive > local)) - 1;
+      // The holder's run of segments, 32 at a time across the warp (every lane decides alike).
+      const std::int64_t first = holder * per_lane, end = min(first + per_lane, segments);
+      std::uint64_t rest = local - __shfl_sync(kFullMask, inclusive - own, holder);
+      std::int64_t s = first;
+      for (std::int64_t base = first; base < end; base += 32) {
+        const std::uint64_t m = base + lane < end ? seg[base + lane] : 0;
+        const std::uint64_t run = warp_inclusive_scan(m);
+        const std::uint64_t run_total = __shfl_sync(kFullMask, run, 31);
+        if (rest < run_total) {
+          const int at = __ffs(__ballot_sync(kFullMask, run > rest)) - 1;
+          s = base + at;
+          rest -= __shfl_sync(kFullMask, run - m, at);
+          break;
+        }
+        rest -= run_total;
+      }
+      find_in_segment(scope, layout, s, rest, min_key, fx, drawn != nullptr, &found_token, &found_key);
     }
   }
   __syncthreads();
@@ -193,70 +177,6 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
   if (drawn) *drawn = found_token >= 0 ? found_key : 0u;
   return found_token;
 }
-
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-// Lab AOTINFER_LAB_REJECTION_PEER_FIND (top_p_rejection.cuh): draw_from_segments in a cluster
-// where every CTA finds the drawn key: `across` (PeerFindTotals) gives every CTA's total too,
-// and each CTA but the holder reads the holder's segment masses and slice through
-// distributed shared memory (across.peers: only where a cluster barrier follows before any
-// CTA may leave). *drawn gets the key in every CTA; the token stays the holder's to write.
-template <typename Scope, typename Across>
-__device__ std::int64_t draw_from_segments_every_cta(const Scope& scope, const SegmentLayout& layout,
-                                                     const std::uint64_t* seg, std::uint32_t min_key,
-                                                     const FixedPointScale& fx, const RowRandom& rng, int round,
-                                                     std::uint64_t* total, std::uint32_t* drawn, const Across& across) {
-  __shared__ std::int64_t found_token;
-  __shared__ std::uint32_t found_key;
-  __shared__ std::uint64_t found_total;
-  const int lane = threadIdx.x & 31;
-  const std::int64_t segments = layout.segments, per_lane = (segments + 31) / 32, mine = lane * per_lane;
-  std::uint64_t own = 0, inclusive = 0, cta_total = 0;  // (warp 0's)
-  if (threadIdx.x < 32) {
-#pragma unroll 4
-    for (std::int64_t i = 0; i < per_lane; ++i) own += mine + i < segments ? seg[mine + i] : 0;
-    inclusive = warp_inclusive_scan(own);
-    cta_total = __shfl_sync(kFullMask, inclusive, 31);
-  }
-  std::uint64_t before_cta, row_total, each = 0;  // each: CTA `lane`'s total, in warp 0
-  const bool search = across(scope, cta_total, &before_cta, &row_total, &each);
-  if (threadIdx.x < 32) {
-    if (lane == 0) found_total = row_total;
-    const std::uint64_t target = __umul64hi(draw_word(rng, round), row_total);  // < row_total
-    if (!search) {
-      if (lane == 0) found_token = kDrawNotSearched;
-    } else if (row_total == 0 || target < before_cta || target - before_cta >= cta_total) {
-      if (lane == 0) found_token = row_total == 0 ? -1 : -2;  // -2: another CTA of the cluster
-      if (lane == 0) found_key = 0u;
-      __syncwarp();
-      if (row_total != 0 && across.peers) {
-        // The holder's layout, segment masses and slice; its token is its own to write.
-        __shared__ std::int64_t peer_token;
-        const std::uint64_t at = warp_inclusive_scan(each);
-        const unsigned h = static_cast<unsigned>(__ffs(__ballot_sync(kFullMask, at > target)) - 1);
-        const std::uint64_t local = target - __shfl_sync(kFullMask, at - each, h);
-        const SharedGroups peer = scope.peer_groups(h, across.n);
-        const SegmentLayout peer_layout = SegmentLayout::of(peer.groups, across.max_segments);
-        const std::uint64_t* peer_seg = cooperative_groups::this_cluster().map_shared_rank(const_cast<std::uint64_t*>(seg), h);
-        const std::int64_t peer_per_lane = (peer_layout.segments + 31) / 32, peer_mine = lane * peer_per_lane;
-        std::uint64_t peer_own = 0;
-#pragma unroll 4
-        for (std::int64_t i = 0; i < peer_per_lane; ++i) {
-          peer_own += peer_mine + i < peer_layout.segments ? peer_seg[peer_mine + i] : 0;
-        }
-        find_in_runs(peer, peer_layout, peer_seg, peer_per_lane, peer_own, warp_inclusive_scan(peer_own), local,
-                     min_key, fx, true, &peer_token, &found_key);
-      }
-    } else {
-      find_in_runs(scope, layout, seg, per_lane, own, inclusive, target - before_cta, min_key, fx, true, &found_token,
-                   &found_key);
-    }
-  }
-  __syncthreads();
-  *total = found_total;
-  *drawn = found_token >= 0 || found_token == -2 ? found_key : 0u;
-  return found_token;
-}
-#endif
 
 // Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
 // largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:

@@ -306,46 +306,6 @@ struct SliceScopeOf : SharedGroups {
     *total = t;
     *max_key = m;
   }
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-  // (Lab, top_p_rejection.cuh) Both pushes above with every CTA's total too: lane r of warp 0
-  // gets CTA r's in *each (0 in lanes kCtas and up), so that every CTA can tell which holds a
-  // draw's target. Round 0's push (max_key given) and the later draws' keep slots of their
-  // own, as above: a round 0 that did not search draws again with no cluster barrier between.
-  __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total,
-                                   std::uint32_t* max_key, std::uint64_t* each) const {
-    __shared__ PushedTotal slots[2][kCtas];
-    PushedTotal* const pushed = slots[max_key != nullptr];
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    if (threadIdx.x < kCtas) {
-      *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = PushedTotal{mine, max_key ? *max_key : 0u};
-    }
-    cluster.sync();
-    std::uint64_t b = 0, t = 0, e = 0;
-    std::uint32_t m = 0u;
-#pragma unroll
-    for (unsigned r = 0; r < kCtas; ++r) {
-      const PushedTotal v = pushed[r];
-      if (r < rank) b += v.total;
-      if (r == (threadIdx.x & 31u)) e = v.total;
-      t += v.total;
-      m = max(m, v.max_key);
-    }
-    *before = b;
-    *total = t;
-    *each = e;
-    if (max_key) *max_key = m;
-  }
-  // The slice of CTA `rank`, read through distributed shared memory (its first group and
-  // count as slice_range gives them: every CTA but the row's last holds as many as rank 0).
-  __device__ SharedGroups peer_groups(unsigned rank, std::int64_t n) const {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned me = cluster.block_rank();
-    const std::int64_t per = me > 0 ? first / me : groups, at = rank * per, total = (n + 3) / 4;
-    const std::int64_t count = total - at < 0 ? 0 : (total - at > per ? per : total - at);
-    return SharedGroups{cluster.map_shared_rank(const_cast<float4*>(s), rank), count, at};
-  }
-#endif
   // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
   mutable unsigned reductions = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA

@@ -210,32 +210,6 @@ struct TotalsAndLargestKey {
   }
 };
 
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-// Lab AOTINFER_LAB_REJECTION_PEER_FIND: in a cluster every CTA finds a round's drawn key
-// itself (inverse_cdf.cuh's draw_from_segments_every_cta: the draw's push carries every CTA's total,
-// and each CTA reads the holder's segment masses and slice through distributed shared
-// memory), so the reduce of the drawn key after the draw (a push and a cluster barrier a
-// round) goes. The holder's shared memory is read before the test's reduce, a cluster barrier
-// every CTA passes before the holder can leave or write its segments again; without a filter
-// (p = 1: no test, so no barrier after the draw) the peers do not read (`peers`).
-// max_key: round 0's fused push (as TotalsAndLargestKey), nullptr in the later draws.
-struct PeerFindTotals {
-  std::uint32_t* max_key;
-  std::int64_t n;
-  std::int64_t max_segments;  // the draw's SegmentLayout bound (the holder's layout)
-  bool peers;
-  template <typename Scope>
-  __device__ bool operator()(const Scope& scope, std::uint64_t cta_total, std::uint64_t* before, std::uint64_t* total,
-                             std::uint64_t* each) const {
-    scope.exclusive_across(cta_total, before, total, max_key, each);
-    return max_key == nullptr || (*max_key != 0u && FixedPointScale::rejection_unit_holds(*max_key, n));
-  }
-};
-constexpr bool kLabRejectionPeerFind = true;
-#else
-constexpr bool kLabRejectionPeerFind = false;
-#endif
-
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
 template <typename Scope>
@@ -307,13 +281,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     if constexpr (kSpeculativeRound0) {
       LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
       max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-      first_token = draw_from_segments_every_cta(scope, layout, above[0], 1u, fx, rng, 0, &first_total,
-                                                 &first_drawn, PeerFindTotals{&max_key, n, kHalf, true});
-#else
       first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
                                        TotalsAndLargestKey{&max_key, n});
-#endif
       LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
     } else {
       max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
@@ -341,21 +310,9 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     LAB_TRACE(trace.mark_round(round));
     std::uint64_t total = first_total;
     std::uint32_t drawn = first_drawn;
-#ifdef AOTINFER_LAB_REJECTION_PEER_FIND
-    std::int64_t token = first_token;
-    if (!(kSpeculativeRound0 && round == 0 && first_token != kDrawNotSearched)) {
-      if constexpr (Scope::kSplitOverCluster) {
-        token = draw_from_segments_every_cta(scope, layout, seg, min_key, fx, rng, round, &total, &drawn,
-                                             PeerFindTotals{nullptr, n, kHalf, filtered});
-      } else {
-        token = draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
-      }
-    }
-#else
     const std::int64_t token = kSpeculativeRound0 && round == 0 && first_token != kDrawNotSearched
                                    ? first_token
                                    : draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
-#endif
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
     if (!filtered) return token;
@@ -363,9 +320,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     // The drawn key, in every CTA of a cluster (the others' drawn is 0; the same in every
     // thread of a CTA). The draw's last barrier follows its reads of seg, which the test pass
     // overwrites.
-    // (Lab AOTINFER_LAB_REJECTION_PEER_FIND: every CTA of a cluster found it in the draw.)
-    const std::uint32_t k0 =
-        kLabRejectionPeerFind && Scope::kSplitOverCluster ? drawn : scope.reduce_uniform(drawn, MaxOp{});
+    const std::uint32_t k0 = scope.reduce_uniform(drawn, MaxOp{});
     LAB_SLICE(if (Scope::kSplitOverCluster && round == 0) lab_slice_mark(kLabRejectionPivot0));
     const float v1 = __fmul_rn(__fadd_rn(__uint_as_float(k0), high), 0.5f);
     const std::uint32_t k1 = __float_as_uint(v1);
