@@ -58,6 +58,13 @@ constexpr std::uint32_t kBoundUndecided = 0xffffffffu;
 // The same keys are counted (the copy stores what the pass read back), so the bound, the
 // list and the token are the same. (The hardware aggregates a warp's increments of one bin:
 // the adds compile to ATOMS.POPC.INC.32.)
+// Clears the level-0 counts, as pairs (sh.count is 8-byte aligned); the caller's barrier
+// follows before any count_level0_group.
+template <typename Sh>
+__device__ __forceinline__ void clear_level0_counts(Sh& sh) {
+  uint2* pairs = reinterpret_cast<uint2*>(sh.count);
+  for (int i = threadIdx.x; i < Sh::kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
+}
 template <typename Sh>
 __device__ __forceinline__ void count_level0_group(Sh& sh, const float (&v)[4]) {
 #pragma unroll

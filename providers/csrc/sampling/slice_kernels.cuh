@@ -35,13 +35,13 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // the thread that SharedGroups' passes give it. The closing barrier_wait orders only what each
 // thread did before it arrived, at the start, not its stores: a thread's first pass over the
 // slice may read the groups it stored itself, others' only after a block barrier (every
-// kernel's first pass reads its own; dev/NOTES.md item 89). Around the copy, one phase of
-// the cluster barrier: a CTA may write into a peer's shared memory only once the peer is
-// known to be running, and the pushes of SliceScopeOf::reduce() come before its barrier, so a kernel whose first
-// collective is a reduce() (top-p by rejection's largest key, plain and min-p sampling's
-// largest_key) would otherwise push into peers not yet known to have started. Every CTA
-// arrives before its loads, so the wait after them rarely waits. Against no phase (reduce()
-// pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
+// kernel's first pass reads its own; dev/NOTES.md item 89). Around the copy, one phase of the
+// cluster barrier: a CTA may write into a peer's shared memory only once the peer is known to
+// be running, and the pushes of SliceScopeOf::reduce() come before its barrier, so a kernel
+// whose first collective is a reduce() (top-p by rejection's largest key, plain and min-p
+// sampling's largest_key) would otherwise push into peers not yet known to have started. Every
+// CTA arrives before its loads, so the wait after them rarely waits. Against no phase
+// (reduce() pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
 // (history/ab-sampling-load-slice-phase-ec5f1b3.txt). It makes the start barriers of the
 // searches' level 0 and of the list kernels' exchange redundant (lab
 // AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them).
@@ -50,8 +50,7 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 template <int kCtas, bool kCountLevel0, typename T, typename Sh>
 __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t n, SliceRange r, Sh& sh) {
   if constexpr (kCountLevel0) {
-    uint2* pairs = reinterpret_cast<uint2*>(sh.count);
-    for (int i = threadIdx.x; i < Sh::kBins / 2; i += blockDim.x) pairs[i] = make_uint2(0u, 0u);
+    clear_level0_counts(sh);
     __syncthreads();
   }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -136,7 +135,8 @@ __global__ void __launch_bounds__(kSliceThreads, kSliceCtasPerSm)
   pdl_wait_for_prior_grid();
   const std::int64_t n = p.vocab;
   const detail::SliceRange range = detail::slice_range(n, slice_groups, rank);
-  const SliceScopeOf<kCtas> scope = detail::load_slice<kCtas, false>(slice_smem, p.input + row * p.in_row_stride, n, range, sh);
+  const SliceScopeOf<kCtas> scope =
+      detail::load_slice<kCtas, false>(slice_smem, p.input + row * p.in_row_stride, n, range, sh);
   T* y = p.out + row * p.out_row_stride;
   const bool out_aligned = group_aligned(y);
   if constexpr (kMask) {
