@@ -210,6 +210,23 @@ struct TotalsAndLargestKey {
   }
 };
 
+#ifdef AOTINFER_LAB_REJECTION_WARP_MAX
+// Lab (dev/NOTES.md item 92): the CTA's largest key before a cluster's round-0 draw, needed
+// only in warp 0 (TotalsAndLargestKey's push reads it there and hands every thread the
+// cluster's): each warp's in a slot, one block barrier, warp 0 reduces the slots. block_reduce
+// takes two barriers (the first guards its shared slots against a previous call's readers).
+// The slots are written once a row, and warp 0 reads them before the draw's cluster barrier,
+// which every warp passes before this CTA's next row writes them again.
+__device__ __forceinline__ std::uint32_t largest_key_in_warp0(std::uint32_t k) {
+  __shared__ std::uint32_t warp_max[32];
+  k = warp_reduce(k, MaxOp{});
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = k;
+  __syncthreads();
+  if (threadIdx.x >= 32) return 0u;
+  return warp_reduce(threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0u, MaxOp{});
+}
+#endif
+
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
 template <typename Scope>
@@ -280,7 +297,11 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     });
     if constexpr (kSpeculativeRound0) {
       LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
+#ifdef AOTINFER_LAB_REJECTION_WARP_MAX
+      max_key = largest_key_in_warp0(max_key);  // (its barrier publishes the segments)
+#else
       max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
+#endif
       first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
                                        TotalsAndLargestKey{&max_key, n});
       LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
