@@ -306,6 +306,36 @@ struct SliceScopeOf : SharedGroups {
     *total = t;
     *max_key = m;
   }
+#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
+  // Lab (dev/NOTES.md item 92): the cluster's sums of a and b (top-p's test: the masses above
+  // its two pivots) with no block barrier: each warp's sums are pushed into a slot of their own
+  // in every CTA, one cluster barrier, and every warp adds the slots up (uint64: the same sums
+  // in any order). reduce() takes a block reduction first (two block barriers), and b's sum
+  // would take another reduce(). One slot set: the next push is the next round's test, after
+  // the draw's and the drawn key's cluster barriers, which every CTA passes after its reads.
+  struct PushedPair {
+    std::uint64_t a, b;
+  };
+  __device__ void sum_pair_by_warps(std::uint64_t a, std::uint64_t b, std::uint64_t* sum_a,
+                                    std::uint64_t* sum_b) const {
+    constexpr int kWarps = kSliceThreads / 32, kSlots = kCtas * kWarps;
+    __shared__ PushedPair pushed[kSlots];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    a = warp_reduce(a, SumOp{});
+    b = warp_reduce(b, SumOp{});
+    const unsigned lane = threadIdx.x & 31u, slot = cluster.block_rank() * kWarps + (threadIdx.x >> 5);
+    if (lane < static_cast<unsigned>(kCtas)) *cluster.map_shared_rank(&pushed[slot], lane) = PushedPair{a, b};
+    cluster.sync();
+    std::uint64_t x = 0, y = 0;
+#pragma unroll
+    for (int i = static_cast<int>(lane); i < kSlots; i += 32) {
+      x += pushed[i].a;
+      y += pushed[i].b;
+    }
+    *sum_a = warp_reduce(x, SumOp{});
+    *sum_b = warp_reduce(y, SumOp{});
+  }
+#endif
   // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
   mutable unsigned reductions = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA

@@ -394,14 +394,23 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       });
       __syncthreads();  // the segment masses are written
     }
+#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
+    if constexpr (Scope::kSplitOverCluster) scope.sum_pair_by_warps(above0, above1, &above0, &above1);
+    const bool accepted = (Scope::kSplitOverCluster ? above0 : scope.reduce(above0, SumOp{}, std::uint64_t{0})) < goal;
+#else
     const bool accepted = scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal;
+#endif
     LAB_SLICE(if (Scope::kSplitOverCluster && round == 0) lab_slice_mark(kLabRejectionTested0));
     if (accepted) {
       LAB_TRACE(trace.finish(round + 1));
       return token;
     }
     // Rejected. The second pivot's mass is exchanged only now (about one round in ten).
+#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
+    const bool k1_out = (Scope::kSplitOverCluster ? above1 : scope.reduce(above1, SumOp{}, std::uint64_t{0})) >= goal;
+#else
     const bool k1_out = scope.reduce(above1, SumOp{}, std::uint64_t{0}) >= goal;
+#endif
     raise_floor(k1_out);
     if constexpr (Scope::kSplitOverCluster) {  // the test pass summed no segments
       sum_segments_above_floor();
