@@ -21,7 +21,10 @@ SHAPES = [  # (vocab, batch)
     (32000, 16),
     (32000, 128),
     (32000, 512),
+    (40960, 1),  # up to 4 rows from 40960 on: clusters of 16 (sample_launch.cu, kRejectionBounds)
+    (65536, 4),
     (65536, 16),
+    (98304, 2),
     (128256, 1),
     (128256, 4),
     (128256, 16),

@@ -236,6 +236,7 @@ struct SliceScopeOf : SharedGroups {
   // The two-search sampler keeps level 0 in the shared loop (prob_filter).
   static constexpr bool kPeelsLevel0 = true;
   static constexpr bool kSplitOverCluster = true;
+  static constexpr int kClusterCtas = kCtas;
 
   __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
   // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
@@ -306,13 +307,13 @@ struct SliceScopeOf : SharedGroups {
     *total = t;
     *max_key = m;
   }
-#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
-  // Lab (dev/NOTES.md item 92): the cluster's sums of a and b (top-p's test: the masses above
-  // its two pivots) with no block barrier: each warp's sums are pushed into a slot of their own
-  // in every CTA, one cluster barrier, and every warp adds the slots up (uint64: the same sums
-  // in any order). reduce() takes a block reduction first (two block barriers), and b's sum
-  // would take another reduce(). One slot set: the next push is the next round's test, after
-  // the draw's and the drawn key's cluster barriers, which every CTA passes after its reads.
+  // The cluster's sums of a and b (top-p's test in clusters of 4: the masses above its two
+  // pivots) with no block barrier: each warp's sums are pushed into a slot of their own in
+  // every CTA, one cluster barrier, and every warp adds the kCtas x 16 slots up (uint64: the
+  // same sums in any order). reduce() takes a block reduction first (two block barriers), and
+  // b's sum would take another reduce(). One slot set: the next push is the next round's test,
+  // after the draw's and the drawn key's cluster barriers, which every CTA passes after its
+  // reads. Which cluster sizes use it: top_p_rejection.cuh, test_sums_by_warp_pushes.
   struct PushedPair {
     std::uint64_t a, b;
   };
@@ -335,7 +336,6 @@ struct SliceScopeOf : SharedGroups {
     *sum_a = warp_reduce(x, SumOp{});
     *sum_b = warp_reduce(y, SumOp{});
   }
-#endif
   // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
   mutable unsigned reductions = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA

@@ -124,13 +124,14 @@ bool slice_fits(std::int64_t vocab, int ctas, std::int64_t static_smem, int smem
 //   0.99-1.02x at 32000, 0.95-1.00x at 40960, 0.88-0.98x at 50304-65536, 0.82-0.91x at
 //   98304-112000, 0.75-0.88x at 128256-256000;
 // - search kernels (kSearchBounds), where cluster-wide radix searches dominate, their every
-//   level paying 16-way pushes and combines (the top-p sampler, renorm, top-k masking):
-//   1.03-1.17x up to 65536, 0.98-1.02x at 98304, 0.95-1.00x at 112000, 0.93-0.97x at
+//   level paying 16-way pushes and combines (the top-p sampler by its threshold search, as it
+//   then was; renorm, top-k masking): 1.03-1.17x up to 65536, 0.98-1.02x at 98304, 0.95-1.00x at 112000, 0.93-0.97x at
 //   128256-151936, 0.87-0.89x at 256000;
 // - at 8 rows 1.13-1.47x at 65536; at 128256 0.94-1.07x for the first kind, 1.09-1.21x for
 //   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
-// under kListBounds: it is not a goal case.)
+// under kListBounds: it is not a goal case.) Top-p by rejection, which came later, has bounds
+// of its own (kRejectionBounds, below).
 // Clusters of kNarrowSliceCtas (twice the slice per CTA, half the barrier fan-in) from
 // kNarrowSliceMinRows rows on, up to each kind's narrow_max_vocab. Measured on an H200
 // against clusters of 8 (graph us, A B A B; history/ab-sampling-cluster-ctas-4-d128e6a.txt,
@@ -157,7 +158,14 @@ struct SliceBounds {
 };
 constexpr SliceBounds kDrawBounds{40960, 81920};     // min-p and plain sampling
 constexpr SliceBounds kListBounds{40960, 65536};     // the top-k and two-search samplers' lists
-constexpr SliceBounds kSearchBounds{112000, 81920};  // cluster-wide searches: top-p, renorm, mask
+constexpr SliceBounds kSearchBounds{112000, 81920};  // cluster-wide searches: renorm, mask, threshold top-p
+// Top-p by rejection (top_p_rejection.cuh) searches nothing: a round is a pass, a draw and
+// three cluster exchanges, so at up to 4 rows it takes clusters of 16 from the per-element
+// kernels' bound on. Measured on an H100 against clusters of 8 (graph us, c8 c16 c8 c16, one
+// process each, AOTINFER_SAMPLING_CLUSTER_CTAS; history/ab-sampling-top-p-cluster-ctas-16-
+// b467728-h100.txt): 1-4 rows of 32000 1.015-1.024x, 40960 0.980-0.992x, 50304 0.968-0.977x,
+// 65536 0.956-0.963x, 98304 0.867-0.869x. Its narrow bound is the searches' (unmeasured apart).
+constexpr SliceBounds kRejectionBounds{40960, 81920};
 constexpr std::int64_t kWideSliceMaxRows = 4;
 constexpr std::int64_t kNarrowSliceMinRows = 16;
 // A CTA of a cluster of 4 holds at most 2^15 floats: the slice length for which joint's slack
@@ -682,10 +690,13 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     const int smem = shared_memory_limit(input.device, op);
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
                             slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas), smem);
-    // Min-p and plain sampling search nothing; the others without the lists search cluster-wide.
-    // (Top-p by rejection keeps the searches' bounds, with which it was measured.)
+    // Min-p and plain sampling search nothing; the others without the lists search cluster-wide,
+    // but top-p by rejection, which has bounds of its own.
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
-    const SliceBounds bounds = local_list ? kListBounds : searches ? kSearchBounds : kDrawBounds;
+    const SliceBounds bounds = local_list ? kListBounds
+                               : rejection ? kRejectionBounds
+                               : searches  ? kSearchBounds
+                                           : kDrawBounds;
     const int dev = input.device;
     cudaError_t err;
     constexpr FilterFamily kTwo = FilterFamily::kTwoSearches, kOne = FilterFamily::kOneSearch;

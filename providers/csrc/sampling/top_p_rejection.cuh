@@ -210,22 +210,22 @@ struct TotalsAndLargestKey {
   }
 };
 
-#ifdef AOTINFER_LAB_REJECTION_WARP_MAX
-// Lab (dev/NOTES.md item 92): the CTA's largest key before a cluster's round-0 draw, needed
-// only in warp 0 (TotalsAndLargestKey's push reads it there and hands every thread the
-// cluster's): each warp's in a slot, one block barrier, warp 0 reduces the slots. block_reduce
-// takes two barriers (the first guards its shared slots against a previous call's readers).
-// The slots are written once a row, and warp 0 reads them before the draw's cluster barrier,
-// which every warp passes before this CTA's next row writes them again.
-__device__ __forceinline__ std::uint32_t largest_key_in_warp0(std::uint32_t k) {
-  __shared__ std::uint32_t warp_max[32];
-  k = warp_reduce(k, MaxOp{});
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = k;
-  __syncthreads();
-  if (threadIdx.x >= 32) return 0u;
-  return warp_reduce(threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0u, MaxOp{});
+// Whether a scope's test sums the masses above both pivots by per-warp pushes and one cluster
+// barrier (SliceScopeOf::sum_pair_by_warps) instead of reduce()'s block reduction, push and
+// barrier (and a second reduce for the second pivot after a rejection): in clusters of 4 only.
+// Measured on an H100 in every cluster size (graph us, A B A B in one machine start, the same
+// tokens; history/ab-sampling-rejection-warp-push-b467728-h100.txt): clusters of 4 (16 x
+// 32000) 0.949-0.960x, of 8 1.025-1.028x at 1 x 32000 and 0.989-0.990x at 16 x 128256, of 16
+// (1 x 128256) 1.051-1.061x: each CTA reads kCtas x 16 slots and every warp pushes to kCtas
+// peers, which the two block barriers saved pay for only in the smallest clusters.
+template <typename Scope>
+constexpr bool test_sums_by_warp_pushes() {
+  if constexpr (Scope::kSplitOverCluster) {
+    return Scope::kClusterCtas == 4;
+  } else {
+    return false;
+  }
 }
-#endif
 
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
@@ -297,11 +297,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
     });
     if constexpr (kSpeculativeRound0) {
       LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
-#ifdef AOTINFER_LAB_REJECTION_WARP_MAX
-      max_key = largest_key_in_warp0(max_key);  // (its barrier publishes the segments)
-#else
       max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
-#endif
       first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
                                        TotalsAndLargestKey{&max_key, n});
       LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
@@ -394,23 +390,17 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
       });
       __syncthreads();  // the segment masses are written
     }
-#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
-    if constexpr (Scope::kSplitOverCluster) scope.sum_pair_by_warps(above0, above1, &above0, &above1);
-    const bool accepted = (Scope::kSplitOverCluster ? above0 : scope.reduce(above0, SumOp{}, std::uint64_t{0})) < goal;
-#else
-    const bool accepted = scope.reduce(above0, SumOp{}, std::uint64_t{0}) < goal;
-#endif
+    constexpr bool kPushed = test_sums_by_warp_pushes<Scope>();  // (both pivots' sums at once)
+    if constexpr (kPushed) scope.sum_pair_by_warps(above0, above1, &above0, &above1);
+    const bool accepted = (kPushed ? above0 : scope.reduce(above0, SumOp{}, std::uint64_t{0})) < goal;
     LAB_SLICE(if (Scope::kSplitOverCluster && round == 0) lab_slice_mark(kLabRejectionTested0));
     if (accepted) {
       LAB_TRACE(trace.finish(round + 1));
       return token;
     }
-    // Rejected. The second pivot's mass is exchanged only now (about one round in ten).
-#ifdef AOTINFER_LAB_REJECTION_WARP_PUSH
-    const bool k1_out = (Scope::kSplitOverCluster ? above1 : scope.reduce(above1, SumOp{}, std::uint64_t{0})) >= goal;
-#else
-    const bool k1_out = scope.reduce(above1, SumOp{}, std::uint64_t{0}) >= goal;
-#endif
+    // Rejected. Unless pushed with the first, the second pivot's mass is exchanged only now
+    // (about one round in ten).
+    const bool k1_out = (kPushed ? above1 : scope.reduce(above1, SumOp{}, std::uint64_t{0})) >= goal;
     raise_floor(k1_out);
     if constexpr (Scope::kSplitOverCluster) {  // the test pass summed no segments
       sum_segments_above_floor();
