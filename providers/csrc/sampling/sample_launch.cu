@@ -101,8 +101,9 @@ void finish(cudaError_t err, const char* op, int device) { throw_on_cuda_error(e
 
 // The cluster kernels of slice_kernels.cuh serve sm_90+ rows of at least kSliceMinVocab
 // elements whose slice fits in shared memory beside the radix histograms (shorter rows are
-// not worth a cluster), in batches small enough for about two waves of clusters. AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family
-// wherever both apply (tests and benchmarks cover both).
+// not worth a cluster), in batches small enough for about two waves of clusters.
+// AOTINFER_SAMPLING_KERNEL=rowwise|cluster pins one kernel family wherever both apply (tests
+// and benchmarks cover both).
 constexpr std::int64_t kSliceMinVocab = 8192;
 constexpr std::int64_t kSliceStaticSmem = 32 * 1024;  // RadixShared (~25 KB) and reduction scratch
 
@@ -125,8 +126,8 @@ bool slice_fits(std::int64_t vocab, int ctas, std::int64_t static_smem, int smem
 //   98304-112000, 0.75-0.88x at 128256-256000;
 // - search kernels (kSearchBounds), where cluster-wide radix searches dominate, their every
 //   level paying 16-way pushes and combines (the top-p sampler by its threshold search, as it
-//   then was; renorm, top-k masking): 1.03-1.17x up to 65536, 0.98-1.02x at 98304, 0.95-1.00x at 112000, 0.93-0.97x at
-//   128256-151936, 0.87-0.89x at 256000;
+//   then was; renorm, top-k masking): 1.03-1.17x up to 65536, 0.98-1.02x at 98304,
+//   0.95-1.00x at 112000, 0.93-0.97x at 128256-151936, 0.87-0.89x at 256000;
 // - at 8 rows 1.13-1.47x at 65536; at 128256 0.94-1.07x for the first kind, 1.09-1.21x for
 //   the second; at 16 rows most ops 1.3-1.8x (the GPCs do not hold that many clusters of 16).
 // (A top-k row with k above the list's reach searches cluster-wide inside the list kernel,
