@@ -74,16 +74,11 @@ template <int kCtas, Step kStep>
 void run(int iters, unsigned long long* cycles, unsigned long long* sink) {
   auto kernel = exchange_loop<kCtas, kStep>;
   if (kCtas > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kCtas);
-  config.blockDim = dim3(kThreads);
-  cudaLaunchAttribute attr;
+  // One cluster: the grid is the cluster.
+  cudaLaunchAttribute attr = {};
   attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = kCtas;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  attr.val.clusterDim = {kCtas, 1, 1};
+  cudaLaunchConfig_t config = {dim3(kCtas), dim3(kThreads), 0, nullptr, &attr, 1};
   unsigned long long host[16] = {};
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {  // the first launch warms up; the best of the rest
