@@ -16,13 +16,19 @@ from __future__ import annotations
 import sys
 
 import torch
-
 from top_p_rejection_rounds import bench_rows
 
 
 def keys(p: torch.Tensor) -> torch.Tensor:
     """The float32 bit patterns of the probabilities (what prob_key orders by)."""
     return p.float().view(torch.int32).long()
+
+
+def bin_bounds(mass: torch.Tensor, above: torch.Tensor, bin_of_key: int, own: float):
+    """(lo, hi) of the mass above a key from the bins: the bins above its own, and those plus
+    the rest of its own bin (`own`: the key's own mass where the row holds it)."""
+    lo = float(above[bin_of_key + 1]) if bin_of_key + 1 < mass.numel() else 0.0
+    return lo, lo + float(mass[bin_of_key]) - own
 
 
 def decided_share(p: torch.Tensor, top_p: float, mantissa_bits: int, g: torch.Generator) -> float:
@@ -45,14 +51,8 @@ def decided_share(p: torch.Tensor, top_p: float, mantissa_bits: int, g: torch.Ge
         high = float(row.max())
         v1 = torch.tensor([(float(row[j].float()) + high) / 2], dtype=torch.float32)
         k1 = int(v1.view(torch.int32))
-
-        def bounds(key: int, own: float) -> tuple[float, float]:
-            b = key >> shift
-            lo = float(above[b + 1]) if b + 1 < nbins else 0.0
-            return lo, lo + float(mass[b]) - own
-
-        lo0, hi0 = bounds(k0, float(row[j]))
-        lo1, hi1 = bounds(k1, 0.0)
+        lo0, hi0 = bin_bounds(mass, above, k0 >> shift, float(row[j]))
+        lo1, hi1 = bin_bounds(mass, above, min(k1 >> shift, nbins - 1), 0.0)
         if hi0 < goal or (lo0 >= goal and (hi1 < goal or lo1 >= goal)):
             decided += 1
     return decided / p.shape[0]
