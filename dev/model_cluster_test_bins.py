@@ -3,10 +3,11 @@ tool, CPU; no device time): dev/NOTES.md item 92's idea (d). Each CTA would sum 
 exact masses into bins of the key's exponent and the top B mantissa bits and push them with
 the draw's totals; after the drawn key's exchange every CTA would know the mass above both
 pivots to within the pivot's own bin, and skip the test pass and its exchange where that
-decides the round. Here, on bench_sampling's rows (flat and peaked, float64 masses, float32
-keys), round 0 of the dual-pivot test is drawn as the kernel draws it (k0 from the whole row,
-k1 the midpoint between k0 and the largest), and the share of rows whose round is decided by
-the bins is printed per bin width, with the table's size (bins of probabilities in (0, 1]).
+decides the round. Here, on bench_sampling's rows (flat and peaked; the reference's
+fixed-point masses and float32 keys), round 0 of the dual-pivot test is drawn as the kernel
+draws it (k0 from the whole row, k1 the midpoint between k0 and the largest), and the share of
+rows whose round is decided by the bins is printed per bin width, with the table's size (bins
+of probabilities in (0, 1]).
 
     python dev/model_cluster_test_bins.py [ROWS] [VOCAB] [TOP_P]   (default 2000 32000 0.9)
 """
@@ -18,41 +19,40 @@ import sys
 import torch
 from top_p_rejection_rounds import bench_rows
 
-
-def keys(p: torch.Tensor) -> torch.Tensor:
-    """The float32 bit patterns of the probabilities (what prob_key orders by)."""
-    return p.float().view(torch.int32).long()
+from aotinfer.reference import sampling as ref
 
 
-def bin_bounds(mass: torch.Tensor, above: torch.Tensor, bin_of_key: int, own: float):
+def bin_bounds(mass: torch.Tensor, above: torch.Tensor, bin_of_key: int, own: int):
     """(lo, hi) of the mass above a key from the bins: the bins above its own, and those plus
     the rest of its own bin (`own`: the key's own mass where the row holds it)."""
-    lo = float(above[bin_of_key + 1]) if bin_of_key + 1 < mass.numel() else 0.0
-    return lo, lo + float(mass[bin_of_key]) - own
+    lo = int(above[bin_of_key + 1]) if bin_of_key + 1 < mass.numel() else 0
+    return lo, lo + int(mass[bin_of_key]) - own
 
 
 def decided_share(p: torch.Tensor, top_p: float, mantissa_bits: int, g: torch.Generator) -> float:
     """The share of rows whose round 0 the bins decide: accepted (the bound above k0 is below
     the goal) or rejected with the floor known (above k0 at least the goal, and k1's side
-    known too)."""
+    known too). Masses, goal and keys are the reference's integers (rejection_mass,
+    mass_goal), so the bins' sums are the kernel's exact ones."""
     shift = 23 - mantissa_bits
+    w = p.float()
+    q = ref.rejection_mass(w, torch.ones(w.size(0), dtype=torch.bool))
     decided = 0
-    for row in p:
-        k = keys(row)
+    for row, qs, k in zip(w, q, ref._weight_keys(w)):
         bins = k >> shift
         nbins = int(bins.max()) + 1
-        mass = torch.zeros(nbins, dtype=torch.float64).index_add_(0, bins, row)
+        mass = torch.zeros(nbins, dtype=torch.int64).index_add_(0, bins, qs)
         above = mass.flip(0).cumsum(0).flip(0)  # above[b] = mass of bins >= b
-        goal = top_p * float(row.sum())
-        cdf = row.cumsum(0)
-        u = torch.rand((), generator=g, dtype=torch.float64).item() * float(cdf[-1])
-        j = min(int(torch.searchsorted(cdf, u)), row.numel() - 1)
+        prefix = qs.cumsum(0)
+        total = int(prefix[-1])
+        goal = ref.mass_goal(top_p, total)
+        target = int(torch.randint(total, (), generator=g))
+        j = int(torch.searchsorted(prefix, torch.tensor(target), right=True))
         k0 = int(k[j])
-        high = float(row.max())
-        v1 = torch.tensor([(float(row[j].float()) + high) / 2], dtype=torch.float32)
+        v1 = (row[j] + row.max()) * 0.5  # float32, as the kernel's midpoint
         k1 = int(v1.view(torch.int32))
-        lo0, hi0 = bin_bounds(mass, above, k0 >> shift, float(row[j]))
-        lo1, hi1 = bin_bounds(mass, above, min(k1 >> shift, nbins - 1), 0.0)
+        lo0, hi0 = bin_bounds(mass, above, k0 >> shift, int(qs[j]))
+        lo1, hi1 = bin_bounds(mass, above, min(k1 >> shift, nbins - 1), 0)
         if hi0 < goal or (lo0 >= goal and (hi1 < goal or lo1 >= goal)):
             decided += 1
     return decided / p.shape[0]
