@@ -9,20 +9,25 @@
 //   warppush  every warp's lanes below kCtas push (sum_pair_by_warps' shape), sync, every warp
 //             adds kCtas x 16 slots
 //   block     __syncthreads() alone (the block barrier, for scale)
+//   async     push's exchange by st.async into the peers' slots, completing on their mbarriers
+//             (providers/csrc/sampling/cluster_push.cuh, lab AOTINFER_LAB_ASYNC_PUSH)
+//   asyncwarp warppush's exchange the same way
 // dev/NOTES.md item 92: the phase trace of top-p at 1 x 32000 put ~2-3k cycles in each cluster
 // exchange; this says how much of that is the barrier itself and how much the CTAs' skew.
-//   nvcc -O3 -std=c++17 -arch=sm_90a dev/bench_cluster_sync.cu -o /tmp/bcs && /tmp/bcs
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Iproviders/csrc dev/bench_cluster_sync.cu -o /tmp/bcs && /tmp/bcs
 #include <cooperative_groups.h>
 
 #include <cstdio>
 #include <cstdint>
 
+#include "sampling/cluster_push.cuh"
+
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 
-enum Step { kSync, kRelaxed, kPush, kReduce, kWarpPush, kBlock, kSteps };
-const char* const kNames[kSteps] = {"sync", "relaxed", "push", "reduce", "warppush", "block"};
+enum Step { kSync, kRelaxed, kPush, kReduce, kWarpPush, kBlock, kAsync, kAsyncWarp, kSteps };
+const char* const kNames[kSteps] = {"sync", "relaxed", "push", "reduce", "warppush", "block", "async", "asyncwarp"};
 
 template <int kCtas, Step kStep>
 __global__ void __launch_bounds__(kThreads) exchange_loop(int iters, unsigned long long* cycles,
@@ -32,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) exchange_loop(int iters, unsigned lo
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank(), lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   unsigned long long acc = threadIdx.x;
-  cluster.sync();  // every CTA is running
+  aotinfer::sampling::init_push_barriers();
+  cluster.sync();  // every CTA is running (and its mbarriers are initialised)
   const unsigned long long t0 = clock64();
   for (int i = 0; i < iters; ++i) {
     const unsigned set = i & 1;
@@ -43,6 +49,18 @@ __global__ void __launch_bounds__(kThreads) exchange_loop(int iters, unsigned lo
       asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     } else if constexpr (kStep == kBlock) {
       __syncthreads();
+    } else if constexpr (kStep == kAsync) {
+      aotinfer::sampling::exchange_async(i, slots, rank, threadIdx.x, threadIdx.x < kCtas, acc,
+                                         kCtas * sizeof(unsigned long long));
+      unsigned long long s = 0;
+      for (int r = 0; r < kCtas; ++r) s += slots[set][r];
+      acc += s;
+    } else if constexpr (kStep == kAsyncWarp) {
+      aotinfer::sampling::exchange_async(i, slots, rank * (kThreads / 32) + warp, lane, lane < kCtas, acc,
+                                         kCtas * (kThreads / 32) * sizeof(unsigned long long));
+      unsigned long long s = 0;
+      for (int j = lane; j < kCtas * (kThreads / 32); j += 32) s += slots[set][j];
+      acc += s;
     } else if constexpr (kStep == kWarpPush) {
       if (lane < kCtas) *cluster.map_shared_rank(&slots[set][rank * (kThreads / 32) + warp], lane) = acc;
       cluster.sync();
@@ -105,6 +123,8 @@ void run_all(int iters, unsigned long long* cycles, unsigned long long* sink) {
   run<kCtas, kReduce>(iters, cycles, sink);
   run<kCtas, kWarpPush>(iters, cycles, sink);
   run<kCtas, kBlock>(iters, cycles, sink);
+  run<kCtas, kAsync>(iters, cycles, sink);
+  run<kCtas, kAsyncWarp>(iters, cycles, sink);
 }
 
 int main() {

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "../common/block_reduce.cuh"
+#include "cluster_push.cuh"
 #include "gather.cuh"
 #include "row_access.cuh"
 
@@ -170,6 +171,15 @@ constexpr bool kLabFewerBarriers = true;
 constexpr bool kLabFewerBarriers = false;
 #endif
 
+// Lab AOTINFER_LAB_ASYNC_PUSH (cluster_push.cuh): SliceScopeOf's pushes (reduce,
+// reduce_uniform, exclusive_across, sum_pair_by_warps) complete on mbarriers instead of a
+// cluster barrier, and load_slice's barrier phase arrives relaxed.
+#ifdef AOTINFER_LAB_ASYNC_PUSH
+constexpr bool kLabAsyncPush = true;
+#else
+constexpr bool kLabAsyncPush = false;
+#endif
+
 constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
@@ -259,21 +269,35 @@ struct SliceScopeOf : SharedGroups {
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
+  // Threads below kCtas push v into their rank's slot of every CTA's pushed[set] and every
+  // thread returns once this CTA's copies are complete: by the cluster's barrier (set 0), or
+  // under the lab by mbarriers (the set is the exchange's).
+  static constexpr int kPushSets = kLabAsyncPush ? 2 : 1;
+  template <typename V, int kSets>
+  __device__ unsigned push_round(V (&pushed)[kSets][kCtas], const V& v) const {
+    const unsigned rank = cooperative_groups::this_cluster().block_rank();
+    if constexpr (kLabAsyncPush) {
+      return exchange_async(reductions++, pushed, rank, threadIdx.x, threadIdx.x < kCtas, v, kCtas * sizeof(V));
+    } else {
+      if (threadIdx.x < kCtas) *cooperative_groups::this_cluster().map_shared_rank(&pushed[0][rank], threadIdx.x) = v;
+      cooperative_groups::this_cluster().sync();
+      return 0;
+    }
+  }
   // `mine` is read in the threads below kCtas (warp 0: the draw's totals are warp 0's), and
   // pushed into every CTA (one barrier). The slots are written again only by the next draw,
   // and between two draws every caller has a reduce()'s cluster barrier (rejection top-p's
   // reduce of the drawn key after each draw; the next row's passes), which a CTA passes only
   // after reading them.
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
-    __shared__ std::uint64_t pushed[kCtas];
+    __shared__ std::uint64_t pushed[kPushSets][kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned rank = cluster.block_rank();
-    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = mine;
-    cluster.sync();
+    const unsigned set = push_round(pushed, mine);
     std::uint64_t b = 0, t = 0;
 #pragma unroll
     for (unsigned r = 0; r < kCtas; ++r) {
-      const std::uint64_t v = pushed[r];
+      const std::uint64_t v = pushed[set][r];
       if (r < rank) b += v;
       t += v;
     }
@@ -289,16 +313,14 @@ struct SliceScopeOf : SharedGroups {
   };
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total,
                                    std::uint32_t* max_key) const {
-    __shared__ PushedTotal pushed[kCtas];
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[rank], threadIdx.x) = PushedTotal{mine, *max_key};
-    cluster.sync();
+    __shared__ PushedTotal pushed[kPushSets][kCtas];
+    const unsigned rank = cooperative_groups::this_cluster().block_rank();
+    const unsigned set = push_round(pushed, PushedTotal{mine, *max_key});
     std::uint64_t b = 0, t = 0;
     std::uint32_t m = 0u;
 #pragma unroll
     for (unsigned r = 0; r < kCtas; ++r) {
-      const PushedTotal v = pushed[r];
+      const PushedTotal v = pushed[set][r];
       if (r < rank) b += v.total;
       t += v.total;
       m = max(m, v.max_key);
@@ -320,23 +342,31 @@ struct SliceScopeOf : SharedGroups {
   __device__ void sum_pair_by_warps(std::uint64_t a, std::uint64_t b, std::uint64_t* sum_a,
                                     std::uint64_t* sum_b) const {
     constexpr int kWarps = kSliceThreads / 32, kSlots = kCtas * kWarps;
-    __shared__ PushedPair pushed[kSlots];
+    __shared__ PushedPair pushed[kPushSets][kSlots];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     a = warp_reduce(a, SumOp{});
     b = warp_reduce(b, SumOp{});
     const unsigned lane = threadIdx.x & 31u, slot = cluster.block_rank() * kWarps + (threadIdx.x >> 5);
-    if (lane < static_cast<unsigned>(kCtas)) *cluster.map_shared_rank(&pushed[slot], lane) = PushedPair{a, b};
-    cluster.sync();
+    unsigned set = 0;
+    if constexpr (kLabAsyncPush) {
+      set = exchange_async(reductions++, pushed, slot, lane, lane < static_cast<unsigned>(kCtas), PushedPair{a, b},
+                           kSlots * sizeof(PushedPair));
+    } else {
+      if (lane < static_cast<unsigned>(kCtas)) *cluster.map_shared_rank(&pushed[0][slot], lane) = PushedPair{a, b};
+      cluster.sync();
+    }
     std::uint64_t x = 0, y = 0;
 #pragma unroll
     for (int i = static_cast<int>(lane); i < kSlots; i += 32) {
-      x += pushed[i].a;
-      y += pushed[i].b;
+      x += pushed[set][i].a;
+      y += pushed[set][i].b;
     }
     *sum_a = warp_reduce(x, SumOp{});
     *sum_b = warp_reduce(y, SumOp{});
   }
-  // reduce() calls so far, the same in every thread of the cluster (each call is made by all).
+  // reduce() calls so far (under lab AOTINFER_LAB_ASYNC_PUSH: exchanges by mbarriers, every
+  // push_round and sum_pair_by_warps too), the same in every thread of the cluster (each call
+  // is made by all).
   mutable unsigned reductions = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA
   // combines its own copies in rank order (the same bits everywhere). Two slot sets alternate
@@ -353,10 +383,15 @@ struct SliceScopeOf : SharedGroups {
   template <typename V, typename Op>
   __device__ V reduce_uniform(V v, Op op) const {
     __shared__ V pushed[2][kCtas];
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned set = reductions++ & 1u;
-    if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
-    cluster.sync();
+    unsigned set;
+    if constexpr (kLabAsyncPush) {
+      set = push_round(pushed, v);
+    } else {
+      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+      set = reductions++ & 1u;
+      if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
+      cluster.sync();
+    }
     V all = pushed[set][0];
 #pragma unroll
     for (int r = 1; r < kCtas; ++r) all = op(all, pushed[set][r]);

@@ -54,7 +54,12 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
     __syncthreads();
   }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.barrier_arrive();
+  if constexpr (kLabAsyncPush) {  // (cluster_push.cuh: the pushes' mbarriers, then no fence)
+    init_push_barriers();
+    cluster_arrive_relaxed();
+  } else {
+    cluster.barrier_arrive();
+  }
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {
