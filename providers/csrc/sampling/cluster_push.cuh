@@ -1,12 +1,17 @@
-// Lab AOTINFER_LAB_ASYNC_PUSH (dev/NOTES.md item 93): the cluster kernels' small exchanges
-// (SliceScopeOf's reductions and the draw's totals) without a cluster barrier. A cluster
-// barrier with its default release / acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR,
-// the barrier and CCTL.IVALL, and on an H100 took 1316-1430 cycles a step in clusters of 4-16
-// where a relaxed arrive and wait took 112-116 (history/cluster-sync-c5c5093-h100.txt): the
-// GPU-scope fence is the cost, not the barrier. Here each push is an st.async into the peer's
-// slot that completes on the peer's mbarrier (complete_tx, release at cluster scope), and a
-// CTA waits on its own mbarrier (acquire at cluster scope) until every peer's push has landed:
-// no fence in the SASS (STAS, SYNCS.ARRIVE.TRANS64, SYNCS.PHASECHK.TRANS64.TRYWAIT).
+// The cluster kernels' small exchanges (SliceScopeOf's reductions and the draw's totals,
+// row_scope.cuh) without a cluster barrier. A cluster barrier with its default release /
+// acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR, the barrier and CCTL.IVALL, and on an
+// H100 took 1316-1430 cycles a step in clusters of 4-16 where a relaxed arrive and wait took
+// 112-116 (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the GPU-scope
+// fence is the cost, not the barrier. Here each push is an st.async into the peer's slot that
+// completes on the peer's mbarrier (complete_tx, release at cluster scope), and a CTA waits on
+// its own mbarrier (acquire at cluster scope) until every peer's push has landed: no fence in
+// the SASS (STAS, SYNCS.ARRIVE.TRANS64, SYNCS.PHASECHK.TRANS64.TRYWAIT). One exchange of 8
+// bytes a CTA took 356 / 482 / 680 cycles in clusters of 4 / 8 / 16 against 1387 / 1527 /
+// 1684 by push and cluster.sync (history/cluster-sync-async-746f6e3-h100.txt), and the
+// samplers that exchange this way (top-p by rejection, min-p, plain) took 0.79-0.91x the time
+// at 1-64 rows of 32000 and 128256, every other slice kernel 0.96-1.00x, the same tokens
+// (H100, A B A B in one machine start; history/ab-sampling-async-push-746f6e3-h100.txt).
 //
 // Two mbarriers, one per slot set; exchange e (counted by the caller, the same in every thread
 // of the cluster: every exchange is made by every thread of every CTA) uses set e & 1 and
@@ -16,7 +21,8 @@
 // from exchange e. The block barrier at each exchange's start is also what makes an exchange
 // order everything before it in every CTA before everything after it in every CTA, as the
 // cluster barrier it replaces did (a CTA passes only once every peer's threads have reached
-// it), so the other cluster protocols' reasoning (row_scope.cuh) is unchanged.
+// it), so the other cluster protocols' reasoning (row_scope.cuh) is unchanged. A CTA exits
+// only after its last exchange has received every push into it, so none lands after.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +41,9 @@ __device__ __forceinline__ std::uint64_t* push_barriers() {
   return bars;
 }
 
-// By every thread, before the cluster barrier phase that tells the peers this CTA runs (a
-// relaxed arrive after fence.mbarrier_init publishes the initialisation to the cluster).
+// By every thread, before the cluster barrier phase that tells the peers this CTA runs
+// (slice_kernels.cuh, load_slice: a relaxed arrive after fence.mbarrier_init publishes the
+// initialisation to the cluster).
 __device__ __forceinline__ void init_push_barriers() {
   if (threadIdx.x == 0) {
     const std::uint32_t b = shared_address(push_barriers());

@@ -171,15 +171,6 @@ constexpr bool kLabFewerBarriers = true;
 constexpr bool kLabFewerBarriers = false;
 #endif
 
-// Lab AOTINFER_LAB_ASYNC_PUSH (cluster_push.cuh): SliceScopeOf's pushes (reduce,
-// reduce_uniform, exclusive_across, sum_pair_by_warps) complete on mbarriers instead of a
-// cluster barrier, and load_slice's barrier phase arrives relaxed.
-#ifdef AOTINFER_LAB_ASYNC_PUSH
-constexpr bool kLabAsyncPush = true;
-#else
-constexpr bool kLabAsyncPush = false;
-#endif
-
 constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
@@ -236,6 +227,12 @@ struct SharedGroups {
 // pull-style version (two barriers per reduction, a barrier at every level's start and
 // before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
 // faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
+// The reductions and the draw's totals (reduce, reduce_uniform, exclusive_across,
+// sum_pair_by_warps) are exchanges of cluster_push.cuh: st.async pushes completing on the
+// receiver's mbarrier, with no cluster barrier, whose release (MEMBAR.ALL.GPU) cost ~1.2k of
+// its ~1.35k cycles. An exchange is a barrier as the cluster's was (block barrier first, and no
+// CTA passes before every peer's push), so the reasoning above holds for it. The searches'
+// exchanges (share totals, top bin, crossing, combine) keep the cluster barrier.
 template <int kCtas>
 struct SliceScopeOf : SharedGroups {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
@@ -269,28 +266,18 @@ struct SliceScopeOf : SharedGroups {
   // combine) came before that level's barriers, so the CTA's own threads are all that is left.
   __device__ void reuse_histograms() const { __syncthreads(); }
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
-  // Threads below kCtas push v into their rank's slot of every CTA's pushed[set] and every
-  // thread returns once this CTA's copies are complete: by the cluster's barrier (set 0), or
-  // under the lab by mbarriers (the set is the exchange's).
-  static constexpr int kPushSets = kLabAsyncPush ? 2 : 1;
-  template <typename V, int kSets>
-  __device__ unsigned push_round(V (&pushed)[kSets][kCtas], const V& v) const {
+  // Threads below kCtas push v into their rank's slot of every CTA's pushed[set], and every
+  // thread returns once this CTA's copies are complete (cluster_push.cuh's exchange: the set
+  // is the exchange's, every slot array has two).
+  template <typename V>
+  __device__ unsigned push_round(V (&pushed)[2][kCtas], const V& v) const {
     const unsigned rank = cooperative_groups::this_cluster().block_rank();
-    if constexpr (kLabAsyncPush) {
-      return exchange_async(reductions++, pushed, rank, threadIdx.x, threadIdx.x < kCtas, v, kCtas * sizeof(V));
-    } else {
-      if (threadIdx.x < kCtas) *cooperative_groups::this_cluster().map_shared_rank(&pushed[0][rank], threadIdx.x) = v;
-      cooperative_groups::this_cluster().sync();
-      return 0;
-    }
+    return exchange_async(exchanges++, pushed, rank, threadIdx.x, threadIdx.x < kCtas, v, kCtas * sizeof(V));
   }
   // `mine` is read in the threads below kCtas (warp 0: the draw's totals are warp 0's), and
-  // pushed into every CTA (one barrier). The slots are written again only by the next draw,
-  // and between two draws every caller has a reduce()'s cluster barrier (rejection top-p's
-  // reduce of the drawn key after each draw; the next row's passes), which a CTA passes only
-  // after reading them.
+  // pushed into every CTA (one exchange).
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total) const {
-    __shared__ std::uint64_t pushed[kPushSets][kCtas];
+    __shared__ std::uint64_t pushed[2][kCtas];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned rank = cluster.block_rank();
     const unsigned set = push_round(pushed, mine);
@@ -305,15 +292,15 @@ struct SliceScopeOf : SharedGroups {
     *total = t;
   }
   // exclusive_across with the CTAs' largest keys in the same push: *max_key is this CTA's on
-  // the way in (read in warp 0), the cluster's on the way out. Slots of their own, written
-  // once a row (top_p_rejection.cuh: a cluster's round 0 draw).
+  // the way in (read in warp 0), the cluster's on the way out (top_p_rejection.cuh: a
+  // cluster's round 0 draw).
   struct PushedTotal {
     std::uint64_t total;
     std::uint32_t max_key;
   };
   __device__ void exclusive_across(std::uint64_t mine, std::uint64_t* before, std::uint64_t* total,
                                    std::uint32_t* max_key) const {
-    __shared__ PushedTotal pushed[kPushSets][kCtas];
+    __shared__ PushedTotal pushed[2][kCtas];
     const unsigned rank = cooperative_groups::this_cluster().block_rank();
     const unsigned set = push_round(pushed, PushedTotal{mine, *max_key});
     std::uint64_t b = 0, t = 0;
@@ -330,31 +317,24 @@ struct SliceScopeOf : SharedGroups {
     *max_key = m;
   }
   // The cluster's sums of a and b (top-p's test in clusters of 4: the masses above its two
-  // pivots) with no block barrier: each warp's sums are pushed into a slot of their own in
-  // every CTA, one cluster barrier, and every warp adds the kCtas x 16 slots up (uint64: the
-  // same sums in any order). reduce() takes a block reduction first (two block barriers), and
-  // b's sum would take another reduce(). One slot set: the next push is the next round's test,
-  // after the draw's and the drawn key's cluster barriers, which every CTA passes after its
-  // reads. Which cluster sizes use it: top_p_rejection.cuh, test_sums_by_warp_pushes.
+  // pivots) with no block reduction: each warp's sums are pushed into a slot of their own in
+  // every CTA, one exchange, and every warp adds the kCtas x 16 slots up (uint64: the same sums
+  // in any order). reduce() takes a block reduction first (two block barriers), and b's sum
+  // would take another reduce(). Which cluster sizes use it: top_p_rejection.cuh,
+  // test_sums_by_warp_pushes.
   struct PushedPair {
     std::uint64_t a, b;
   };
   __device__ void sum_pair_by_warps(std::uint64_t a, std::uint64_t b, std::uint64_t* sum_a,
                                     std::uint64_t* sum_b) const {
     constexpr int kWarps = kSliceThreads / 32, kSlots = kCtas * kWarps;
-    __shared__ PushedPair pushed[kPushSets][kSlots];
+    __shared__ PushedPair pushed[2][kSlots];
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     a = warp_reduce(a, SumOp{});
     b = warp_reduce(b, SumOp{});
     const unsigned lane = threadIdx.x & 31u, slot = cluster.block_rank() * kWarps + (threadIdx.x >> 5);
-    unsigned set = 0;
-    if constexpr (kLabAsyncPush) {
-      set = exchange_async(reductions++, pushed, slot, lane, lane < static_cast<unsigned>(kCtas), PushedPair{a, b},
-                           kSlots * sizeof(PushedPair));
-    } else {
-      if (lane < static_cast<unsigned>(kCtas)) *cluster.map_shared_rank(&pushed[0][slot], lane) = PushedPair{a, b};
-      cluster.sync();
-    }
+    const unsigned set = exchange_async(exchanges++, pushed, slot, lane, lane < static_cast<unsigned>(kCtas),
+                                        PushedPair{a, b}, kSlots * sizeof(PushedPair));
     std::uint64_t x = 0, y = 0;
 #pragma unroll
     for (int i = static_cast<int>(lane); i < kSlots; i += 32) {
@@ -364,16 +344,13 @@ struct SliceScopeOf : SharedGroups {
     *sum_a = warp_reduce(x, SumOp{});
     *sum_b = warp_reduce(y, SumOp{});
   }
-  // reduce() calls so far (under lab AOTINFER_LAB_ASYNC_PUSH: exchanges by mbarriers, every
-  // push_round and sum_pair_by_warps too), the same in every thread of the cluster (each call
-  // is made by all).
-  mutable unsigned reductions = 0;
-  // Each CTA's block result, pushed into its slot of every peer; after one barrier every CTA
-  // combines its own copies in rank order (the same bits everywhere). Two slot sets alternate
-  // by call: a set is written again two calls later, after the next call's barrier, which
-  // every CTA passes only after reading the set. Against the pull (warp 0 reading the peers'
-  // results between two barriers): plain and min-p sampling 0.93-0.97x at batch 1 and 16
-  // (dev/NOTES.md item 57).
+  // cluster_push.cuh's exchanges so far (reduce, reduce_uniform, exclusive_across,
+  // sum_pair_by_warps), the same in every thread of the cluster (each call is made by all).
+  mutable unsigned exchanges = 0;
+  // Each CTA's block result, pushed into its slot of every peer; after one exchange every CTA
+  // combines its own copies in rank order (the same bits everywhere). Against the pull (warp
+  // 0 reading the peers' results between two barriers): plain and min-p sampling 0.93-0.97x
+  // at batch 1 and 16 (dev/NOTES.md item 57).
   template <typename V, typename Op>
   __device__ V reduce(V v, Op op, V identity) const {
     return reduce_uniform(block_reduce(v, op, identity), op);
@@ -383,15 +360,7 @@ struct SliceScopeOf : SharedGroups {
   template <typename V, typename Op>
   __device__ V reduce_uniform(V v, Op op) const {
     __shared__ V pushed[2][kCtas];
-    unsigned set;
-    if constexpr (kLabAsyncPush) {
-      set = push_round(pushed, v);
-    } else {
-      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-      set = reductions++ & 1u;
-      if (threadIdx.x < kCtas) *cluster.map_shared_rank(&pushed[set][cluster.block_rank()], threadIdx.x) = v;
-      cluster.sync();
-    }
+    const unsigned set = push_round(pushed, v);
     V all = pushed[set][0];
 #pragma unroll
     for (int r = 1; r < kCtas; ++r) all = op(all, pushed[set][r]);

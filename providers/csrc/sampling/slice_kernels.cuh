@@ -32,17 +32,20 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Copies the slice of row x into shared memory as floats (NaN past the row's end), group g by
-// the thread that SharedGroups' passes give it. The closing barrier_wait orders only what each
-// thread did before it arrived, at the start, not its stores: a thread's first pass over the
-// slice may read the groups it stored itself, others' only after a block barrier (every
-// kernel's first pass reads its own; dev/NOTES.md item 89). Around the copy, one phase of the
-// cluster barrier: a CTA may write into a peer's shared memory only once the peer is known to
-// be running, and the pushes of SliceScopeOf::reduce() come before its barrier, so a kernel
+// the thread that SharedGroups' passes give it. The closing barrier_wait orders none of the
+// copy's stores: a thread's first pass over the slice may read the groups it stored itself,
+// others' only after a block barrier (every kernel's first pass reads its own; dev/NOTES.md
+// item 89). Around the copy, one phase of the cluster barrier: a CTA may write into a peer's
+// shared memory only once the peer is known to be running (and its push barriers, which
+// cluster_push.cuh's fence.mbarrier_init publishes, initialised), and the pushes of
+// SliceScopeOf::reduce() come before it waits for anything, so a kernel
 // whose first collective is a reduce() (top-p by rejection's largest key, plain and min-p
 // sampling's largest_key) would otherwise push into peers not yet known to have started. Every
 // CTA arrives before its loads, so the wait after them rarely waits. Against no phase
 // (reduce() pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
-// (history/ab-sampling-load-slice-phase-ec5f1b3.txt). It makes the start barriers of the
+// (history/ab-sampling-load-slice-phase-ec5f1b3.txt). The arrive is relaxed: nothing else
+// written before it is read by a peer, and a release would put a GPU-scope fence (~1.2k
+// cycles, cluster_push.cuh) before the loads. It makes the start barriers of the
 // searches' level 0 and of the list kernels' exchange redundant (lab
 // AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them).
 // With kCountLevel0 (the list kernels), it also counts the slice's keys into sh's level-0
@@ -54,12 +57,8 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
     __syncthreads();
   }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  if constexpr (kLabAsyncPush) {  // (cluster_push.cuh: the pushes' mbarriers, then no fence)
-    init_push_barriers();
-    cluster_arrive_relaxed();
-  } else {
-    cluster.barrier_arrive();
-  }
+  init_push_barriers();  // (cluster_push.cuh: SliceScopeOf's exchanges complete on them)
+  cluster_arrive_relaxed();
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {

@@ -24,11 +24,23 @@
 
 #include "../common/cuda_check.h"
 #include "../common/pdl.cuh"
+#include "cluster_push.cuh"
 #include "softmax_split.cuh"
 
 namespace aotinfer::sampling {
 
 constexpr int kMaxClusterChunks = 8;
+
+// Lab AOTINFER_LAB_SOFTMAX_ASYNC_PUSH (dev/NOTES.md item 93): the CTAs' pairs cross by
+// cluster_push.cuh's st.async pushes into every peer, completing on its mbarrier, instead of a
+// cluster.sync, remote reads and an arrive / wait before exit (two GPU-scope fences, ~1.2k
+// cycles each on an H100). The barrier phase that tells a CTA its peers run (and their push
+// barrier is initialised) arrives relaxed at the start and waits before the push.
+#ifdef AOTINFER_LAB_SOFTMAX_ASYNC_PUSH
+constexpr bool kLabSoftmaxAsyncPush = true;
+#else
+constexpr bool kLabSoftmaxAsyncPush = false;
+#endif
 
 // Chunk length of the cluster form in elements: pinned_kb KB when nonzero, else the pair's
 // largest chunk (kSplitMaxChunkBytes), grown to a multiple of kSplitMinChunk where a row would
@@ -60,6 +72,10 @@ __global__ void __launch_bounds__(kSplitThreads)
   pdl_wait_for_prior_grid();
   // The next kernel's wait covers this grid's completion, so it may start launching now.
   pdl_launch_dependents();
+  if constexpr (kLabSoftmaxAsyncPush) {
+    init_push_barriers();
+    cluster_arrive_relaxed();
+  }
   // The grid is 1-D and the cluster (chunks, 1, 1): CTA `rank` of a cluster is chunk `rank`.
   const std::int64_t row = blockIdx.x / chunks;
   const int rank = static_cast<int>(blockIdx.x % chunks);
@@ -68,6 +84,16 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float inv_t = p.inv_temperature(row);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
+  if constexpr (kLabSoftmaxAsyncPush) {
+    __shared__ float2 pushed[kMaxClusterChunks];  // pushed[j]: chunk j's pair
+    cluster.barrier_wait();                       // every peer runs
+    if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
+    wait_for_pushes(0u, chunks * sizeof(float2));
+    // No remote access after the pushes landed: a CTA may exit without another barrier.
+    write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
+                      p.probs + row * p.out_row_stride + lo);
+    return;
+  }
   if (threadIdx.x == 0) own_stats = st;
   cluster.sync();  // every CTA's pair is written and visible to the cluster
   const float2 row_m_inv_s =
