@@ -4,8 +4,8 @@
 // stats kernel only reads: at 128 x 128256 it moved 32.8 MB in 15.8 us (2.1 TB/s, Nsight
 // Compute at ca62d3f) while the write kernel waited, and its second copy of the logits hits L2
 // only in part. Here each CTA copies its chunk into shared memory once (copy_chunk_to_shared),
-// takes its (max, sum) pair (chunk_stats), and the row's CTAs, one cluster, read each other's
-// pairs through distributed shared memory before each writes its chunk's probabilities from
+// takes its (max, sum) pair (chunk_stats), and the row's CTAs, one cluster, push their pairs
+// into each other's shared memory before each writes its chunk's probabilities from
 // the copy it already holds. DRAM sees the logits once and the probabilities once, and the
 // CTAs of later clusters read while earlier ones write.
 //
@@ -30,17 +30,6 @@
 namespace aotinfer::sampling {
 
 constexpr int kMaxClusterChunks = 8;
-
-// Lab AOTINFER_LAB_SOFTMAX_ASYNC_PUSH (dev/NOTES.md item 93): the CTAs' pairs cross by
-// cluster_push.cuh's st.async pushes into every peer, completing on its mbarrier, instead of a
-// cluster.sync, remote reads and an arrive / wait before exit (two GPU-scope fences, ~1.2k
-// cycles each on an H100). The barrier phase that tells a CTA its peers run (and their push
-// barrier is initialised) arrives relaxed at the start and waits before the push.
-#ifdef AOTINFER_LAB_SOFTMAX_ASYNC_PUSH
-constexpr bool kLabSoftmaxAsyncPush = true;
-#else
-constexpr bool kLabSoftmaxAsyncPush = false;
-#endif
 
 // Chunk length of the cluster form in elements: pinned_kb KB when nonzero, else the pair's
 // largest chunk (kSplitMaxChunkBytes), grown to a multiple of kSplitMinChunk where a row would
@@ -68,14 +57,15 @@ __global__ void __launch_bounds__(kSplitThreads)
   const cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ std::uint64_t bar;
-  __shared__ float2 own_stats;  // read by the cluster's other CTAs
+  __shared__ float2 pushed[kMaxClusterChunks];  // pushed[j]: chunk j's pair
   pdl_wait_for_prior_grid();
   // The next kernel's wait covers this grid's completion, so it may start launching now.
   pdl_launch_dependents();
-  if constexpr (kLabSoftmaxAsyncPush) {
-    init_push_barriers();
-    cluster_arrive_relaxed();
-  }
+  // One phase of the cluster barrier tells a CTA that its peers run (and their push barrier is
+  // initialised) before it pushes: arrived at the start, relaxed (cluster_push.cuh), waited
+  // for after the copy and the stats.
+  init_push_barriers();
+  cluster_arrive_relaxed();
   // The grid is 1-D and the cluster (chunks, 1, 1): CTA `rank` of a cluster is chunk `rank`.
   const std::int64_t row = blockIdx.x / chunks;
   const int rank = static_cast<int>(blockIdx.x % chunks);
@@ -84,25 +74,17 @@ __global__ void __launch_bounds__(kSplitThreads)
   const float inv_t = p.inv_temperature(row);
   const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
-  if constexpr (kLabSoftmaxAsyncPush) {
-    __shared__ float2 pushed[kMaxClusterChunks];  // pushed[j]: chunk j's pair
-    cluster.barrier_wait();                       // every peer runs
-    if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
-    wait_for_pushes(0u, chunks * sizeof(float2));
-    // No remote access after the pushes landed: a CTA may exit without another barrier.
-    write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
-                      p.probs + row * p.out_row_stride + lo);
-    return;
-  }
-  if (threadIdx.x == 0) own_stats = st;
-  cluster.sync();  // every CTA's pair is written and visible to the cluster
-  const float2 row_m_inv_s =
-      merge_chunk_stats(chunks, [&](int j) { return *cluster.map_shared_rank(&own_stats, j); });
-  // Done reading the others' pairs; a CTA must not exit (its shared memory gone) before every
-  // other CTA of its cluster has read its pair, so the wait comes after the writes.
-  cluster.barrier_arrive();
-  write_chunk_probs(c, inv_t, row_m_inv_s, p.probs + row * p.out_row_stride + lo);
   cluster.barrier_wait();
+  // Each CTA's pair into its slot of every CTA (cluster_push.cuh's exchange, one use of barrier
+  // 0). No remote access comes after the pushes have landed, so a CTA exits without another
+  // barrier. Against a cluster.sync, remote reads of the peers' pairs and an arrive / wait
+  // around the writes (two GPU-scope fences): H100, graph us, A B A B in one machine start,
+  // 0.85-0.95x at 32-512 x 128256 and 128-1024 x 32000 wherever auto picks this kernel
+  // (history/ab-softmax-async-push-84c3516-h100.txt).
+  if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
+  wait_for_pushes(0u, chunks * sizeof(float2));
+  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
+                    p.probs + row * p.out_row_stride + lo);
 #endif
 }
 
