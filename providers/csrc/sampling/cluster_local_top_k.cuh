@@ -642,7 +642,16 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // Every peer must have started before anyone writes into it: arrive now, wait before the
   // first remote write (the local search runs in between). The lab drops the pair:
   // load_slice's barrier phase makes sure of that already.
-  if constexpr (!kLabFewerBarriers) cluster.barrier_arrive();
+  // Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE (dev/NOTES.md item 93): the arrive relaxed, as
+  // load_slice's: this CTA has written nothing a peer reads before it, and a release arrive
+  // puts a GPU-scope fence (~1.2k cycles on an H100, cluster_push.cuh) before the local search.
+  if constexpr (!kLabFewerBarriers) {
+    if constexpr (kLabListRelaxedArrive) {
+      cluster_arrive_relaxed();
+    } else {
+      cluster.barrier_arrive();
+    }
+  }
   // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
   // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
   const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);

@@ -171,6 +171,25 @@ constexpr bool kLabFewerBarriers = true;
 constexpr bool kLabFewerBarriers = false;
 #endif
 
+// Lab AOTINFER_LAB_SEARCH_PUSHES (dev/NOTES.md item 93): the radix searches' share totals
+// (across) and crossing (publish_crossing) cross the cluster as cluster_push.cuh's exchanges,
+// as the reductions do, instead of pushes and a cluster barrier each (whose release is a
+// GPU-scope fence, ~1.2k cycles on an H100). The histograms' barrier before combine's remote
+// reads stays a cluster barrier.
+#ifdef AOTINFER_LAB_SEARCH_PUSHES
+constexpr bool kLabSearchPushes = true;
+#else
+constexpr bool kLabSearchPushes = false;
+#endif
+
+// Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE: cluster_local_top_k.cuh's list exchange arrives
+// relaxed at its start (its comment).
+#ifdef AOTINFER_LAB_LIST_RELAXED_ARRIVE
+constexpr bool kLabListRelaxedArrive = true;
+#else
+constexpr bool kLabListRelaxedArrive = false;
+#endif
+
 constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
@@ -402,10 +421,31 @@ struct SliceScopeOf : SharedGroups {
     return sh.share_mass[bin - share_first(bins)];
   }
   // This CTA's share totals pushed into every CTA; each sums its copies (same order, same bits).
+  struct PushedShare {
+    std::uint64_t count, mass;
+  };
   template <typename Sh>
   __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const unsigned rank = cluster.block_rank();
+    if constexpr (kLabSearchPushes) {
+      // (The exchange's block barrier follows combine's remote reads, so no peer clears its
+      // histograms for the next level before every reader is done with them.)
+      __shared__ PushedShare pushed[2][kCtas];
+      const unsigned set = push_round(pushed, PushedShare{count, mass});
+      ShareTotals t{0, 0, 0, 0};
+#pragma unroll
+      for (unsigned r = 0; r < kCtas; ++r) {
+        const std::uint64_t c = pushed[set][r].count, m = pushed[set][r].mass;
+        if (r > rank) {
+          t.higher_count += c;
+          t.higher_mass += m;
+        }
+        t.all_count += c;
+        t.all_mass += m;
+      }
+      return t;
+    }
     if (threadIdx.x < kCtas) {
       Sh& peer = *cluster.map_shared_rank(&sh, threadIdx.x);
       peer.peer_count[rank] = count;
@@ -448,14 +488,46 @@ struct SliceScopeOf : SharedGroups {
   }
   // The finder writes the crossing into every CTA (its own included); nobody else writes
   // `found`, which every CTA cleared at the level's start, before the histogram barrier.
+  // (Lab AOTINFER_LAB_SEARCH_PUSHES: the finder writes its own CTA's only, and
+  // publish_crossing's exchange carries it to the others.)
   template <typename Sh>
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
+    if constexpr (kLabSearchPushes) {
+      c.write_to(sh);
+      return;
+    }
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
 #pragma unroll 1
     for (unsigned r = 0; r < kCtas; ++r) c.write_to(*cluster.map_shared_rank(&sh, r));
   }
+  struct PushedCrossing {
+    std::uint64_t digit_found;  // digit | found << 32
+    std::uint64_t above_count, above_mass, bin_count, bin_mass;
+  };
   template <typename Sh>
   __device__ bool publish_crossing(Sh& sh) const {
+    if constexpr (kLabSearchPushes) {
+      // Every CTA pushes what its own sh holds (found only in the finder's) into every CTA, and
+      // thread 0 copies the found one into this CTA's sh (a second block barrier: the finder's
+      // write comes before the first, the copy before the last).
+      __shared__ PushedCrossing pushed[2][kCtas];
+      __syncthreads();
+      const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,
+                                sh.above_mass, sh.bin_count, sh.bin_mass};
+      const unsigned set = push_round(pushed, mine);
+      int finder = -1;
+#pragma unroll
+      for (int r = 0; r < kCtas; ++r) {
+        if (pushed[set][r].digit_found >> 32) finder = r;
+      }
+      if (finder >= 0 && threadIdx.x == 0) {
+        const PushedCrossing& c = pushed[set][finder];
+        Crossing{static_cast<std::uint32_t>(c.digit_found), c.above_count, c.above_mass, c.bin_count, c.bin_mass}
+            .write_to(sh);
+      }
+      __syncthreads();
+      return finder >= 0;
+    }
     cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
     return sh.found != 0;
   }
