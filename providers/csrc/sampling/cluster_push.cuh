@@ -88,6 +88,32 @@ __device__ __forceinline__ void push_async(V* slot, unsigned peer, const V& v, u
   }
 }
 
+// Adds v to `slot` (this CTA's address of it) in CTA `peer` (red.async, u32 or u64),
+// completing on the peer's barrier `set` with sizeof(v) bytes. Integer adds: the same sums in
+// any order.
+template <typename V>
+__device__ __forceinline__ void add_async(V* slot, unsigned peer, V v, unsigned set) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "u32 or u64 adds");
+  std::uint32_t remote_slot, remote_bar;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(peer));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;"
+      : "=r"(remote_bar)
+      : "r"(shared_address(push_barriers() + set)), "r"(peer));
+  if constexpr (sizeof(V) == 4) {
+    asm volatile(
+        "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%0], %1, [%2];" ::"r"(
+            remote_slot),
+        "r"(static_cast<std::uint32_t>(v)), "r"(remote_bar)
+        : "memory");
+  } else {
+    asm volatile(
+        "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u64 [%0], %1, [%2];" ::"r"(
+            remote_slot),
+        "l"(static_cast<std::uint64_t>(v)), "r"(remote_bar)
+        : "memory");
+  }
+}
+
 // Exchange e's end, by every thread: thread 0 arrives expecting `bytes` (every push into this
 // CTA's set), and every thread waits for the phase to complete.
 __device__ __forceinline__ void wait_for_pushes(unsigned e, unsigned bytes) {

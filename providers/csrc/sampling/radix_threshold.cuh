@@ -357,6 +357,9 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
+    if constexpr (Scope::kSplitOverCluster && kLabSearchRedCombine) {
+      if (level == 0) scope.clear_shares(sh);  // (level_start's cluster barrier follows)
+    }
     scope.level_start(level);  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
@@ -418,8 +421,12 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       });
     }
     const bool want_top = level == 0 && (masses || target.want_top);
-    if (want_top) scope.push_top(sh, bins);
-    scope.sync();  // every CTA's histogram is complete
+    if constexpr (Scope::kSplitOverCluster && kLabSearchRedCombine) {
+      scope.add_histograms_to_shares(sh, bins, want_top);
+    } else {
+      if (want_top) scope.push_top(sh, bins);
+      scope.sync();  // every CTA's histogram is complete
+    }
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
     // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of

@@ -171,6 +171,13 @@ constexpr bool kLabFewerBarriers = true;
 constexpr bool kLabFewerBarriers = false;
 #endif
 
+// AOTINFER_LAB_SEARCH_EXCHANGES: both search labs below at once (one build flag for
+// dev/lab_round.sh).
+#ifdef AOTINFER_LAB_SEARCH_EXCHANGES
+#define AOTINFER_LAB_SEARCH_PUSHES
+#define AOTINFER_LAB_SEARCH_RED_COMBINE
+#endif
+
 // Lab AOTINFER_LAB_SEARCH_PUSHES (dev/NOTES.md item 93): the radix searches' share totals
 // (across) and crossing (publish_crossing) cross the cluster as cluster_push.cuh's exchanges,
 // as the reductions do, instead of pushes and a cluster barrier each (whose release is a
@@ -180,6 +187,17 @@ constexpr bool kLabFewerBarriers = false;
 constexpr bool kLabSearchPushes = true;
 #else
 constexpr bool kLabSearchPushes = false;
+#endif
+
+// Lab AOTINFER_LAB_SEARCH_RED_COMBINE (dev/NOTES.md item 93): a search level's histograms
+// reach their share owners by red.async adds (cluster_push.cuh, add_async) into the owners'
+// share arrays, completing on the owners' mbarriers, instead of a cluster barrier (a GPU-scope
+// fence) and combine's remote reads. The share arrays are cleared before the barrier that
+// precedes the level's adds (level 0's start, or the previous level's crossing).
+#ifdef AOTINFER_LAB_SEARCH_RED_COMBINE
+constexpr bool kLabSearchRedCombine = true;
+#else
+constexpr bool kLabSearchRedCombine = false;
 #endif
 
 // Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE: cluster_local_top_k.cuh's list exchange arrives
@@ -395,6 +413,7 @@ struct SliceScopeOf : SharedGroups {
   __device__ int share_last(int bins) const { return share_first(bins) + share_size(bins) - 1; }
   template <typename Sh>
   __device__ void combine(Sh& sh, int bins) const {
+    if constexpr (kLabSearchRedCombine) return;  // add_histograms_to_shares did it
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int first = share_first(bins);
     for (int b = threadIdx.x; b < share_size(bins); b += blockDim.x) {
@@ -415,6 +434,41 @@ struct SliceScopeOf : SharedGroups {
   template <typename Sh>
   __device__ std::uint64_t combined_count(const Sh& sh, int bin, int bins) const {
     return sh.share_count[bin - share_first(bins)];
+  }
+  // Lab AOTINFER_LAB_SEARCH_RED_COMBINE: instead of push_top, the cluster barrier and combine,
+  // by every thread once this CTA's histogram is written: each bin's count and mass added into
+  // its owner's share (and, with want_top, push_top's value pushed), one exchange.
+  template <typename Sh>
+  __device__ void add_histograms_to_shares(Sh& sh, int bins, bool want_top) const {
+    static_assert(!kLabFewerBarriers, "the shares' clearing needs level 0's barrier");
+    const unsigned rank = cooperative_groups::this_cluster().block_rank();
+    std::uint32_t top = 0;  // 1 + this CTA's highest non-empty bin (push_top's)
+    __syncthreads();        // this CTA's histogram is complete
+    if (want_top) {
+      for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+        if (sh.count[b] != 0) top = static_cast<std::uint32_t>(b) + 1;
+      }
+      top = block_reduce(top, MaxOp{}, 0u);
+    }
+    const unsigned e = exchanges++, set = e & 1u;
+    const int share = share_size(bins);
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+      const unsigned owner = static_cast<unsigned>(b / share);
+      const int i = b - static_cast<int>(owner) * share;
+      add_async(&sh.share_count[i], owner, sh.count[b], set);
+      add_async(&sh.share_mass[i], owner, (static_cast<std::uint64_t>(sh.mass_hi[b]) << 12) + sh.mass_lo[b], set);
+    }
+    if (want_top && threadIdx.x < kCtas) push_async(&sh.peer_top[rank], threadIdx.x, top, set);
+    wait_for_pushes(e, static_cast<unsigned>(bins) * 12u + (want_top ? 4u * kCtas : 0u));
+  }
+  // Zeroes this CTA's shares for the next level's adds (before a barrier every peer passes
+  // before it adds; after this CTA's last read of them).
+  template <typename Sh>
+  __device__ void clear_shares(Sh& sh) const {
+    for (int i = threadIdx.x; i < share_size(Sh::kBins); i += blockDim.x) {
+      sh.share_count[i] = 0u;
+      sh.share_mass[i] = 0u;
+    }
   }
   template <typename Sh>
   __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
@@ -508,25 +562,35 @@ struct SliceScopeOf : SharedGroups {
   __device__ bool publish_crossing(Sh& sh) const {
     if constexpr (kLabSearchPushes) {
       // Every CTA pushes what its own sh holds (found only in the finder's) into every CTA, and
-      // thread 0 copies the found one into this CTA's sh (a second block barrier: the finder's
-      // write comes before the first, the copy before the last).
+      // thread 0 of every other CTA copies the found one into its sh. Only the pushing threads
+      // and thread 0 hold a record (a record in every thread, with a loop over all of them,
+      // made ptxas spill 112-168 B in the renorm kernels).
       __shared__ PushedCrossing pushed[2][kCtas];
-      __syncthreads();
-      const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,
-                                sh.above_mass, sh.bin_count, sh.bin_mass};
-      const unsigned set = push_round(pushed, mine);
-      int finder = -1;
-#pragma unroll
-      for (int r = 0; r < kCtas; ++r) {
-        if (pushed[set][r].digit_found >> 32) finder = r;
+      const unsigned e = exchanges++, set = e & 1u;
+      __syncthreads();  // the finder's write_to is done; this CTA's last reads of `pushed[set]` too
+      if constexpr (kLabSearchRedCombine) clear_shares(sh);
+      if (threadIdx.x < kCtas) {
+        const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,
+                                  sh.above_mass, sh.bin_count, sh.bin_mass};
+        push_async(&pushed[set][cooperative_groups::this_cluster().block_rank()], threadIdx.x, mine, set);
       }
-      if (finder >= 0 && threadIdx.x == 0) {
-        const PushedCrossing& c = pushed[set][finder];
-        Crossing{static_cast<std::uint32_t>(c.digit_found), c.above_count, c.above_mass, c.bin_count, c.bin_mass}
-            .write_to(sh);
+      wait_for_pushes(e, kCtas * sizeof(PushedCrossing));
+      if (threadIdx.x == 0 && sh.found == 0) {
+        for (int r = 0; r < kCtas; ++r) {
+          const PushedCrossing& c = pushed[set][r];
+          if (c.digit_found >> 32) {
+            Crossing{static_cast<std::uint32_t>(c.digit_found), c.above_count, c.above_mass, c.bin_count, c.bin_mass}
+                .write_to(sh);
+            break;
+          }
+        }
       }
       __syncthreads();
-      return finder >= 0;
+      return sh.found != 0;
+    }
+    if constexpr (kLabSearchRedCombine) {
+      __syncthreads();  // every thread of this CTA is done with its shares
+      clear_shares(sh);
     }
     cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
     return sh.found != 0;
