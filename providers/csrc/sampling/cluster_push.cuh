@@ -53,6 +53,13 @@ __device__ __forceinline__ void init_push_barriers() {
   }
 }
 
+// The shared::cluster address of p (this CTA's shared memory) in CTA `peer`.
+__device__ __forceinline__ std::uint32_t peer_address(const void* p, unsigned peer) {
+  std::uint32_t a;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(shared_address(p)), "r"(peer));
+  return a;
+}
+
 // The cluster barrier's arrive with no memory ordering (init_push_barriers' fence orders the
 // barriers' initialisation; nothing else before it is read by a peer).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
@@ -64,11 +71,7 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 template <typename V>
 __device__ __forceinline__ void push_async(V* slot, unsigned peer, const V& v, unsigned set) {
   static_assert(sizeof(V) == 4 || sizeof(V) % 8 == 0, "pushed in 4- or 8-byte words");
-  std::uint32_t remote_slot, remote_bar;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(peer));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;"
-      : "=r"(remote_bar)
-      : "r"(shared_address(push_barriers() + set)), "r"(peer));
+  const std::uint32_t remote_slot = peer_address(slot, peer), remote_bar = peer_address(push_barriers() + set, peer);
   if constexpr (sizeof(V) == 4) {
     std::uint32_t w;
     std::memcpy(&w, &v, 4);
@@ -94,11 +97,7 @@ __device__ __forceinline__ void push_async(V* slot, unsigned peer, const V& v, u
 template <typename V>
 __device__ __forceinline__ void add_async(V* slot, unsigned peer, V v, unsigned set) {
   static_assert(sizeof(V) == 4 || sizeof(V) == 8, "u32 or u64 adds");
-  std::uint32_t remote_slot, remote_bar;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(peer));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;"
-      : "=r"(remote_bar)
-      : "r"(shared_address(push_barriers() + set)), "r"(peer));
+  const std::uint32_t remote_slot = peer_address(slot, peer), remote_bar = peer_address(push_barriers() + set, peer);
   if constexpr (sizeof(V) == 4) {
     asm volatile(
         "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%0], %1, [%2];" ::"r"(

@@ -487,18 +487,7 @@ struct SliceScopeOf : SharedGroups {
       // histograms for the next level before every reader is done with them.)
       __shared__ PushedShare pushed[2][kCtas];
       const unsigned set = push_round(pushed, PushedShare{count, mass});
-      ShareTotals t{0, 0, 0, 0};
-#pragma unroll
-      for (unsigned r = 0; r < kCtas; ++r) {
-        const std::uint64_t c = pushed[set][r].count, m = pushed[set][r].mass;
-        if (r > rank) {
-          t.higher_count += c;
-          t.higher_mass += m;
-        }
-        t.all_count += c;
-        t.all_mass += m;
-      }
-      return t;
+      return sum_share_totals(rank, [&](unsigned r) { return pushed[set][r]; });
     }
     if (threadIdx.x < kCtas) {
       Sh& peer = *cluster.map_shared_rank(&sh, threadIdx.x);
@@ -506,16 +495,21 @@ struct SliceScopeOf : SharedGroups {
       peer.peer_mass[rank] = mass;
     }
     cluster.sync();
+    return sum_share_totals(rank, [&](unsigned r) { return PushedShare{sh.peer_count[r], sh.peer_mass[r]}; });
+  }
+  // The share totals of the ranks above `rank` and of all, from rank r's copy(r).
+  template <typename F>
+  __device__ static ShareTotals sum_share_totals(unsigned rank, F&& copy) {
     ShareTotals t{0, 0, 0, 0};
 #pragma unroll
     for (unsigned r = 0; r < kCtas; ++r) {
-      const std::uint64_t c = sh.peer_count[r], m = sh.peer_mass[r];
+      const PushedShare v = copy(r);
       if (r > rank) {
-        t.higher_count += c;
-        t.higher_mass += m;
+        t.higher_count += v.count;
+        t.higher_mass += v.mass;
       }
-      t.all_count += c;
-      t.all_mass += m;
+      t.all_count += v.count;
+      t.all_mass += v.mass;
     }
     return t;
   }
