@@ -79,8 +79,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   // 0). No remote access comes after the pushes have landed, so a CTA exits without another
   // barrier. Against a cluster.sync, remote reads of the peers' pairs and an arrive / wait
   // around the writes (two GPU-scope fences): H100, graph us, A B A B in one machine start,
-  // 0.85-0.95x at 32-512 x 128256 and 128-1024 x 32000 wherever auto picks this kernel
-  // (history/ab-softmax-async-push-84c3516-h100.txt).
+  // this kernel 0.85-0.95x at 32-512 x 128256 and 128-1024 x 32000, so auto's time too except
+  // where auto takes the pair (32 x 128256, 128 x 32000: 1.00x;
+  // history/ab-softmax-async-push-84c3516-h100.txt).
   if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
   wait_for_pushes(0u, chunks * sizeof(float2));
   write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
