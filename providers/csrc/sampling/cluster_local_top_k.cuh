@@ -645,7 +645,9 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE (dev/NOTES.md item 93): the arrive relaxed, as
   // load_slice's: this CTA has written nothing a peer reads before it, and a release arrive
   // puts a GPU-scope fence (~1.2k cycles on an H100, cluster_push.cuh) before the local search.
-  if constexpr (!kLabFewerBarriers) {
+  // Lab AOTINFER_LAB_LIST_PUSHES (dev/NOTES.md item 93) needs neither: load_slice's phase
+  // tells a CTA its peers run and their push barriers are initialised.
+  if constexpr (!kLabFewerBarriers && !kLabListPushes) {
     if constexpr (kLabListRelaxedArrive) {
       cluster_arrive_relaxed();
     } else {
@@ -672,9 +674,23 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   LAB_SLICE(lab_slice_mark(2));
-  if constexpr (!kLabFewerBarriers) cluster.barrier_wait();
+  if constexpr (!kLabFewerBarriers && !kLabListPushes) cluster.barrier_wait();
   float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
   std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
+  // Lab AOTINFER_LAB_LIST_PUSHES: the list, the slice sums and the overflow flags go by
+  // cluster_push.cuh's pushes, one exchange: every CTA pushes its whole region (kept keys and
+  // their positions, then zeros), its sum (joint) and its flag into rank 0, and its flag into
+  // every other CTA, so each CTA expects a fixed byte count. Instead of the arrive / wait pair
+  // and the cluster barrier below (two GPU-scope fences, ~1.2k cycles each on an H100).
+  [[maybe_unused]] unsigned list_exchange = 0;
+  if constexpr (kLabListPushes) {
+    list_exchange = scope.exchanges++;
+    __syncthreads();  // (an exchange's opening block barrier: cluster_push.cuh)
+  }
+  auto push = [&](std::uint64_t at, float key, std::uint32_t position) {
+    push_async(&list_keys[rank * kLocalListRegion + at], 0u, key, list_exchange & 1u);
+    push_async(&list_positions[rank * kLocalListRegion + at], 0u, position, list_exchange & 1u);
+  };
   const bool sums = kTwoSearches && f.mode == FilterMode::kJoint;
   double sum = 0.0;
   // The slice's keys >= t_c in row order. A trip covers kTrip blockDim groups, thread t taking
@@ -735,24 +751,49 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
       for (int j = 0; j < 4; ++j) {
         if (!(keep[h] >> j & 1u)) continue;
         if (at < kLocalListRegion) {
-          keys[at] = v[h][j];
-          positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
+          if constexpr (kLabListPushes) {
+            push(at, v[h][j], static_cast<std::uint32_t>(4 * (scope.first + g) + j));
+          } else {
+            keys[at] = v[h][j];
+            positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
+          }
         }
         ++at;
       }
     }
     listed += kTrip == 1 ? trip_total : part(trip_total, 0) + part(trip_total, 1);
   }
-  for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
+  if constexpr (kLabListPushes) {
+    for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) {
+      push(i, 0.f, 0u);  // (the positions too: a fixed byte count)
+    }
+  } else {
+    for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
+  }
   if (sums) {
     sum = block_reduce(sum, SumOp{}, 0.0);
-    if (threadIdx.x == 0) *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
+    if (threadIdx.x == 0) {
+      if constexpr (kLabListPushes) {
+        push_async(&slice_sums[rank], 0u, sum, list_exchange & 1u);
+      } else {
+        *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
+      }
+    }
   }
   if (threadIdx.x < kCtas) {
-    *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
+    if constexpr (kLabListPushes) {
+      push_async(&overflowed[rank], threadIdx.x, listed > kLocalListRegion ? 1 : 0, list_exchange & 1u);
+    } else {
+      *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
+    }
   }
   LAB_SLICE(lab_slice_mark(3));
-  cluster.sync();
+  if constexpr (kLabListPushes) {
+    const unsigned to_rank0 = kCtas * (kLocalListRegion * 8u + (sums ? 8u : 0u));
+    wait_for_pushes(list_exchange, kCtas * 4u + (rank == 0 ? to_rank0 : 0u));
+  } else {
+    cluster.sync();
+  }
   LAB_SLICE(lab_slice_mark(4));
   int any = 0;
 #pragma unroll

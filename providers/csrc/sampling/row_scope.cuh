@@ -208,6 +208,14 @@ constexpr bool kLabListRelaxedArrive = true;
 constexpr bool kLabListRelaxedArrive = false;
 #endif
 
+// Lab AOTINFER_LAB_LIST_PUSHES: cluster_local_top_k.cuh's lists reach rank 0 by st.async
+// pushes completing on its mbarrier, with no cluster barrier (its comment).
+#ifdef AOTINFER_LAB_LIST_PUSHES
+constexpr bool kLabListPushes = true;
+#else
+constexpr bool kLabListPushes = false;
+#endif
+
 constexpr int kSliceCtas = 8;  // portable cluster size
 // Non-portable clusters (sm_90 allows 16 where the GPU can place them): a row over 16 SMs,
 // half a slice per CTA, for up to four rows of a large vocabulary; and clusters of 4 (twice
