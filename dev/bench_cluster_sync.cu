@@ -12,6 +12,11 @@
 //   async     push's exchange by st.async into the peers' slots, completing on their mbarriers
 //             (providers/csrc/sampling/cluster_push.cuh, lab AOTINFER_LAB_ASYNC_PUSH)
 //   asyncwarp warppush's exchange the same way
+//   pullcomb  a radix level's combine as the kernels run it: cluster.sync (every histogram of
+//             2048 bins complete), then each CTA sums its share of the bins over every peer's
+//             histogram by remote reads (SliceScopeOf::combine)
+//   redcomb   the same sums by red.async adds into the share owners, completing on their
+//             mbarriers (lab AOTINFER_LAB_SEARCH_RED_COMBINE's add_histograms_to_shares)
 // dev/NOTES.md item 92: the phase trace of top-p at 1 x 32000 put ~2-3k cycles in each cluster
 // exchange; this says how much of that is the barrier itself and how much the CTAs' skew.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Iproviders/csrc dev/bench_cluster_sync.cu -o /tmp/bcs && /tmp/bcs
@@ -26,17 +31,32 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
 
-enum Step { kSync, kRelaxed, kPush, kReduce, kWarpPush, kBlock, kAsync, kAsyncWarp, kSteps };
-const char* const kNames[kSteps] = {"sync", "relaxed", "push", "reduce", "warppush", "block", "async", "asyncwarp"};
+enum Step { kSync, kRelaxed, kPush, kReduce, kWarpPush, kBlock, kAsync, kAsyncWarp, kPullCombine, kRedCombine, kSteps };
+const char* const kNames[kSteps] = {"sync",  "relaxed", "push",      "reduce",   "warppush",
+                                    "block", "async",   "asyncwarp", "pullcomb", "redcomb"};
+constexpr int kBins = 2048;  // a radix level's histogram (radix_threshold.cuh)
 
 template <int kCtas, Step kStep>
 __global__ void __launch_bounds__(kThreads) exchange_loop(int iters, unsigned long long* cycles,
                                                           unsigned long long* sink) {
   __shared__ unsigned long long slots[2][kCtas * (kThreads / 32)];
   __shared__ unsigned long long partial[32];
+  __shared__ unsigned hist_count[kBins];
+  __shared__ unsigned long long hist_mass[kBins];
+  __shared__ unsigned share_count[2][kBins / kCtas];
+  __shared__ unsigned long long share_mass[2][kBins / kCtas];
+  constexpr int kShare = kBins / kCtas;
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank(), lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   unsigned long long acc = threadIdx.x;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    hist_count[b] = b + rank;
+    hist_mass[b] = (static_cast<unsigned long long>(b) << 20) + rank;
+  }
+  for (int j = threadIdx.x; j < 2 * kShare; j += kThreads) {
+    share_count[j / kShare][j % kShare] = 0;
+    share_mass[j / kShare][j % kShare] = 0;
+  }
   aotinfer::sampling::init_push_barriers();
   cluster.sync();  // every CTA is running (and its mbarriers are initialised)
   const unsigned long long t0 = clock64();
@@ -61,6 +81,36 @@ __global__ void __launch_bounds__(kThreads) exchange_loop(int iters, unsigned lo
       unsigned long long s = 0;
       for (int j = lane; j < kCtas * (kThreads / 32); j += 32) s += slots[set][j];
       acc += s;
+    } else if constexpr (kStep == kPullCombine) {
+      cluster.sync();
+      for (int b = threadIdx.x; b < kShare; b += kThreads) {
+        unsigned c = 0;
+        unsigned long long m = 0;
+#pragma unroll 8
+        for (unsigned r = 0; r < kCtas; ++r) {
+          c += cluster.map_shared_rank(hist_count, r)[rank * kShare + b];
+          m += cluster.map_shared_rank(hist_mass, r)[rank * kShare + b];
+        }
+        share_count[0][b] = c;
+        share_mass[0][b] = m;
+      }
+      __syncthreads();
+      acc += share_mass[0][threadIdx.x % kShare] + share_count[0][threadIdx.x % kShare];
+    } else if constexpr (kStep == kRedCombine) {
+      __syncthreads();
+      for (int b = threadIdx.x; b < kBins; b += kThreads) {
+        const unsigned owner = b / kShare;
+        const int j = b - static_cast<int>(owner) * kShare;
+        aotinfer::sampling::add_async(&share_count[set][j], owner, hist_count[b], set);
+        aotinfer::sampling::add_async(&share_mass[set][j], owner, hist_mass[b], set);
+      }
+      aotinfer::sampling::wait_for_pushes(i, kBins * 12u);
+      acc += share_mass[set][threadIdx.x % kShare] + share_count[set][threadIdx.x % kShare];
+      __syncthreads();  // every read of this set is done: zero it for the adds two steps on
+      for (int j = threadIdx.x; j < kShare; j += kThreads) {
+        share_count[set][j] = 0;
+        share_mass[set][j] = 0;
+      }
     } else if constexpr (kStep == kWarpPush) {
       if (lane < kCtas) *cluster.map_shared_rank(&slots[set][rank * (kThreads / 32) + warp], lane) = acc;
       cluster.sync();
@@ -125,6 +175,8 @@ void run_all(int iters, unsigned long long* cycles, unsigned long long* sink) {
   run<kCtas, kBlock>(iters, cycles, sink);
   run<kCtas, kAsync>(iters, cycles, sink);
   run<kCtas, kAsyncWarp>(iters, cycles, sink);
+  run<kCtas, kPullCombine>(iters, cycles, sink);
+  run<kCtas, kRedCombine>(iters, cycles, sink);
 }
 
 int main() {
