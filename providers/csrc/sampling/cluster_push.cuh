@@ -23,6 +23,10 @@
 // cluster barrier it replaces did (a CTA passes only once every peer's threads have reached
 // it), so the other cluster protocols' reasoning (row_scope.cuh) is unchanged. A CTA exits
 // only after its last exchange has received every push into it, so none lands after.
+// One rule: every byte that crosses to a peer travels in an st.async / red.async that
+// completes the receiver's phase. A plain remote store (st.shared::cluster) before an exchange
+// is not known to have landed when the exchange completes (the block barrier is CTA-scope,
+// and no fence follows it), so those keep the cluster barrier's release.
 #pragma once
 
 #include <cstdint>
