@@ -10,7 +10,7 @@
 // bytes a CTA took 356 / 482 / 680 cycles in clusters of 4 / 8 / 16 against 1387 / 1527 /
 // 1684 by push and cluster.sync (history/cluster-sync-async-746f6e3-h100.txt), and the
 // samplers that exchange this way (top-p by rejection, min-p, plain) took 0.79-0.91x the time
-// at 1-64 rows of 32000 and 128256, every other slice kernel 0.96-1.00x, the same tokens
+// at 1-64 rows of 32000 and 128256, every other slice kernel 0.94-1.00x, the same tokens
 // (H100, A B A B in one machine start; history/ab-sampling-async-push-746f6e3-h100.txt).
 //
 // Two mbarriers, one per slot set; exchange e (counted by the caller, the same in every thread
