@@ -210,10 +210,22 @@ struct TotalsAndLargestKey {
   }
 };
 
-// Whether a scope's test sums the masses above both pivots by per-warp pushes and one cluster
-// barrier (SliceScopeOf::sum_pair_by_warps) instead of reduce()'s block reduction, push and
-// barrier (and a second reduce for the second pivot after a rejection): in clusters of 4 only.
-// Measured on an H100 in every cluster size (graph us, A B A B in one machine start, the same
+// Lab AOTINFER_LAB_REJECTION_BLOCK_SUMS (dev/NOTES.md item 93): no cluster size sums by
+// per-warp pushes (test_sums_by_warp_pushes below). Its measurement was made with cluster
+// barriers; with cluster_push.cuh's exchanges the per-warp exchange took 545 cycles in clusters
+// of 4 against 356 for one push a CTA (history/cluster-sync-async-746f6e3-h100.txt), which a
+// block reduction (two block barriers) may now undercut.
+#ifdef AOTINFER_LAB_REJECTION_BLOCK_SUMS
+constexpr bool kLabRejectionBlockSums = true;
+#else
+constexpr bool kLabRejectionBlockSums = false;
+#endif
+
+// Whether a scope's test sums the masses above both pivots by per-warp pushes and one exchange
+// (SliceScopeOf::sum_pair_by_warps) instead of reduce()'s block reduction and exchange (and a
+// second reduce for the second pivot after a rejection): in clusters of 4 only. Measured when
+// both exchanges were cluster barriers, on an H100 in every cluster size (graph us, A B A B in
+// one machine start, the same
 // tokens; history/ab-sampling-rejection-warp-push-b467728-h100.txt): clusters of 4 (16 x
 // 32000) 0.949-0.960x, of 8 1.025-1.028x at 1 x 32000 and 0.989-0.990x at 16 x 128256, of 16
 // (1 x 128256) 1.051-1.061x: each CTA reads kCtas x 16 slots and every warp pushes to kCtas
@@ -221,7 +233,7 @@ struct TotalsAndLargestKey {
 template <typename Scope>
 constexpr bool test_sums_by_warp_pushes() {
   if constexpr (Scope::kSplitOverCluster) {
-    return Scope::kClusterCtas == 4;
+    return Scope::kClusterCtas == 4 && !kLabRejectionBlockSums;
   } else {
     return false;
   }
