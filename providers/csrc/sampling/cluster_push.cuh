@@ -135,10 +135,9 @@ __device__ __forceinline__ void wait_for_pushes(unsigned e, unsigned bytes) {
 
 // One exchange: a block barrier, then `pushes` threads push v into slot `slot` of set e & 1
 // of CTA `peer`, then every thread waits for the `bytes` pushed into this CTA. Returns the set.
-template <typename V, int kSets, int kSlots>
-__device__ __forceinline__ unsigned exchange_async(unsigned e, V (&slots)[kSets][kSlots], unsigned slot, unsigned peer,
+template <typename V, int kSlots>
+__device__ __forceinline__ unsigned exchange_async(unsigned e, V (&slots)[2][kSlots], unsigned slot, unsigned peer,
                                                    bool pushes, const V& v, unsigned bytes) {
-  static_assert(kSets == 2, "two slot sets");
   __syncthreads();
   const unsigned set = e & 1u;
   if (pushes) push_async(&slots[set][slot], peer, v, set);

@@ -225,11 +225,11 @@ constexpr bool kLabRejectionBlockSums = false;
 // (SliceScopeOf::sum_pair_by_warps) instead of reduce()'s block reduction and exchange (and a
 // second reduce for the second pivot after a rejection): in clusters of 4 only. Measured when
 // both exchanges were cluster barriers, on an H100 in every cluster size (graph us, A B A B in
-// one machine start, the same
-// tokens; history/ab-sampling-rejection-warp-push-b467728-h100.txt): clusters of 4 (16 x
-// 32000) 0.949-0.960x, of 8 1.025-1.028x at 1 x 32000 and 0.989-0.990x at 16 x 128256, of 16
-// (1 x 128256) 1.051-1.061x: each CTA reads kCtas x 16 slots and every warp pushes to kCtas
-// peers, which the two block barriers saved pay for only in the smallest clusters.
+// one machine start, the same tokens; history/ab-sampling-rejection-warp-push-b467728-
+// h100.txt): clusters of 4 (16 x 32000) 0.949-0.960x, of 8 1.025-1.028x at 1 x 32000 and
+// 0.989-0.990x at 16 x 128256, of 16 (1 x 128256) 1.051-1.061x: each CTA reads kCtas x 16
+// slots and every warp pushes to kCtas peers, which the two block barriers saved pay for only
+// in the smallest clusters.
 template <typename Scope>
 constexpr bool test_sums_by_warp_pushes() {
   if constexpr (Scope::kSplitOverCluster) {
