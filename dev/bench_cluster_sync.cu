@@ -14,9 +14,9 @@
 //   asyncwarp warppush's exchange the same way
 //   pullcomb  a radix level's combine as the kernels run it: cluster.sync (every histogram of
 //             2048 bins complete), then each CTA sums its share of the bins over every peer's
-//             histogram by remote reads (SliceScopeOf::combine)
+//             histogram by remote reads (SliceScopeOf::combine before session 62)
 //   redcomb   the same sums by red.async adds into the share owners, completing on their
-//             mbarriers (lab AOTINFER_LAB_SEARCH_RED_COMBINE's add_histograms_to_shares)
+//             mbarriers (SliceScopeOf::complete_histograms, row_scope.cuh)
 // dev/NOTES.md item 92: the phase trace of top-p at 1 x 32000 put ~2-3k cycles in each cluster
 // exchange; this says how much of that is the barrier itself and how much the CTAs' skew.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Iproviders/csrc dev/bench_cluster_sync.cu -o /tmp/bcs && /tmp/bcs

@@ -4,7 +4,7 @@
 // The cluster kernels' search levels each cost cluster barriers (~4.5 us a level at batch 1
 // against ~0.4 us of pass work per CTA, row_scope.cuh). Here every CTA finds a bound t_c at
 // most the k-th largest key of its own slice with block barriers only (local_top_k_key) and
-// lists its keys >= t_c, in row order, into its region of rank 0's list. That union holds
+// pushes its keys >= t_c, in row order, into its region of rank 0's list. That union holds
 // every key of the row's top-k set: a key x >= t_k (the row's k-th largest) has fewer than k
 // larger keys in the row, so fewer than k in its slice, so x >= t_c. Rank 0 then finds t_k in
 // the list (the same k-th largest key: the list is a part of the row that holds its top k)
@@ -637,23 +637,8 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   __shared__ double slice_sums[kCtas];  // joint: each slice's probabilities, summed
   const std::int32_t k = row_top_k(f, row);
   if (!(k > 0 && k < n && k <= kLocalListRegion / 2)) return cluster_wide_draw<kFamily>(scope, n, f, row, rng, sh);
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  const unsigned rank = cluster.block_rank();
-  // Every peer must have started before anyone writes into it: arrive now, wait before the
-  // first remote write (the local search runs in between). The lab drops the pair:
-  // load_slice's barrier phase makes sure of that already.
-  // Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE (dev/NOTES.md item 93): the arrive relaxed, as
-  // load_slice's: this CTA has written nothing a peer reads before it, and a release arrive
-  // puts a GPU-scope fence (~1.2k cycles on an H100, cluster_push.cuh) before the local search.
-  // Lab AOTINFER_LAB_LIST_PUSHES (dev/NOTES.md item 93) needs neither: load_slice's phase
-  // tells a CTA its peers run and their push barriers are initialised.
-  if constexpr (!kLabFewerBarriers && !kLabListPushes) {
-    if constexpr (kLabListRelaxedArrive) {
-      cluster_arrive_relaxed();
-    } else {
-      cluster.barrier_arrive();
-    }
-  }
+  const unsigned rank = cooperative_groups::this_cluster().block_rank();
+  // (Every peer has started and initialised its push barriers: load_slice's barrier phase.)
   // The two-search kernels' slices do not finish in one warp: joint ran 0.999-1.005x with
   // it (session 34, history/ab-sampling-joint-slice-finish-d3dc2ca.txt).
   const LocalScope<!kTwoSearches> slice(scope.s, scope.groups, scope.first);
@@ -674,19 +659,15 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   if (t_c == kBoundUndecided) t_c = local_top_k_key(slice, k, sh, kLocalListRegion);
   t_c = max(t_c, 1u);  // 0: every participant
   LAB_SLICE(lab_slice_mark(2));
-  if constexpr (!kLabFewerBarriers && !kLabListPushes) cluster.barrier_wait();
-  float* keys = cluster.map_shared_rank(list_keys, 0) + rank * kLocalListRegion;
-  std::uint32_t* positions = cluster.map_shared_rank(list_positions, 0) + rank * kLocalListRegion;
-  // Lab AOTINFER_LAB_LIST_PUSHES: the list, the slice sums and the overflow flags go by
-  // cluster_push.cuh's pushes, one exchange: every CTA pushes its whole region (kept keys and
-  // their positions, then zeros), its sum (joint) and its flag into rank 0, and its flag into
-  // every other CTA, so each CTA expects a fixed byte count. Instead of the arrive / wait pair
-  // and the cluster barrier below (two GPU-scope fences, ~1.2k cycles each on an H100).
-  [[maybe_unused]] unsigned list_exchange = 0;
-  if constexpr (kLabListPushes) {
-    list_exchange = scope.exchanges++;
-    __syncthreads();  // (an exchange's opening block barrier: cluster_push.cuh)
-  }
+  // The list, the slice sums and the overflow flags go by cluster_push.cuh's pushes, one
+  // exchange: every CTA pushes its whole region (kept keys and their positions, then zeros),
+  // its sum (joint) and its flag into rank 0, and its flag into every other CTA, so each CTA
+  // expects a fixed byte count. Against remote stores between an arrive / wait pair and a
+  // cluster barrier (two GPU-scope fences, ~1.2k cycles each on an H100): top-k 0.87-0.96x,
+  // joint 0.85-0.97x, top-k then top-p 0.86-0.96x at 1-64 rows of 32000 and 128256 (H100, A B
+  // A B in one machine start, the same tokens; history/ab-sampling-list-pushes-c5fdb15-h100.txt).
+  const unsigned list_exchange = scope.exchanges++;
+  __syncthreads();  // (an exchange's opening block barrier: cluster_push.cuh)
   auto push = [&](std::uint64_t at, float key, std::uint32_t position) {
     push_async(&list_keys[rank * kLocalListRegion + at], 0u, key, list_exchange & 1u);
     push_async(&list_positions[rank * kLocalListRegion + at], 0u, position, list_exchange & 1u);
@@ -750,50 +731,25 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (!(keep[h] >> j & 1u)) continue;
-        if (at < kLocalListRegion) {
-          if constexpr (kLabListPushes) {
-            push(at, v[h][j], static_cast<std::uint32_t>(4 * (scope.first + g) + j));
-          } else {
-            keys[at] = v[h][j];
-            positions[at] = static_cast<std::uint32_t>(4 * (scope.first + g) + j);
-          }
-        }
+        if (at < kLocalListRegion) push(at, v[h][j], static_cast<std::uint32_t>(4 * (scope.first + g) + j));
         ++at;
       }
     }
     listed += kTrip == 1 ? trip_total : part(trip_total, 0) + part(trip_total, 1);
   }
-  if constexpr (kLabListPushes) {
-    for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) {
-      push(i, 0.f, 0u);  // (the positions too: a fixed byte count)
-    }
-  } else {
-    for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) keys[i] = 0.f;
+  for (std::uint64_t i = listed + threadIdx.x; i < kLocalListRegion; i += blockDim.x) {
+    push(i, 0.f, 0u);  // (the positions too: a fixed byte count)
   }
   if (sums) {
     sum = block_reduce(sum, SumOp{}, 0.0);
-    if (threadIdx.x == 0) {
-      if constexpr (kLabListPushes) {
-        push_async(&slice_sums[rank], 0u, sum, list_exchange & 1u);
-      } else {
-        *cluster.map_shared_rank(&slice_sums[rank], 0) = sum;
-      }
-    }
+    if (threadIdx.x == 0) push_async(&slice_sums[rank], 0u, sum, list_exchange & 1u);
   }
   if (threadIdx.x < kCtas) {
-    if constexpr (kLabListPushes) {
-      push_async(&overflowed[rank], threadIdx.x, listed > kLocalListRegion ? 1 : 0, list_exchange & 1u);
-    } else {
-      *cluster.map_shared_rank(&overflowed[rank], threadIdx.x) = listed > kLocalListRegion ? 1 : 0;
-    }
+    push_async(&overflowed[rank], threadIdx.x, listed > kLocalListRegion ? 1 : 0, list_exchange & 1u);
   }
   LAB_SLICE(lab_slice_mark(3));
-  if constexpr (kLabListPushes) {
-    const unsigned to_rank0 = kCtas * (kLocalListRegion * 8u + (sums ? 8u : 0u));
-    wait_for_pushes(list_exchange, kCtas * 4u + (rank == 0 ? to_rank0 : 0u));
-  } else {
-    cluster.sync();
-  }
+  const unsigned to_rank0 = kCtas * (kLocalListRegion * 8u + (sums ? 8u : 0u));
+  wait_for_pushes(list_exchange, kCtas * 4u + (rank == 0 ? to_rank0 : 0u));
   LAB_SLICE(lab_slice_mark(4));
   int any = 0;
 #pragma unroll

@@ -1,5 +1,6 @@
-// The cluster kernels' small exchanges (SliceScopeOf's reductions and the draw's totals,
-// row_scope.cuh) without a cluster barrier. A cluster barrier with its default release /
+// The cluster sampling kernels' exchanges without a cluster barrier: SliceScopeOf's reductions,
+// the draw's totals and the searches' histograms, share totals and crossings (row_scope.cuh),
+// and the list kernels' lists (cluster_local_top_k.cuh). A cluster barrier with its default release /
 // acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR, the barrier and CCTL.IVALL, and on an
 // H100 took 1316-1430 cycles a step in clusters of 4-16 where a relaxed arrive and wait took
 // 112-116 (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the GPU-scope
@@ -26,7 +27,9 @@
 // One rule: every byte that crosses to a peer travels in an st.async / red.async that
 // completes the receiver's phase. A plain remote store (st.shared::cluster) before an exchange
 // is not known to have landed when the exchange completes (the block barrier is CTA-scope,
-// and no fence follows it), so those keep the cluster barrier's release.
+// and no fence follows it), so it would need the cluster barrier's release; the sampling
+// kernels have none left (softmax_cluster.cuh's pinned-only kernel keeps its remote stores
+// and cluster barriers).
 #pragma once
 
 #include <cstdint>

@@ -92,14 +92,11 @@ using RowRadixShared = RadixShared;  // the one-CTA-per-row kernels
 // The cluster kernels' layout, with what SliceScopeOf<kCtas> (row_scope.cuh) adds.
 template <int kCtas>
 struct SliceRadixSharedOf : RadixShared {
-  // This CTA's share of the cluster-summed histogram.
+  // This CTA's share of the cluster-summed histogram: the peers add their bins into it
+  // (SliceScopeOf::complete_histograms).
   std::uint32_t share_count[kBins / kCtas];
   std::uint64_t share_mass[kBins / kCtas];
-  // Written by the peers into every CTA before a cluster barrier, read by each CTA from its
-  // own copy after it (SliceScopeOf): rank r's share totals (across) and 1 + the highest
-  // non-empty bin of rank r's own level-0 histogram (push_top). The crossing's fields above
-  // are pushed the same way by the rank that finds it (set_crossing).
-  std::uint64_t peer_count[kCtas], peer_mass[kCtas];
+  // 1 + the highest non-empty bin of rank r's own level-0 histogram, pushed by rank r.
   std::uint32_t peer_top[kCtas];
 };
 
@@ -357,10 +354,7 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
 
   for (int level = 0; level < 3; ++level) {
     const int shift = Sh::shift(level), bins = Sh::bins(level);
-    if constexpr (Scope::kSplitOverCluster && kLabSearchRedCombine) {
-      if (level == 0) scope.clear_shares(sh);  // (level_start's cluster barrier follows)
-    }
-    scope.level_start(level);  // the previous level's readers of sh (in any CTA of the scope) are done
+    scope.level_start(level, sh);  // the previous level's readers of sh (in any CTA of the scope) are done
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
       sh.count[i] = 0;
       sh.mass_lo[i] = 0;
@@ -421,18 +415,12 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
       });
     }
     const bool want_top = level == 0 && (masses || target.want_top);
-    if constexpr (Scope::kSplitOverCluster && kLabSearchRedCombine) {
-      scope.add_histograms_to_shares(sh, bins, want_top);
-    } else {
-      if (want_top) scope.push_top(sh, bins);
-      scope.sync();  // every CTA's histogram is complete
-    }
+    scope.complete_histograms(sh, bins, want_top);  // (a cluster's: summed into each CTA's share)
 
     // Descending scan of this CTA's share of the bins (all of them for RowScope): thread t
     // owns `per` consecutive bins from top = last-per*t down (those >= first); shares of
     // higher bins come before. The bins are summed, the sums scanned, and the bins read
     // again (shared memory) by the thread whose run crosses the goal.
-    scope.combine(sh, bins);
     const int first = scope.share_first(bins), last = scope.share_last(bins);
     const int span = last - first + 1;
     const int per = (span + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);

@@ -95,10 +95,11 @@ struct RowScope {
   // Local groups below this one can be read by load_whole (no tail checks).
   __device__ std::int64_t whole_local_groups() const { return whole_groups(n, aligned); }
   __device__ void load_whole(std::int64_t g, float (&v)[4]) const { load_whole_group4(x, g, v); }
-  // Every thread of the scope has passed this point (and its shared-memory writes are seen).
-  __device__ void sync() const { __syncthreads(); }
   // Before a search level clears the histograms: the previous level's readers are done.
-  __device__ void level_start(int) const { __syncthreads(); }
+  template <typename Sh>
+  __device__ void level_start(int, Sh&) const {
+    __syncthreads();
+  }
   // Before the histograms' memory is used for something else (the draw's segments).
   __device__ void reuse_histograms() const { __syncthreads(); }
   // Every thread, once a listing level 0 (head_bound_list.cuh) has read the whole row
@@ -109,10 +110,14 @@ struct RowScope {
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
     c.write_to(sh);
   }
+  // Once every thread has added to the histogram: the scan may read it (a cluster scope also
+  // sums the CTAs' histograms here, and with want_top pushes what top_bin reads).
+  template <typename Sh>
+  __device__ void complete_histograms(Sh&, int, bool) const {
+    __syncthreads();
+  }
   // Level 0's 1 + highest non-empty bin (0: none), from the histogram once it is complete:
   // each thread looks through its bins of the scan (top down to bottom), then a reduction.
-  template <typename Sh>
-  __device__ void push_top(Sh&, int) const {}
   template <typename Sh>
   __device__ std::uint32_t top_bin(const Sh& sh, int bins, int top, int bottom) const {
     std::uint32_t mine = 0;  // 1 + my highest bin with a participant
@@ -136,8 +141,6 @@ struct RowScope {
     return v;
   }
   // The radix scan (radix_threshold.cuh): one CTA scans every bin of its own histogram.
-  template <typename Sh>
-  __device__ void combine(Sh&, int) const {}
   __device__ int share_first(int) const { return 0; }
   __device__ int share_last(int bins) const { return bins - 1; }
   template <typename Sh>
@@ -158,62 +161,16 @@ struct RowScope {
   }
 };
 
-// Lab AOTINFER_LAB_FEWER_BARRIERS (dev/NOTES.md items 76, 79): the start barriers that
-// load_slice's barrier phase made redundant go (the cluster searches' level 0,
-// cluster_local_top_k.cuh's arrive / wait before the list exchange), and the list kernels'
-// rank 0 draws by warp 0 and lists two groups a thread per block scan. Measured as a whole in
-// session 47 (history/ab-sampling-fewer-barriers-7f4181d.txt): mixed, so not adopted: top-k
-// 0.925-0.961x at 16 rows and renorm / mask 0.97-0.99x, but joint 1.12x, top-k then top-p
-// 1.09x and top-k 1.04x at 1 x 128256. Its four parts have not been measured one by one.
+// Lab AOTINFER_LAB_FEWER_BARRIERS (dev/NOTES.md items 76, 79): what is left of it is
+// cluster_local_top_k.cuh's rank 0 drawing from its list by warp 0 alone. Its other parts went
+// with the barriers they dropped: a search's level 0 keeps its cluster barrier (the shares'
+// clearing needs it: SliceScopeOf::level_start), and the list kernels' arrive / wait went when
+// their lists became pushes (session 62). Measured as a whole in session 47
+// (history/ab-sampling-fewer-barriers-7f4181d.txt): mixed, so not adopted.
 #ifdef AOTINFER_LAB_FEWER_BARRIERS
 constexpr bool kLabFewerBarriers = true;
 #else
 constexpr bool kLabFewerBarriers = false;
-#endif
-
-// AOTINFER_LAB_SEARCH_EXCHANGES: both search labs below at once (one build flag for
-// dev/lab_round.sh).
-#ifdef AOTINFER_LAB_SEARCH_EXCHANGES
-#define AOTINFER_LAB_SEARCH_PUSHES
-#define AOTINFER_LAB_SEARCH_RED_COMBINE
-#endif
-
-// Lab AOTINFER_LAB_SEARCH_PUSHES (dev/NOTES.md item 93): the radix searches' share totals
-// (across) and crossing (publish_crossing) cross the cluster as cluster_push.cuh's exchanges,
-// as the reductions do, instead of pushes and a cluster barrier each (whose release is a
-// GPU-scope fence, ~1.2k cycles on an H100). The histograms' barrier before combine's remote
-// reads stays a cluster barrier.
-#ifdef AOTINFER_LAB_SEARCH_PUSHES
-constexpr bool kLabSearchPushes = true;
-#else
-constexpr bool kLabSearchPushes = false;
-#endif
-
-// Lab AOTINFER_LAB_SEARCH_RED_COMBINE (dev/NOTES.md item 93): a search level's histograms
-// reach their share owners by red.async adds (cluster_push.cuh, add_async) into the owners'
-// share arrays, completing on the owners' mbarriers, instead of a cluster barrier (a GPU-scope
-// fence) and combine's remote reads. The share arrays are cleared before the barrier that
-// precedes the level's adds (level 0's start, or the previous level's crossing).
-#ifdef AOTINFER_LAB_SEARCH_RED_COMBINE
-constexpr bool kLabSearchRedCombine = true;
-#else
-constexpr bool kLabSearchRedCombine = false;
-#endif
-
-// Lab AOTINFER_LAB_LIST_RELAXED_ARRIVE: cluster_local_top_k.cuh's list exchange arrives
-// relaxed at its start (its comment).
-#ifdef AOTINFER_LAB_LIST_RELAXED_ARRIVE
-constexpr bool kLabListRelaxedArrive = true;
-#else
-constexpr bool kLabListRelaxedArrive = false;
-#endif
-
-// Lab AOTINFER_LAB_LIST_PUSHES: cluster_local_top_k.cuh's lists reach rank 0 by st.async
-// pushes completing on its mbarrier, with no cluster barrier (its comment).
-#ifdef AOTINFER_LAB_LIST_PUSHES
-constexpr bool kLabListPushes = true;
-#else
-constexpr bool kLabListPushes = false;
 #endif
 
 constexpr int kSliceCtas = 8;  // portable cluster size
@@ -263,21 +220,21 @@ struct SharedGroups {
 //
 // Cluster barriers, and remote reads that wait on them, are the cost of a pass here (a search
 // level across the cluster cost ~4.5 us at batch 1 against ~0.4 us of pass work per CTA). So
-// the small results (share totals, level 0's top bin, the crossing, the draw's totals, the
-// reductions) travel by push: a CTA writes what its peers need into each peer's shared
-// memory before a barrier, and every CTA reads its own copy after it. A slot is written again
-// only after a later barrier that every reader passes after reading it. Only the histograms'
-// combine still reads remotely, between two barriers. Every remote access thus comes before
-// a barrier that every CTA passes, so a CTA may exit without one more. Against the
-// pull-style version (two barriers per reduction, a barrier at every level's start and
-// before the draw and the exit, remote reads after the barriers): batch 1 and 16 1.04-1.34x
-// faster, renormalisation most (history/ab-sampling-cluster-push-*.txt).
-// The reductions and the draw's totals (reduce, reduce_uniform, exclusive_across,
-// sum_pair_by_warps) are exchanges of cluster_push.cuh: st.async pushes completing on the
-// receiver's mbarrier, with no cluster barrier, whose release (MEMBAR.ALL.GPU) cost ~1.2k of
-// its ~1.35k cycles. An exchange is a barrier as the cluster's was (block barrier first, and no
-// CTA passes before every peer's push), so the reasoning above holds for it. The searches'
-// exchanges (share totals, top bin, crossing, combine) keep the cluster barrier.
+// what crosses CTAs travels by push: a CTA writes what its peers need into each peer's shared
+// memory, and every CTA reads its own copy. Against the pull-style version (two barriers per
+// reduction, remote reads after them): batch 1 and 16 1.04-1.34x faster, renormalisation most
+// (history/ab-sampling-cluster-push-*.txt). The pushes are cluster_push.cuh's exchanges:
+// st.async (values) and red.async (a search level's histogram bins, added into the share
+// owners) completing on the receiver's mbarrier, with no cluster barrier, whose release
+// (MEMBAR.ALL.GPU) cost ~1.2k of its ~1.35k cycles on an H100. An exchange is a barrier as the
+// cluster's was (a block barrier first, and no CTA passes before every peer's push has landed),
+// so a slot is written again only after an exchange that every reader passes after reading
+// it, and no CTA is written after it exits (it waits for every push into it). The only cluster
+// barrier left in a search is its level 0's (level_start). Measured against the same searches
+// with cluster barriers (H100, A B A B in one machine start, the same tokens): top-p renorm,
+// top-k renorm and top-k masking 0.81-0.94x at 1-64 rows of 32000 and 128256
+// (history/ab-sampling-search-exchanges-c5fdb15-h100.txt); the reductions' exchanges before
+// them, top-p, min-p and plain sampling 0.79-0.92x (history/ab-sampling-async-push-746f6e3-h100.txt).
 template <int kCtas>
 struct SliceScopeOf : SharedGroups {
   static constexpr GatherMode kGathers = GatherMode::kOff;  // the slice is in shared memory already
@@ -290,25 +247,22 @@ struct SliceScopeOf : SharedGroups {
   static constexpr bool kSplitOverCluster = true;
   static constexpr int kClusterCtas = kCtas;
 
-  __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
-  // Level 0 keeps its barrier: a search may be the kernel's first collective, and every peer
-  // must have started before anyone writes into it (push_top). A later level needs none: its
-  // histograms' last remote readers (the previous level's combine) and the pushes into this
-  // CTA's slots are ordered by the previous level's barriers. Lab AOTINFER_LAB_FEWER_BARRIERS
-  // drops level 0's too: load_slice's barrier phase (slice_kernels.cuh) now makes sure every
-  // peer has started, and the reasoning for later levels holds for a search's level 0 after
-  // another search (two-search filters): the peers' remote reads of this CTA's histograms
-  // come before their last level's `across` barrier, and every push into this CTA's slots
-  // (top, share totals, the crossing) is read before a barrier its next writer passes later.
-  __device__ void level_start(int level) const {
-    if (level == 0 && !kLabFewerBarriers) {
-      sync();
+  // Level 0 keeps a cluster barrier, after this CTA clears its shares: every peer must have
+  // cleared its shares before anyone adds into them (complete_histograms), and a search's
+  // shares are not known to be clear when it starts (the first search of a kernel; or one after
+  // a search that returned before its last crossing's exchange, which clears them otherwise:
+  // publish_crossing). Later levels need only the CTA's own barrier: a CTA's histograms are
+  // read by itself alone, and its shares were cleared before the previous level's crossing.
+  template <typename Sh>
+  __device__ void level_start(int level, Sh& sh) const {
+    if (level == 0) {
+      clear_shares(sh);
+      cooperative_groups::this_cluster().sync();
     } else {
       __syncthreads();
     }
   }
-  // After a search or a reduction: the last remote reads of the histograms (a level's
-  // combine) came before that level's barriers, so the CTA's own threads are all that is left.
+  // After a search or a reduction: only this CTA reads its histograms.
   __device__ void reuse_histograms() const { __syncthreads(); }
   __device__ void after_listing_read() const {}  // (no listing in the cluster kernels)
   // Threads below kCtas push v into their rank's slot of every CTA's pushed[set], and every
@@ -389,8 +343,8 @@ struct SliceScopeOf : SharedGroups {
     *sum_a = warp_reduce(x, SumOp{});
     *sum_b = warp_reduce(y, SumOp{});
   }
-  // cluster_push.cuh's exchanges so far (reduce, reduce_uniform, exclusive_across,
-  // sum_pair_by_warps), the same in every thread of the cluster (each call is made by all).
+  // cluster_push.cuh's exchanges so far (every exchange of this scope, and the list kernels'),
+  // the same in every thread of the cluster (each call is made by all).
   mutable unsigned exchanges = 0;
   // Each CTA's block result, pushed into its slot of every peer; after one exchange every CTA
   // combines its own copies in rank order (the same bits everywhere). Against the pull (warp
@@ -420,38 +374,20 @@ struct SliceScopeOf : SharedGroups {
   }
   __device__ int share_last(int bins) const { return share_first(bins) + share_size(bins) - 1; }
   template <typename Sh>
-  __device__ void combine(Sh& sh, int bins) const {
-    if constexpr (kLabSearchRedCombine) return;  // add_histograms_to_shares did it
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const int first = share_first(bins);
-    for (int b = threadIdx.x; b < share_size(bins); b += blockDim.x) {
-      std::uint32_t c = 0;
-      std::uint64_t m = 0;
-      // By 8: over the 16 peers of a wide cluster, fully unrolled, it spilled 328-436 B.
-#pragma unroll 8
-      for (unsigned r = 0; r < kCtas; ++r) {
-        Sh& peer = *cluster.map_shared_rank(&sh, r);
-        c += peer.count[first + b];
-        m += (static_cast<std::uint64_t>(peer.mass_hi[first + b]) << 12) + peer.mass_lo[first + b];
-      }
-      sh.share_count[b] = c;
-      sh.share_mass[b] = m;
-    }
-    __syncthreads();
-  }
-  template <typename Sh>
   __device__ std::uint64_t combined_count(const Sh& sh, int bin, int bins) const {
     return sh.share_count[bin - share_first(bins)];
   }
-  // Lab AOTINFER_LAB_SEARCH_RED_COMBINE: instead of push_top, the cluster barrier and combine,
-  // by every thread once this CTA's histogram is written: each bin's count and mass added into
-  // its owner's share (and, with want_top, push_top's value pushed), one exchange.
+  // Once this CTA's histogram is written, by every thread: each bin's count and mass added into
+  // its owner's share, and with want_top this CTA's 1 + highest non-empty bin pushed into every
+  // CTA's peer_top (top_bin: a reduction would take another exchange), one exchange. Against
+  // a cluster barrier and the owners' remote reads of every peer's bins: 2230 against 3750
+  // cycles a level in clusters of 8 on an H100, 2970 against 6040 in clusters of 16
+  // (dev/bench_cluster_sync.cu, redcomb and pullcomb; history/cluster-sync-combine-c5fdb15-h100.txt).
   template <typename Sh>
-  __device__ void add_histograms_to_shares(Sh& sh, int bins, bool want_top) const {
-    static_assert(!kLabFewerBarriers, "the shares' clearing needs level 0's barrier");
+  __device__ void complete_histograms(Sh& sh, int bins, bool want_top) const {
     const unsigned rank = cooperative_groups::this_cluster().block_rank();
-    std::uint32_t top = 0;  // 1 + this CTA's highest non-empty bin (push_top's)
-    __syncthreads();        // this CTA's histogram is complete
+    std::uint32_t top = 0;
+    __syncthreads();  // this CTA's histogram is complete
     if (want_top) {
       for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         if (sh.count[b] != 0) top = static_cast<std::uint32_t>(b) + 1;
@@ -469,8 +405,8 @@ struct SliceScopeOf : SharedGroups {
     if (want_top && threadIdx.x < kCtas) push_async(&sh.peer_top[rank], threadIdx.x, top, set);
     wait_for_pushes(e, static_cast<unsigned>(bins) * 12u + (want_top ? 4u * kCtas : 0u));
   }
-  // Zeroes this CTA's shares for the next level's adds (before a barrier every peer passes
-  // before it adds; after this CTA's last read of them).
+  // Zeroes this CTA's shares for the next level's adds (before an exchange or barrier that
+  // every peer passes before it adds; after this CTA's last read of them).
   template <typename Sh>
   __device__ void clear_shares(Sh& sh) const {
     for (int i = threadIdx.x; i < share_size(Sh::kBins); i += blockDim.x) {
@@ -482,28 +418,17 @@ struct SliceScopeOf : SharedGroups {
   __device__ std::uint64_t combined_mass(const Sh& sh, int bin, int bins) const {
     return sh.share_mass[bin - share_first(bins)];
   }
-  // This CTA's share totals pushed into every CTA; each sums its copies (same order, same bits).
+  // This CTA's share totals pushed into every CTA (one exchange); each sums its copies (same
+  // order, same bits).
   struct PushedShare {
     std::uint64_t count, mass;
   };
   template <typename Sh>
-  __device__ ShareTotals across(Sh& sh, std::uint64_t count, std::uint64_t mass) const {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    if constexpr (kLabSearchPushes) {
-      // (The exchange's block barrier follows combine's remote reads, so no peer clears its
-      // histograms for the next level before every reader is done with them.)
-      __shared__ PushedShare pushed[2][kCtas];
-      const unsigned set = push_round(pushed, PushedShare{count, mass});
-      return sum_share_totals(rank, [&](unsigned r) { return pushed[set][r]; });
-    }
-    if (threadIdx.x < kCtas) {
-      Sh& peer = *cluster.map_shared_rank(&sh, threadIdx.x);
-      peer.peer_count[rank] = count;
-      peer.peer_mass[rank] = mass;
-    }
-    cluster.sync();
-    return sum_share_totals(rank, [&](unsigned r) { return PushedShare{sh.peer_count[r], sh.peer_mass[r]}; });
+  __device__ ShareTotals across(Sh&, std::uint64_t count, std::uint64_t mass) const {
+    __shared__ PushedShare pushed[2][kCtas];
+    const unsigned set = push_round(pushed, PushedShare{count, mass});
+    return sum_share_totals(cooperative_groups::this_cluster().block_rank(),
+                            [&](unsigned r) { return pushed[set][r]; });
   }
   // The share totals of the ranks above `rank` and of all, from rank r's copy(r).
   template <typename F>
@@ -521,20 +446,8 @@ struct SliceScopeOf : SharedGroups {
     }
     return t;
   }
-  // Level 0's 1 + highest non-empty bin (0: none): each CTA pushes its own histogram's
-  // before the barrier that completes the histograms (push_top), and reads the largest of
-  // the copies after it (top_bin), where a reduction would cost two more barriers.
-  template <typename Sh>
-  __device__ void push_top(Sh& sh, int bins) const {
-    __syncthreads();  // this CTA's histogram is complete
-    std::uint32_t mine = 0;
-    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-      if (sh.count[b] != 0) mine = static_cast<std::uint32_t>(b) + 1;
-    }
-    mine = block_reduce(mine, MaxOp{}, 0u);
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    if (threadIdx.x < kCtas) cluster.map_shared_rank(&sh, threadIdx.x)->peer_top[cluster.block_rank()] = mine;
-  }
+  // Level 0's 1 + highest non-empty bin (0: none), from the CTAs' own, which
+  // complete_histograms pushed.
   template <typename Sh>
   __device__ std::uint32_t top_bin(const Sh& sh, int, int, int) const {
     std::uint32_t top = 0;
@@ -542,59 +455,43 @@ struct SliceScopeOf : SharedGroups {
     for (int r = 0; r < kCtas; ++r) top = max(top, sh.peer_top[r]);
     return top;
   }
-  // The finder writes the crossing into every CTA (its own included); nobody else writes
-  // `found`, which every CTA cleared at the level's start, before the histogram barrier.
-  // (Lab AOTINFER_LAB_SEARCH_PUSHES: the finder writes its own CTA's only, and
-  // publish_crossing's exchange carries it to the others.)
+  // The finder records the crossing in its own CTA; publish_crossing carries it to the others.
   template <typename Sh>
   __device__ void set_crossing(Sh& sh, const Crossing& c) const {
-    if constexpr (kLabSearchPushes) {
-      c.write_to(sh);
-      return;
-    }
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-#pragma unroll 1
-    for (unsigned r = 0; r < kCtas; ++r) c.write_to(*cluster.map_shared_rank(&sh, r));
+    c.write_to(sh);
   }
   struct PushedCrossing {
     std::uint64_t digit_found;  // digit | found << 32
     std::uint64_t above_count, above_mass, bin_count, bin_mass;
   };
+  // Every CTA pushes what its own sh holds (found only in the finder's) into every CTA, one
+  // exchange, and thread 0 of every other CTA copies the found one into its sh. Only the
+  // pushing threads and thread 0 hold a record (a record in every thread, with a loop over all
+  // of them, made ptxas spill 112-168 B in the renorm kernels). The shares are cleared before
+  // the exchange, for the next level's adds.
   template <typename Sh>
   __device__ bool publish_crossing(Sh& sh) const {
-    if constexpr (kLabSearchPushes) {
-      // Every CTA pushes what its own sh holds (found only in the finder's) into every CTA, and
-      // thread 0 of every other CTA copies the found one into its sh. Only the pushing threads
-      // and thread 0 hold a record (a record in every thread, with a loop over all of them,
-      // made ptxas spill 112-168 B in the renorm kernels).
-      __shared__ PushedCrossing pushed[2][kCtas];
-      const unsigned e = exchanges++, set = e & 1u;
-      __syncthreads();  // the finder's write_to is done; this CTA's last reads of `pushed[set]` too
-      if constexpr (kLabSearchRedCombine) clear_shares(sh);
-      if (threadIdx.x < kCtas) {
-        const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,
-                                  sh.above_mass, sh.bin_count, sh.bin_mass};
-        push_async(&pushed[set][cooperative_groups::this_cluster().block_rank()], threadIdx.x, mine, set);
-      }
-      wait_for_pushes(e, kCtas * sizeof(PushedCrossing));
-      if (threadIdx.x == 0 && sh.found == 0) {
-        for (int r = 0; r < kCtas; ++r) {
-          const PushedCrossing& c = pushed[set][r];
-          if (c.digit_found >> 32) {
-            Crossing{static_cast<std::uint32_t>(c.digit_found), c.above_count, c.above_mass, c.bin_count, c.bin_mass}
-                .write_to(sh);
-            break;
-          }
+    __shared__ PushedCrossing pushed[2][kCtas];
+    const unsigned e = exchanges++, set = e & 1u;
+    __syncthreads();  // the finder's write_to is done, and this CTA's last reads of pushed[set] and its shares
+    clear_shares(sh);
+    if (threadIdx.x < kCtas) {
+      const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,
+                                sh.above_mass, sh.bin_count, sh.bin_mass};
+      push_async(&pushed[set][cooperative_groups::this_cluster().block_rank()], threadIdx.x, mine, set);
+    }
+    wait_for_pushes(e, kCtas * sizeof(PushedCrossing));
+    if (threadIdx.x == 0 && sh.found == 0) {
+      for (int r = 0; r < kCtas; ++r) {
+        const PushedCrossing& c = pushed[set][r];
+        if (c.digit_found >> 32) {
+          Crossing{static_cast<std::uint32_t>(c.digit_found), c.above_count, c.above_mass, c.bin_count, c.bin_mass}
+              .write_to(sh);
+          break;
         }
       }
-      __syncthreads();
-      return sh.found != 0;
     }
-    if constexpr (kLabSearchRedCombine) {
-      __syncthreads();  // every thread of this CTA is done with its shares
-      clear_shares(sh);
-    }
-    cooperative_groups::this_cluster().sync();  // every rank has searched its share (and pushed)
+    __syncthreads();
     return sh.found != 0;
   }
 };

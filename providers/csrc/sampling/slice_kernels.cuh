@@ -45,9 +45,8 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // (reduce() pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
 // (history/ab-sampling-load-slice-phase-ec5f1b3.txt). The arrive is relaxed: nothing else
 // written before it is read by a peer, and a release would put a GPU-scope fence (~1.2k
-// cycles, cluster_push.cuh) before the loads. It makes the start barriers of the
-// searches' level 0 and of the list kernels' exchange redundant (lab
-// AOTINFER_LAB_FEWER_BARRIERS, row_scope.cuh, drops them).
+// cycles, cluster_push.cuh) before the loads. (A search's level 0 still takes a cluster
+// barrier, for its shares: SliceScopeOf::level_start.)
 // With kCountLevel0 (the list kernels), it also counts the slice's keys into sh's level-0
 // bins for level0_count_bound (whose comment has the measurement), clearing them first.
 template <int kCtas, bool kCountLevel0, typename T, typename Sh>
@@ -120,8 +119,8 @@ __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
   // The CTA holding the token writes it (-2 elsewhere); rank 0 reports a row with none.
   if (threadIdx.x == 0 && (token >= 0 || (token == -1 && rank == 0))) detail::write_sample(p, b, token);
   LAB_SLICE(lab_slice_print(static_cast<int>(kFamily), kCtasPerSm, rank));
-  // No barrier before exiting: every access to a peer's shared memory (SliceScopeOf) comes
-  // before a cluster barrier that every CTA passes, so no CTA leaves while one is pending.
+  // No barrier before exiting: every access to a peer's shared memory is a push that the peer
+  // waits for (cluster_push.cuh), so no push into this CTA is pending when it leaves.
 #endif
 }
 
