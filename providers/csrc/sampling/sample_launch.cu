@@ -430,6 +430,12 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
   return launch_sample_slices<kFamily, kLocalList, kSliceCtasPerSm>(p, batch, bounds, device, smem_limit, stream);
 }
 
+#ifdef AOTINFER_LAB_SLICE_NO_SEARCH
+constexpr bool kLabSliceNoSearch = true;
+#else
+constexpr bool kLabSliceNoSearch = false;
+#endif
+
 // The row kernels of one filter family, with the gathering the family compiles
 // (sampler_gather / renorm_gather). The top-k and two-search samplers list the top-k search's
 // candidates in level 0 (kernel instances of their own, GatherMode::kHeadBound) unless a row
@@ -706,9 +712,19 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
                          : launch_slice_samplers<kOne, true>(p, batch, bounds, dev, smem, cuda_stream);
     } else if (rejection) {
       err = launch_slice_samplers<FilterFamily::kTopPRejection>(p, batch, bounds, dev, smem, cuda_stream);
+    } else if (two_searches) {
+      err = launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream);
+    } else if (kLabSliceNoSearch && !searches) {
+      // Lab AOTINFER_LAB_SLICE_NO_SEARCH (dev/NOTES.md item 94): min-p and plain sampling take
+      // kernel instances of their own, with no search compiled in (as the row kernels'
+      // kNoSearch). The searches' exchanges (session 62) made them 1.035-1.046x slower at
+      // 1 x 128256: the same kernel's code, so its registers, changed around them
+      // (history/ab-sampling-adopt-exchanges-e56e028-h100.txt).
+      if constexpr (kLabSliceNoSearch) {
+        err = launch_slice_samplers<FilterFamily::kNoSearch>(p, batch, bounds, dev, smem, cuda_stream);
+      }
     } else {
-      err = two_searches ? launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream)
-                         : launch_slice_samplers<kOne>(p, batch, bounds, dev, smem, cuda_stream);
+      err = launch_slice_samplers<kOne>(p, batch, bounds, dev, smem, cuda_stream);
     }
     finish(err, op, input.device);
     return;
