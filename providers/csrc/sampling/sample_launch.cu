@@ -430,12 +430,6 @@ cudaError_t launch_slice_samplers(const SampleParams& p, std::int64_t batch, Sli
   return launch_sample_slices<kFamily, kLocalList, kSliceCtasPerSm>(p, batch, bounds, device, smem_limit, stream);
 }
 
-#ifdef AOTINFER_LAB_SLICE_NO_SEARCH
-constexpr bool kLabSliceNoSearch = true;
-#else
-constexpr bool kLabSliceNoSearch = false;
-#endif
-
 // The row kernels of one filter family, with the gathering the family compiles
 // (sampler_gather / renorm_gather). The top-k and two-search samplers list the top-k search's
 // candidates in level 0 (kernel instances of their own, GatherMode::kHeadBound) unless a row
@@ -714,15 +708,15 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
       err = launch_slice_samplers<FilterFamily::kTopPRejection>(p, batch, bounds, dev, smem, cuda_stream);
     } else if (two_searches) {
       err = launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream);
-    } else if (kLabSliceNoSearch && !searches) {
-      // Lab AOTINFER_LAB_SLICE_NO_SEARCH (dev/NOTES.md item 94): min-p and plain sampling take
-      // kernel instances of their own, with no search compiled in (as the row kernels'
-      // kNoSearch). The searches' exchanges (session 62) made them 1.035-1.046x slower at
-      // 1 x 128256: the same kernel's code, so its registers, changed around them
-      // (history/ab-sampling-adopt-exchanges-e56e028-h100.txt).
-      if constexpr (kLabSliceNoSearch) {
-        err = launch_slice_samplers<FilterFamily::kNoSearch>(p, batch, bounds, dev, smem, cuda_stream);
-      }
+    } else if (!searches) {
+      // Min-p and plain sampling: kernel instances of their own, with no search compiled in (as
+      // the row kernels' kNoSearch). Against the searching instance, whose registers the
+      // searches' exchanges changed (it spills 28 B in clusters of 16; session 62: min-p and
+      // plain 1.035-1.046x at 1 x 128256, history/ab-sampling-adopt-exchanges-e56e028-h100.txt):
+      // 0.947-0.959x at 1 x 128256, 0.96-0.98x at 1-16 x 32000, 0.98-0.99x at 64 x 32000, but
+      // 1.00-1.01x at 16-64 x 128256 (H100, A B A B in one machine start, the same tokens;
+      // history/ab-sampling-slice-no-search-0848364-h100.txt).
+      err = launch_slice_samplers<FilterFamily::kNoSearch>(p, batch, bounds, dev, smem, cuda_stream);
     } else {
       err = launch_slice_samplers<kOne>(p, batch, bounds, dev, smem, cuda_stream);
     }
