@@ -210,17 +210,6 @@ struct TotalsAndLargestKey {
   }
 };
 
-// Lab AOTINFER_LAB_REJECTION_BLOCK_SUMS (dev/NOTES.md item 93): no cluster size sums by
-// per-warp pushes (test_sums_by_warp_pushes below). Its measurement was made with cluster
-// barriers; with cluster_push.cuh's exchanges the per-warp exchange took 545 cycles in clusters
-// of 4 against 356 for one push a CTA (history/cluster-sync-async-746f6e3-h100.txt), which a
-// block reduction (two block barriers) may now undercut.
-#ifdef AOTINFER_LAB_REJECTION_BLOCK_SUMS
-constexpr bool kLabRejectionBlockSums = true;
-#else
-constexpr bool kLabRejectionBlockSums = false;
-#endif
-
 // Whether a scope's test sums the masses above both pivots by per-warp pushes and one exchange
 // (SliceScopeOf::sum_pair_by_warps) instead of reduce()'s block reduction and exchange (and a
 // second reduce for the second pivot after a rejection): in clusters of 4 only. Measured when
@@ -229,11 +218,14 @@ constexpr bool kLabRejectionBlockSums = false;
 // h100.txt): clusters of 4 (16 x 32000) 0.949-0.960x, of 8 1.025-1.028x at 1 x 32000 and
 // 0.989-0.990x at 16 x 128256, of 16 (1 x 128256) 1.051-1.061x: each CTA reads kCtas x 16
 // slots and every warp pushes to kCtas peers, which the two block barriers saved pay for only
-// in the smallest clusters.
+// in the smallest clusters. Measured again once both became cluster_push.cuh exchanges
+// (block sums as lab AOTINFER_LAB_REJECTION_BLOCK_SUMS, session 62; H100, A B A B, the same
+// tokens; history/ab-sampling-rejection-block-sums-032b6ab-h100.txt): 16 x 32000 1.008-1.012x,
+// 64 x 32000 0.989-0.993x, a wash, so the per-warp pushes stay.
 template <typename Scope>
 constexpr bool test_sums_by_warp_pushes() {
   if constexpr (Scope::kSplitOverCluster) {
-    return Scope::kClusterCtas == 4 && !kLabRejectionBlockSums;
+    return Scope::kClusterCtas == 4;
   } else {
     return false;
   }
