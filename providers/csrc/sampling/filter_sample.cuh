@@ -98,18 +98,7 @@ struct RowFilterParams {  // renorm and mask
   std::int64_t rows, vocab, in_row_stride, out_row_stride;
   FilterParams filter;
   GatherSizes gather;
-#ifdef AOTINFER_LAB_RENORM_STASH
-  std::int64_t stash_groups;  // StashedRowScope's (0: none)
-#endif
 };
-
-// Lab AOTINFER_LAB_RENORM_STASH (dev/NOTES.md item 95): top-p renormalisation's row kernels
-// keep the row's first groups in the shared memory their gather list leaves (StashedRowScope).
-#ifdef AOTINFER_LAB_RENORM_STASH
-constexpr bool kLabRenormStash = true;
-#else
-constexpr bool kLabRenormStash = false;
-#endif
 
 namespace detail {
 
@@ -404,75 +393,6 @@ struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
   }
 };
 
-// Top-p renormalisation's row scope (lab AOTINFER_LAB_RENORM_STASH): the first pass over the
-// row also stores its groups [0, stash_groups) in shared memory, and every later pass reads
-// them there, so that the gather pass and the output pass read only the rest of the row from
-// global memory. The row kernel reads the row three times (level 0, the gather pass, the
-// output pass) and writes it once; at 128 x 128256 (one CTA a SM) the 128 KB gather list
-// stored positions that renormalisation never reads: keys alone leave ~140 KB, 28% of the
-// row. Stored as floats, as every pass sees them, so the results are the same bits. The
-// stash is written in one pass and read in a later one, after the block barriers between
-// passes (any thread may read a group another stored: the gather pass walks segments).
-template <typename T, GatherMode kGather>
-struct StashedRowScope : RowScope<T, kGather> {
-  using Base = RowScope<T, kGather>;
-  static constexpr bool kGatherPositions = false;  // their memory holds the stash
-  float4* stash;
-  int stash_groups;  // whole groups only: no tail fill to keep
-  mutable bool stashed = false;
-  __device__ StashedRowScope(const T* row, std::int64_t length, float4* s, std::int64_t groups)
-      : Base(row, length), stash(s), stash_groups(static_cast<int>(min(groups, Base::whole_local_groups()))) {}
-
-  template <typename F>
-  __device__ void for_each_group(float fill, F&& f) const {
-    const int s = stash_groups;
-    if (!stashed) {
-      Base::for_each_group(fill, [&](auto g, const float (&v)[4]) {
-        if (g < s) stash[g] = make_float4(v[0], v[1], v[2], v[3]);
-        f(g, v);
-      });
-      stashed = true;
-      return;
-    }
-    // The rest of the row first: it starts where the previous pass ended (in L2).
-    for_each_group4_toward<4>(this->next_pass_descending(), this->x + 4 * static_cast<std::int64_t>(s),
-                              static_cast<int>(this->n) - 4 * s, this->aligned, fill,
-                              [&](int g, const float (&v)[4]) { f(g + s, v); });
-    for (int g = threadIdx.x; g < s; g += blockDim.x) {
-      const float4 q = stash[g];
-      const float v[4] = {q.x, q.y, q.z, q.w};
-      f(g, v);
-    }
-  }
-  __device__ void load(std::int64_t g, float (&v)[4]) const {
-    if (stashed && g < stash_groups) {
-      from_stash(g, v);
-    } else {
-      Base::load(g, v);
-    }
-  }
-  __device__ void load_whole(std::int64_t g, float (&v)[4]) const {
-    if (stashed && g < stash_groups) {
-      from_stash(g, v);
-    } else {
-      Base::load_whole(g, v);
-    }
-  }
-  __device__ void from_stash(std::int64_t g, float (&v)[4]) const {
-    const float4 q = stash[g];
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-  }
-};
-
-// Where StashedRowScope's stash starts in the dynamic shared memory: after the gather list's
-// segments and keys (GatherSpace), 16-byte aligned.
-__host__ __device__ constexpr std::uint64_t stash_offset(const GatherSizes& g) {
-  return (8ull * g.segments + 4ull * g.capacity + 15ull) / 16ull * 16ull;
-}
-
 // The output pass from the list (Threshold::kept_listed): every element gets `dropped`
 // without a read of the row (unless `filled`: FillingRowScope did it), then each warp writes
 // its slice's kept keys (key >= min_key) at their positions, value_of(key). The row is not
@@ -640,20 +560,10 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
   } else {
-    auto renorm = [&](const auto& scope) {
-      const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-      const float factor = detail::renorm_factor(kept);
-      write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
-    };
-    if constexpr (kLabRenormStash && kFamily == FilterFamily::kTopP) {
-#ifdef AOTINFER_LAB_RENORM_STASH
-      extern __shared__ std::uint64_t gather_smem[];
-      float4* stash = reinterpret_cast<float4*>(reinterpret_cast<char*>(gather_smem) + detail::stash_offset(p.gather));
-      renorm(detail::StashedRowScope<T, kGather>(x, n, stash, p.stash_groups));
-#endif
-    } else {
-      renorm(RowScope<T, kGather>(x, n));
-    }
+    const RowScope<T, kGather> scope(x, n);
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
   }
   pdl_launch_dependents();
 }

@@ -230,7 +230,7 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
       if (k[j] != 0u && bin == digit) match |= 1u << j;
       if (fuse && bin > digit) above += FixedPointScale::normal_mass(k[j], offset);
     }
-    gather_append_group<Scope::kGatherPositions>(space, count, match, k, static_cast<std::uint32_t>(4 * g));
+    gather_append_group(space, count, match, k, static_cast<std::uint32_t>(4 * g));
     return above;
   });
   if ((threadIdx.x & 31) == 0) {

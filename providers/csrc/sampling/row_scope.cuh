@@ -52,7 +52,6 @@ struct ShareTotals {
 template <typename T, GatherMode kGather = GatherMode::kOff, bool kAlternates = true>
 struct RowScope {
   static constexpr GatherMode kGathers = kGather;
-  static constexpr bool kGatherPositions = true;  // a gather pass lists positions too (gather.cuh)
   // radix_threshold's level 0 runs its own loop over the row (no prefix test, a constant
   // shift). At 128 and 512 rows: top-k sampling 1.4-3.1% faster, masking and top-k renorm
   // of 128256 1.5-2.2%, the rest within the run's drift of 1% (top-p renorm 0.999-1.014;

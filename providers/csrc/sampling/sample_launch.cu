@@ -339,25 +339,18 @@ std::int64_t gather_share(int threads, std::int64_t vocab) {
 // half of it (k beyond ~512 keys) are searched in the row instead.
 constexpr std::int64_t kKeptListCapacity = 1024;
 
-// The dynamic shared memory a row kernel of `threads` threads may take: what the SM has for
-// each of its kRowCtasPerSm(threads) CTAs, less the kernel's static part.
-template <auto Kernel>
-std::int64_t row_smem_budget(int device, int threads, const char* op) {
-  int per_sm = 0, optin = 0, reserved = 0;
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
-  finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
-  const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / kRowCtasPerSm(threads) - reserved);
-  return per_cta - static_smem_bytes<Kernel>(device, op);
-}
-
 // `draws`: a sampler's kernel, whose draw may read the list (with kHeadBound:
 // launch_sample_rows).
 template <auto Kernel>
 GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, bool draws, const char* op) {
   const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet ||
                         (draws && gather == GatherMode::kHeadBound);
-  const std::int64_t budget = row_smem_budget<Kernel>(device, threads, op);
+  int per_sm = 0, optin = 0, reserved = 0;
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&per_sm, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
+  finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
+  const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / kRowCtasPerSm(threads) - reserved);
+  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
   const std::int64_t want = gather == GatherMode::kKeptSet
@@ -368,37 +361,23 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
 }
 
-// kStash (lab AOTINFER_LAB_RENORM_STASH, top-p renormalisation): where the row is gathered
-// (beyond L1), the rest of the budget after the gather list's keys holds the row's first
-// groups (filter_sample.cuh, StashedRowScope).
-template <auto Kernel, bool kStash = false, typename Params>
+template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
                        const char* op) {
   p.gather = gather != GatherMode::kOff && gather_enabled()
                  ? gather_sizes<Kernel>(device, threads, p.vocab, gather, std::is_same_v<Params, SampleParams>, op)
                  : GatherSizes{0, 0};
-  int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
-#ifdef AOTINFER_LAB_RENORM_STASH
-  if constexpr (kStash) {
-    p.stash_groups = 0;
-    if (p.gather.capacity > 0) {
-      const std::int64_t offset = static_cast<std::int64_t>(detail::stash_offset(p.gather));
-      const std::int64_t room = row_smem_budget<Kernel>(device, threads, op) - offset;
-      p.stash_groups = std::max<std::int64_t>(0, std::min<std::int64_t>(room / 16, p.vocab / 4));
-      smem = static_cast<int>(offset + 16 * p.stash_groups);
-    }
-  }
-#endif
+  const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
   Kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(p);
 }
 
-template <auto Big, auto Half, bool kStash = false, typename Params>
+template <auto Big, auto Half, typename Params>
 void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, GatherMode gather, const char* op) {
   if (row_threads(device, rows, op) == kRowThreads) {
-    launch_row_kernel<Big, kStash>(p, rows, kRowThreads, device, stream, gather, op);
+    launch_row_kernel<Big>(p, rows, kRowThreads, device, stream, gather, op);
   } else {
-    launch_row_kernel<Half, kStash>(p, rows, kRowThreads / 2, device, stream, gather, op);
+    launch_row_kernel<Half>(p, rows, kRowThreads / 2, device, stream, gather, op);
   }
   finish(cudaGetLastError(), op, device);
 }
@@ -548,8 +527,8 @@ void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, c
 template <typename T, FilterFamily kFamily>
 void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
   const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? renorm_gather(kFamily) : GatherMode::kOff;
-  launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>,
-              kLabRenormStash && kFamily == FilterFamily::kTopP>(p, p.rows, device, stream, gather, op);
+  launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
+      p, p.rows, device, stream, gather, op);
 }
 
 // Top-k masking (kMask) and top-k renormalisation. Where rows are beyond L1, level 0 lists the
@@ -586,9 +565,6 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   p.out_row_stride = out.stride(0);
   p.filter = f;
   p.gather = GatherSizes{0, 0};  // set per launch (launch_row_kernel)
-#ifdef AOTINFER_LAB_RENORM_STASH
-  p.stash_groups = 0;  // (set per launch too, where a kernel stashes)
-#endif
   if (p.rows == 0 || p.vocab == 0) return;
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
