@@ -29,8 +29,8 @@ namespace aotinfer::sampling {
 
 // Which filter modes a kernel instance serves (its searches are compiled for those only:
 // fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
-// top-p (the cluster kernels' top-k and top-p); kNoSearch: none and min-p; kTopK / kTopP: that filter (or
-// none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
+// top-p (the cluster kernels' top-k and top-p); kNoSearch: none and min-p; kTopK / kTopP:
+// that filter (or none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
 // kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all;
 // kTopPRejectionBinned: the same draws, its rounds tested by bins where they can be (row
 // kernels only, top_p_rejection.cuh's RejectionBins).
