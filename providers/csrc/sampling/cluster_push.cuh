@@ -3,8 +3,8 @@
 // and the list kernels' lists (cluster_local_top_k.cuh). A cluster barrier with its default
 // release / acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR, the barrier and CCTL.IVALL,
 // and on an H100 took 1316-1430 cycles a step in clusters of 4-16 where a relaxed arrive and
-// wait took 112-116 (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the GPU-scope
-// fence is the cost, not the barrier. Here each push is an st.async into the peer's slot that
+// wait took 112-116 (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the
+// GPU-scope fence is the cost, not the barrier. Here each push is an st.async into the peer's slot that
 // completes on the peer's mbarrier (complete_tx, release at cluster scope), and a CTA waits on
 // its own mbarrier (acquire at cluster scope) until every peer's push has landed: no fence in
 // the SASS (STAS, SYNCS.ARRIVE.TRANS64, SYNCS.PHASECHK.TRANS64.TRYWAIT). One exchange of 8
