@@ -1,18 +1,18 @@
-// The cluster sampling kernels' exchanges without a cluster barrier: SliceScopeOf's reductions,
-// the draw's totals and the searches' histograms, share totals and crossings (row_scope.cuh),
-// and the list kernels' lists (cluster_local_top_k.cuh). A cluster barrier with its default
-// release / acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR, the barrier and CCTL.IVALL,
-// and on an H100 took 1316-1430 cycles a step in clusters of 4-16 where a relaxed arrive and
-// wait took 112-116 (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the
-// GPU-scope fence is the cost, not the barrier. Here each push is an st.async into the peer's slot that
-// completes on the peer's mbarrier (complete_tx, release at cluster scope), and a CTA waits on
-// its own mbarrier (acquire at cluster scope) until every peer's push has landed: no fence in
-// the SASS (STAS, SYNCS.ARRIVE.TRANS64, SYNCS.PHASECHK.TRANS64.TRYWAIT). One exchange of 8
-// bytes a CTA took 356 / 482 / 680 cycles in clusters of 4 / 8 / 16 against 1387 / 1527 /
-// 1684 by push and cluster.sync (history/cluster-sync-async-746f6e3-h100.txt), and the
-// samplers that exchange this way (top-p by rejection, min-p, plain) took 0.79-0.91x the time
-// at 1-64 rows of 32000 and 128256, every other slice kernel 0.94-1.00x, the same tokens
-// (H100, A B A B in one machine start; history/ab-sampling-async-push-746f6e3-h100.txt).
+// The cluster sampling kernels' exchanges without a cluster barrier: SliceScopeOf's reductions, the
+// draw's totals and the searches' histograms, share totals and crossings (row_scope.cuh), and the
+// list kernels' lists (cluster_local_top_k.cuh). A cluster barrier with its default release /
+// acquire semantics compiles to MEMBAR.ALL.GPU, ERRBAR, the barrier and CCTL.IVALL, and on an H100
+// took 1316-1430 cycles a step in clusters of 4-16 where a relaxed arrive and wait took 112-116
+// (dev/bench_cluster_sync.cu; history/cluster-sync-c5c5093-h100.txt): the GPU-scope fence is the
+// cost, not the barrier. Here each push is an st.async into the peer's slot that completes on the
+// peer's mbarrier (complete_tx, release at cluster scope), and a CTA waits on its own mbarrier
+// (acquire at cluster scope) until every peer's push has landed: no fence in the SASS (STAS,
+// SYNCS.ARRIVE.TRANS64, SYNCS.PHASECHK.TRANS64.TRYWAIT). One exchange of 8 bytes a CTA took 356 /
+// 482 / 680 cycles in clusters of 4 / 8 / 16 against 1387 / 1527 / 1684 by push and cluster.sync
+// (history/cluster-sync-async-746f6e3-h100.txt), and the samplers that exchange this way (top-p by
+// rejection, min-p, plain) took 0.79-0.91x the time at 1-64 rows of 32000 and 128256, every other
+// slice kernel 0.94-1.00x, the same tokens (H100, A B A B in one machine start;
+// history/ab-sampling-async-push-746f6e3-h100.txt).
 //
 // Two mbarriers, one per slot set; exchange e (counted by the caller, the same in every thread
 // of the cluster: every exchange is made by every thread of every CTA) uses set e & 1 and
