@@ -666,8 +666,7 @@ __device__ std::int64_t local_list_draw(const SliceScopeOf<kCtas>& scope, const 
   // cluster barrier (two GPU-scope fences, ~1.2k cycles each on an H100): top-k 0.87-0.96x,
   // joint 0.85-0.97x, top-k then top-p 0.86-0.96x at 1-64 rows of 32000 and 128256 (H100, A B
   // A B in one machine start, the same tokens; history/ab-sampling-list-pushes-c5fdb15-h100.txt).
-  const unsigned list_exchange = scope.exchanges++;
-  __syncthreads();  // (an exchange's opening block barrier: cluster_push.cuh)
+  const unsigned list_exchange = scope.open_exchange();
   auto push = [&](std::uint64_t at, float key, std::uint32_t position) {
     push_async(&list_keys[rank * kLocalListRegion + at], 0u, key, list_exchange & 1u);
     push_async(&list_positions[rank * kLocalListRegion + at], 0u, position, list_exchange & 1u);

@@ -346,6 +346,13 @@ struct SliceScopeOf : SharedGroups {
   // cluster_push.cuh's exchanges so far (every exchange of this scope, and the list kernels'),
   // the same in every thread of the cluster (each call is made by all).
   mutable unsigned exchanges = 0;
+  // The next exchange's number, after the block barrier that opens it (cluster_push.cuh), for
+  // the exchanges that push more than exchange_async's one value a thread.
+  __device__ unsigned open_exchange() const {
+    const unsigned e = exchanges++;
+    __syncthreads();
+    return e;
+  }
   // Each CTA's block result, pushed into its slot of every peer; after one exchange every CTA
   // combines its own copies in rank order (the same bits everywhere). Against the pull (warp
   // 0 reading the peers' results between two barriers): plain and min-p sampling 0.93-0.97x
@@ -387,13 +394,15 @@ struct SliceScopeOf : SharedGroups {
   __device__ void complete_histograms(Sh& sh, int bins, bool want_top) const {
     const unsigned rank = cooperative_groups::this_cluster().block_rank();
     std::uint32_t top = 0;
-    __syncthreads();  // this CTA's histogram is complete
+    __syncthreads();  // this CTA's histogram is complete (and the exchange's opening barrier)
     if (want_top) {
       for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         if (sh.count[b] != 0) top = static_cast<std::uint32_t>(b) + 1;
       }
       top = block_reduce(top, MaxOp{}, 0u);
     }
+    // (Counted here, not by open_exchange: its barrier is the one above, before the top's
+    // reduction. Counting first made ptxas schedule these kernels otherwise.)
     const unsigned e = exchanges++, set = e & 1u;
     const int share = share_size(bins);
     for (int b = threadIdx.x; b < bins; b += blockDim.x) {
@@ -472,8 +481,9 @@ struct SliceScopeOf : SharedGroups {
   template <typename Sh>
   __device__ bool publish_crossing(Sh& sh) const {
     __shared__ PushedCrossing pushed[2][kCtas];
-    const unsigned e = exchanges++, set = e & 1u;
-    __syncthreads();  // the finder's write_to is done, and this CTA's last reads of pushed[set] and its shares
+    // (The opening barrier: the finder's write_to is done, and this CTA's last reads of
+    // pushed[set] and of its shares.)
+    const unsigned e = open_exchange(), set = e & 1u;
     clear_shares(sh);
     if (threadIdx.x < kCtas) {
       const PushedCrossing mine{sh.digit | static_cast<std::uint64_t>(sh.found != 0) << 32, sh.above_count,

@@ -43,10 +43,9 @@ __device__ __forceinline__ SliceRange slice_range(std::int64_t n, std::int64_t s
 // sampling's largest_key) would otherwise push into peers not yet known to have started. Every
 // CTA arrives before its loads, so the wait after them rarely waits. Against no phase
 // (reduce() pushing first): 1.005-1.029x the time at 1 and 16 x 32000, 0.97-1.015x at 128256
-// (history/ab-sampling-load-slice-phase-ec5f1b3.txt). The arrive is relaxed: nothing else
-// written before it is read by a peer, and a release would put a GPU-scope fence (~1.2k
-// cycles, cluster_push.cuh) before the loads. (A search's level 0 still takes a cluster
-// barrier, for its shares: SliceScopeOf::level_start.)
+// (history/ab-sampling-load-slice-phase-ec5f1b3.txt). The arrive is relaxed
+// (announce_push_barriers says why). (A search's level 0 still takes a cluster barrier, for its
+// shares: SliceScopeOf::level_start.)
 // With kCountLevel0 (the list kernels), it also counts the slice's keys into sh's level-0
 // bins for level0_count_bound (whose comment has the measurement), clearing them first.
 template <int kCtas, bool kCountLevel0, typename T, typename Sh>
@@ -56,8 +55,7 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
     __syncthreads();
   }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  init_push_barriers();  // (cluster_push.cuh: SliceScopeOf's exchanges complete on them)
-  cluster_arrive_relaxed();
+  announce_push_barriers();  // (cluster_push.cuh: SliceScopeOf's exchanges complete on them)
   // A 64 KB slice is 8 groups per thread: all eight loads in flight at once (one at a time,
   // the copy alone cost ~8 DRAM latencies, the bulk of a batch-1 call).
   for_each_group4<8>(x, n, r.first, r.count, group_aligned(x), NAN, [&](std::int64_t g, const float(&v)[4]) {

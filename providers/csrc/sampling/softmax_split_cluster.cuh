@@ -62,10 +62,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   // The next kernel's wait covers this grid's completion, so it may start launching now.
   pdl_launch_dependents();
   // One phase of the cluster barrier tells a CTA that its peers run (and their push barrier is
-  // initialised) before it pushes: arrived at the start, relaxed (cluster_push.cuh), waited
-  // for after the copy and the stats.
-  init_push_barriers();
-  cluster_arrive_relaxed();
+  // initialised) before it pushes: arrived at the start (cluster_push.cuh), waited for after
+  // the copy and the stats.
+  announce_push_barriers();
   // The grid is 1-D and the cluster (chunks, 1, 1): CTA `rank` of a cluster is chunk `rank`.
   const std::int64_t row = blockIdx.x / chunks;
   const int rank = static_cast<int>(blockIdx.x % chunks);
