@@ -271,6 +271,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
       if (!use_k) {
         if (t.top_bin == 0) return kept;  // no participant
         kept = kept_after_first_search<Sh>(scope, t);
+        if constexpr (ListsKeptSet<Scope>::value) kept.listed = t.kept_listed;
       }
       if (t.key >= key) {
         key = t.key;
@@ -379,14 +380,18 @@ __device__ __forceinline__ void fill_row(T* y, std::int64_t n, bool aligned, flo
 // elements; where the list is dropped, the output pass writes every element anyway. It fills
 // only where the output is not the row itself (fills; the core never passes one that is),
 // since the head is read again after level 0 and a dropped list's output pass reads the row.
-template <typename T>
-struct FillingRowScope : RowScope<T, GatherMode::kHeadBound> {
+// (With GatherMode::kSearch, lab AOTINFER_LAB_TOP_P_RENORM_LIST: top-p renormalisation's
+// gather pass lists the kept set where it fits, radix_threshold.cuh's ListsKeptSet, and
+// fills once it has.)
+template <typename T, GatherMode kGather = GatherMode::kHeadBound>
+struct FillingRowScope : RowScope<T, kGather> {
+  static constexpr bool kListsKeptSet = kGather == GatherMode::kSearch;
   T* y;
   bool out_aligned;
   float dropped;
   bool fills;
   __device__ FillingRowScope(const T* row, std::int64_t length, T* out, bool aligned_out, float value)
-      : RowScope<T, GatherMode::kHeadBound>(row, length), y(out), out_aligned(aligned_out), dropped(value),
+      : RowScope<T, kGather>(row, length), y(out), out_aligned(aligned_out), dropped(value),
         fills(static_cast<const void*>(out) != static_cast<const void*>(row)) {}
   __device__ void after_listing_read() const {
     if (fills) fill_row(y, this->n, out_aligned, dropped);
@@ -560,10 +565,28 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
   } else {
-    const RowScope<T, kGather> scope(x, n);
-    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-    const float factor = detail::renorm_factor(kept);
-    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
+#ifdef AOTINFER_LAB_TOP_P_RENORM_LIST
+    constexpr bool kListsKept = kGather == GatherMode::kSearch;
+#else
+    constexpr bool kListsKept = false;
+#endif
+    if constexpr (kListsKept) {
+      const detail::FillingRowScope<T, kGather> scope(x, n, y, out_aligned, 0.f);
+      const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+      const float factor = detail::renorm_factor(kept);
+      if (kept.listed && kept.any) {
+        detail::write_from_list(
+            y, n, out_aligned, 0.f, kept.min_key, sh,
+            [&](std::uint32_t key) { return __uint_as_float(key) * factor; }, scope.fills);
+      } else {
+        write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
+      }
+    } else {
+      const RowScope<T, kGather> scope(x, n);
+      const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+      const float factor = detail::renorm_factor(kept);
+      write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
+    }
   }
   pdl_launch_dependents();
 }

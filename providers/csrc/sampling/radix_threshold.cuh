@@ -195,6 +195,19 @@ struct GatherResult {
   bool segments;  // and the draw's segment masses above the bin are summed
 };
 
+// Lab AOTINFER_LAB_TOP_P_RENORM_LIST (session 63): scopes with kListsKeptSet (filter_sample.cuh's
+// FillingRowScope over GatherMode::kSearch: top-p renormalisation) gather every key of the
+// crossing bin and above where they fit, so that the output is written from the list (no
+// read of the row after the search). Peaked rows at top-p 0.9 keep ~1.3-1.6K of 128256.
+template <typename Scope, typename = void>
+struct ListsKeptSet {
+  static constexpr bool value = false;
+};
+template <typename Scope>
+struct ListsKeptSet<Scope, decltype(void(Scope::kListsKeptSet))> {
+  static constexpr bool value = Scope::kListsKeptSet;
+};
+
 // The gather pass after level 0 found its crossing in bin `digit`: the keys and positions of
 // that bin's elements go to `space`, and with space.segments (and a normal largest key,
 // top_bin's) the draw's segment masses of every key in a higher bin, in the unit
@@ -202,7 +215,9 @@ struct GatherResult {
 // slice overflows drops the list (the search then reads the row, as without gathering).
 template <typename Scope, typename KeyFn, typename Sh>
 __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, std::uint32_t digit,
-                                            std::uint32_t top_bin, std::int64_t n, Sh& sh) {
+                                            std::uint32_t top_bin, std::int64_t n, Sh& sh, bool above_too = false) {
+  // (ListsKeptSet scopes: with above_too, the bins above `digit` too.)
+  const std::uint32_t span = above_too ? ~digit : 0u;
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   const std::uint32_t field = Sh::top_exponent_field(top_bin);
   // The segment sums only where every key above the gathered bin is normal and its mass does
@@ -227,7 +242,11 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
     for (int j = 0; j < 4; ++j) {
       k[j] = key_of(v[j]);  // NaN (past the end) gives key 0
       const std::uint32_t bin = k[j] >> Sh::shift(0);
-      if (k[j] != 0u && bin == digit) match |= 1u << j;
+      if constexpr (ListsKeptSet<Scope>::value) {
+        if (k[j] != 0u && bin - digit <= span) match |= 1u << j;
+      } else {
+        if (k[j] != 0u && bin == digit) match |= 1u << j;
+      }
       if (fuse && bin > digit) above += FixedPointScale::normal_mass(k[j], offset);
     }
     gather_append_group(space, count, match, k, static_cast<std::uint32_t>(4 * g));
@@ -520,10 +539,18 @@ __device__ Threshold radix_threshold(const Scope& scope, KeyFn key_of, SearchTar
     // 128256 missed its bin (~6500 keys in ~10K entries; sample_launch.cu's gather_share).
     if constexpr (Scope::kGathers == GatherMode::kSearch || Scope::kGathers == GatherMode::kSearchAndDraw) {
       if (level == 0 && bin_count <= sh.gather_sizes.capacity / 4 * 3) {
-        const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh);
+        bool above_too = false;
+        if constexpr (ListsKeptSet<Scope>::value) above_too = above_count + bin_count <= sh.gather_sizes.capacity / 4 * 3;
+        const GatherResult r = gather_crossing_bin(scope, key_of, sh.digit, top_bin, target.row_length, sh, above_too);
         listed = r.listed;
         segments_ready = r.segments;
         listed_count = sh.gathered[threadIdx.x >> 5];
+        if constexpr (ListsKeptSet<Scope>::value) {
+          // The list holds every key >= the bin's lowest (levels 1-2 skip those above by
+          // their prefix): the output may be filled now, and written from the list later.
+          kept_listed = above_too && listed;
+          if (kept_listed) scope.after_listing_read();
+        }
       }
     }
   }
