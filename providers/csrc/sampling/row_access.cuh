@@ -48,7 +48,10 @@ __device__ __forceinline__ void load_group4(const T* x, std::int64_t n, std::int
 // when the row is aligned for vector loads, none otherwise.
 __device__ __forceinline__ std::int64_t whole_groups(std::int64_t n, bool aligned) { return aligned ? n / 4 : 0; }
 
-template <typename T>
+// kStreaming: a whole group is stored evict-first (st.global.cs), so that the output rows of
+// the row kernels leave L2 before the input rows their later passes read again (lab
+// AOTINFER_LAB_STREAM_OUTPUT, session 63).
+template <bool kStreaming = false, typename T>
 __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t g, bool aligned,
                                              const float (&v)[4]) {
   const std::int64_t base = 4 * g;
@@ -56,7 +59,13 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
     Group4<T> q;
 #pragma unroll
     for (int j = 0; j < 4; ++j) store_float(&q.v[j], v[j]);
-    reinterpret_cast<Group4<T>*>(y)[g] = q;
+    if constexpr (kStreaming && sizeof(Group4<T>) == 16) {
+      __stcs(reinterpret_cast<float4*>(y) + g, *reinterpret_cast<const float4*>(&q));
+    } else if constexpr (kStreaming && sizeof(Group4<T>) == 8) {
+      __stcs(reinterpret_cast<float2*>(y) + g, *reinterpret_cast<const float2*>(&q));
+    } else {
+      reinterpret_cast<Group4<T>*>(y)[g] = q;
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -109,25 +118,6 @@ __device__ __forceinline__ void for_each_group4(const T* x, std::int64_t n, std:
   }
 }
 
-#ifdef AOTINFER_LAB_ROW_L2_PREFETCH
-// Lab (session 63): asks the TMA unit to bring groups [first, end) of row x into L2 (one
-// bulk prefetch, no registers, nothing waits on it), rounded inward to 16-byte bounds. The
-// row kernels at 128 rows are one CTA of 1024 threads a SM whose passes load four groups a
-// thread, then use them: ncu put 42% of top-p renorm's stall samples on the first use of
-// the loaded values at 60% of DRAM's peak, so its rounds wait on DRAM latency.
-template <typename T>
-__device__ __forceinline__ void prefetch_groups_to_l2(const T* x, int first, int end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (end <= first) return;
-  const std::uint64_t lo = (__cvta_generic_to_global(x + 4 * static_cast<std::int64_t>(first)) + 15) & ~std::uint64_t{15};
-  const std::uint64_t hi = __cvta_generic_to_global(x + 4 * static_cast<std::int64_t>(end)) & ~std::uint64_t{15};
-  if (hi <= lo) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(static_cast<std::uint32_t>(hi - lo))
-               : "memory");
-#endif
-}
-#endif
-
 // for_each_group4 over a whole row (n elements), with the whole groups in ascending g or,
 // when `descending`, in descending g; the rest (the partial last group, or all of an
 // unaligned row) after them, ascending. A pass over a row that another pass has just read
@@ -145,23 +135,7 @@ __device__ __forceinline__ void for_each_group4_toward(bool descending, const T*
   const int whole = mine < whole_end ? (whole_end - 1 - mine) / step + 1 : 0;  // this thread's
   const int stride = descending ? -step : step;
   int g = descending ? mine + (whole - 1) * step : mine, i = 0;
-#ifdef AOTINFER_LAB_ROW_L2_PREFETCH
-  // Round c of the loop below reads about groups [c R, (c + 1) R) of the whole ones (R =
-  // kInFlight blockDim.x), counted from the top when descending; thread 0 prefetches the
-  // round AOTINFER_LAB_ROW_L2_PREFETCH rounds ahead as each round starts.
-  constexpr int kAhead = AOTINFER_LAB_ROW_L2_PREFETCH;
-  const int round = kInFlight * step;
-  auto prefetch_round = [&](int c) {
-    if (threadIdx.x != 0) return;
-    const int lo = descending ? whole_end - (c + 1) * round : c * round;
-    prefetch_groups_to_l2(x, max(lo, 0), min(lo + round, whole_end));
-  };
-  for (int c = 1; c < kAhead; ++c) prefetch_round(c);
-#endif
   for (; i + kInFlight <= whole; i += kInFlight, g += kInFlight * stride) {
-#ifdef AOTINFER_LAB_ROW_L2_PREFETCH
-    prefetch_round(i / kInFlight + kAhead);
-#endif
     float v[kInFlight][4];
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) load_whole_group4(x, g + u * stride, v[u]);
