@@ -365,19 +365,11 @@ __device__ __forceinline__ float ordered_value(std::uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
 
-// Lab AOTINFER_LAB_STREAM_OUTPUT (session 63): the row kernels' output stores (fill_row and
-// row_filter_kernel's output pass) evict-first (row_access.cuh's store_group4).
-#ifdef AOTINFER_LAB_STREAM_OUTPUT
-constexpr bool kLabStreamOutput = true;
-#else
-constexpr bool kLabStreamOutput = false;
-#endif
-
 // Every element of the output row gets `dropped` (no read of the input).
 template <typename T>
 __device__ __forceinline__ void fill_row(T* y, std::int64_t n, bool aligned, float dropped) {
   const float fill[4] = {dropped, dropped, dropped, dropped};
-  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) store_group4<kLabStreamOutput>(y, n, g, aligned, fill);
+  for (std::int64_t g = threadIdx.x; g < (n + 3) / 4; g += blockDim.x) store_group4(y, n, g, aligned, fill);
 }
 
 // The listing kernels' row scope: it fills the output row with `dropped` as soon as level 0
@@ -544,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     scope.for_each_group(0.f, [&](std::int64_t g, const float (&in)[4]) {
       float v[4] = {in[0], in[1], in[2], in[3]};
       transform(v);
-      store_group4<detail::kLabStreamOutput>(y, n, g, out_aligned, v);
+      store_group4(y, n, g, out_aligned, v);
     });
   };
   // kLists: where the list holds the kept set, the output pass writes from it instead.

@@ -48,10 +48,7 @@ __device__ __forceinline__ void load_group4(const T* x, std::int64_t n, std::int
 // when the row is aligned for vector loads, none otherwise.
 __device__ __forceinline__ std::int64_t whole_groups(std::int64_t n, bool aligned) { return aligned ? n / 4 : 0; }
 
-// kStreaming: a whole group is stored evict-first (st.global.cs), so that the output rows of
-// the row kernels leave L2 before the input rows their later passes read again (lab
-// AOTINFER_LAB_STREAM_OUTPUT, session 63).
-template <bool kStreaming = false, typename T>
+template <typename T>
 __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t g, bool aligned,
                                              const float (&v)[4]) {
   const std::int64_t base = 4 * g;
@@ -59,13 +56,7 @@ __device__ __forceinline__ void store_group4(T* y, std::int64_t n, std::int64_t 
     Group4<T> q;
 #pragma unroll
     for (int j = 0; j < 4; ++j) store_float(&q.v[j], v[j]);
-    if constexpr (kStreaming && sizeof(Group4<T>) == 16) {
-      __stcs(reinterpret_cast<float4*>(y) + g, *reinterpret_cast<const float4*>(&q));
-    } else if constexpr (kStreaming && sizeof(Group4<T>) == 8) {
-      __stcs(reinterpret_cast<float2*>(y) + g, *reinterpret_cast<const float2*>(&q));
-    } else {
-      reinterpret_cast<Group4<T>*>(y)[g] = q;
-    }
+    reinterpret_cast<Group4<T>*>(y)[g] = q;
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
