@@ -552,8 +552,17 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     const RowScope<T, kGather> scope(x, n);
     const std::uint32_t min_key = detail::top_k_logit_key(scope, n, p.filter, row, sh);
     write_pass(scope, [&](float (&v)[4]) { detail::mask_group(v, min_key); });
-  } else if constexpr (kLists) {
-    const detail::FillingRowScope<T> scope(x, n, y, out_aligned, 0.f);
+  } else if constexpr (kGather == GatherMode::kOff) {
+    // (A FillingRowScope here, which never lists, changed these kernels' code: kept apart.)
+    const RowScope<T, kGather> scope(x, n);
+    const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
+    const float factor = detail::renorm_factor(kept);
+    write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
+  } else {
+    // Renormalisation: where the search's list holds the kept set (kLists: level 0's list of a
+    // top-k search; GatherMode::kSearch: a top-p search's gather list, ListsKeptSet), the
+    // output is written from it, otherwise by the pass.
+    const detail::FillingRowScope<T, kGather> scope(x, n, y, out_aligned, 0.f);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     if (kept.listed && kept.any) {
@@ -561,24 +570,6 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
           y, n, out_aligned, 0.f, kept.min_key, sh, [&](std::uint32_t key) { return __uint_as_float(key) * factor; },
           scope.fills);
     } else {
-      write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
-    }
-  } else {
-    if constexpr (kGather == GatherMode::kSearch) {  // top-p: the list may hold the kept set
-      const detail::FillingRowScope<T, kGather> scope(x, n, y, out_aligned, 0.f);
-      const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-      const float factor = detail::renorm_factor(kept);
-      if (kept.listed && kept.any) {
-        detail::write_from_list(
-            y, n, out_aligned, 0.f, kept.min_key, sh,
-            [&](std::uint32_t key) { return __uint_as_float(key) * factor; }, scope.fills);
-      } else {
-        write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
-      }
-    } else {
-      const RowScope<T, kGather> scope(x, n);
-      const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
-      const float factor = detail::renorm_factor(kept);
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
   }
