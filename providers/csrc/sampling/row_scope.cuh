@@ -83,8 +83,9 @@ struct RowScope {
   // next_pass_descending) descending g; tail elements = fill. Four loads per thread are in
   // flight (for_each_group4_toward): batch 128 is one CTA per SM, and one load in flight
   // per thread left the SM waiting on DRAM. Thread 0 prefetching the next round (or the one
-  // after) into L2 by cp.async.bulk.prefetch did not help: top-p renormalisation 1.01-1.04x
-  // (1.09-1.12x two rounds ahead), the rest 0.99-1.01x at 128 and 512 rows (lab
+  // after) into L2 by cp.async.bulk.prefetch did not help: one round ahead, top-p renorm
+  // 0.99-1.04x, masking and top-k renorm 1.04-1.07x at 128 x 32000, the rest 0.99-1.01x at
+  // 128 and 512 rows; two rounds ahead, top-p renorm 1.05-1.12x (lab
   // AOTINFER_LAB_ROW_L2_PREFETCH, session 63; history/ab-sampling-row-l2-prefetch-cf96413-h100.txt).
   template <typename F>
   __device__ void for_each_group(float fill, F&& f) const {
