@@ -246,11 +246,7 @@ __device__ GatherResult gather_crossing_bin(const Scope& scope, KeyFn key_of, st
     for (int j = 0; j < 4; ++j) {
       k[j] = key_of(v[j]);  // NaN (past the end) gives key 0
       const std::uint32_t bin = k[j] >> Sh::shift(0);
-      if constexpr (ListsKeptSet<Scope>::value) {
-        if (k[j] != 0u && bin - digit <= span) match |= 1u << j;
-      } else {
-        if (k[j] != 0u && bin == digit) match |= 1u << j;
-      }
+      if (k[j] != 0u && bin - digit <= span) match |= 1u << j;  // (span 0: bin == digit)
       if (fuse && bin > digit) above += FixedPointScale::normal_mass(k[j], offset);
     }
     gather_append_group(space, count, match, k, static_cast<std::uint32_t>(4 * g));

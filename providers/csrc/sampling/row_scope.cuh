@@ -443,7 +443,8 @@ struct SliceScopeOf : SharedGroups {
     return sum_share_totals(cooperative_groups::this_cluster().block_rank(),
                             [&](unsigned r) { return pushed[set][r]; });
   }
-  // The share totals of the ranks above `rank` and of all, from rank r's copy(r).
+  // The share totals of the ranks above `rank` and of all, from rank r's copy(r). (Written
+  // into across by hand, the same sums changed every slice kernel's SASS: session 63.)
   template <typename F>
   __device__ static ShareTotals sum_share_totals(unsigned rank, F&& copy) {
     ShareTotals t{0, 0, 0, 0};
