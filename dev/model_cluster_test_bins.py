@@ -36,7 +36,7 @@ def decided_share(p: torch.Tensor, top_p: float, mantissa_bits: int, g: torch.Ge
     mass_goal), so the bins' sums are the kernel's exact ones."""
     shift = 23 - mantissa_bits
     w = p.float()
-    q = ref.rejection_mass(w, torch.ones(w.size(0), dtype=torch.bool))
+    q = ref.rejection_mass(w)
     decided = 0
     for row, qs, k in zip(w, q, ref._weight_keys(w)):
         bins = k >> shift

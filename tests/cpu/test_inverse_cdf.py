@@ -97,3 +97,70 @@ def test_extreme_words_pick_the_first_and_the_last_candidate():
     high = torch.tensor([[0xFFFFFFFF, 0xFFFFFFFF]])
     assert ref.inverse_cdf(w, low)[0].item() == 1
     assert ref.inverse_cdf(w, high)[0].item() == 4
+
+
+def scalar_fixed_unit_masses(row):
+    """The unit of an unfiltered row (reference "Drawing"): floor(w * 2^(S - 1)) when the
+    largest lies in [2^-(S - 25), 2), else the row's own (scalar_masses)."""
+    vals = [float(v) for v in row]
+    s = 63 - len(vals).bit_length()
+    if 2.0 ** -(s - 25) <= max(vals) < 2:
+        return [math.floor(math.ldexp(v, s - 1)) for v in vals]
+    return scalar_masses(row)
+
+
+def test_unfiltered_rows_take_the_fixed_unit_where_it_holds():
+    rows, vocab = 7, 333
+    s = 63 - vocab.bit_length()
+    w = torch.stack([spread_row(vocab, 30 + r) for r in range(rows)])
+    w = w / w.max(dim=1, keepdim=True).values
+    # largest 1, 0.25, 2^-(S - 25) (the range's floor), just below it, 2 (above), 3, subnormal
+    scale = [1.0, 0.25, 2.0 ** -(s - 25), 2.0 ** -(s - 25) * (1 - 2**-24), 2.0, 3.0, 1e-40]
+    w = (w * torch.tensor(scale).unsqueeze(1)).to(torch.float32)
+    words = philox.random_words(
+        torch.full((rows,), 5, dtype=torch.int64), torch.zeros(rows, dtype=torch.int64),
+        torch.arange(rows), 0, 2,
+    )  # fmt: skip
+    everywhere = torch.ones(rows, dtype=torch.bool)
+    keys = ref.draw_unit_keys(w, everywhere).squeeze(1).tolist()
+    assert [k == ref.REJECTION_UNIT_KEY for k in keys] == [True] * 3 + [False] * 4
+    token, valid = ref.inverse_cdf(w, words, everywhere)
+    for r in range(rows):
+        q = scalar_fixed_unit_masses(w[r].tolist())
+        rr = ((int(words[r, 0]) << 32) | int(words[r, 1])) & philox.MASK64
+        assert (int(token[r]), bool(valid[r])) == scalar_token(q, rr), f"row {r}"
+    # Filtered rows (unfiltered False) keep their own largest's unit.
+    own = ref.inverse_cdf(w, words, torch.zeros(rows, dtype=torch.bool))
+    assert torch.equal(own[0], ref.inverse_cdf(w, words)[0])
+
+
+@pytest.mark.parametrize(
+    "mode, top_k, top_p, want",
+    [
+        (0, 0, 1.0, [True] * 5),
+        (1, torch.tensor([0, -1, 5, 99, 100]), 1.0, [True, True, False, False, True]),
+        (2, 0, torch.tensor([1.0, float("nan"), 0.5, 1.5, 0.999]),
+         [True, True, False, True, False]),
+        (3, 0, 1.0, [False] * 5),  # min-p always filters
+        (4, torch.tensor([0, 100, 5, 0, 100]), torch.tensor([1.0, 1.0, 1.0, 0.5, 0.5]),
+         [True, True, False, False, False]),
+        (5, torch.tensor([0, 100, 5, 0, 100]), torch.tensor([1.0, 1.0, 1.0, 0.5, 0.5]),
+         [True, True, False, False, False]),
+    ],
+)  # fmt: skip
+def test_unfiltered_rows_follow_the_kernels_use_of_the_parameters(mode, top_k, top_p, want):
+    got = ref.unfiltered_rows(mode, top_k, top_p, 5, 100, "cpu")
+    assert got.tolist() == want
+
+
+def test_no_op_filters_draw_the_plain_token():
+    """Every filter that filters nothing draws plain sampling's token, for the same words."""
+    g = torch.Generator().manual_seed(4)
+    probs = torch.rand(12, 500, generator=g) ** 3
+    probs = probs / probs.sum(dim=1, keepdim=True)
+    kw = dict(seed=21, offset=3)
+    plain = ref.sample_from_probs(probs, None, 0, **kw)
+    for mode, k, p in [(1, 500, 1.0), (1, 0, 1.0), (1, 10**9, 1.0), (2, 0, 1.0), (4, 600, 1.0),
+                       (5, 0, float("nan"))]:  # fmt: skip
+        got = ref.sample_from_probs(probs, None, mode, k, p, **kw, top_p_draw="threshold")
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1]), (mode, k, p)

@@ -28,13 +28,13 @@ def _f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def scalar_masses(vals: list, filtered: bool) -> list:
+def scalar_masses(vals: list) -> list:
     """rejection_mass's docstring in exact fractions: the fixed unit floor(w * 2^(S - 1)) for
-    a filtered row whose largest lies in [2^-(S - 25), 2), else the unit of the row's own
-    largest m, floor(w * 2^(S - e)) with 2^(e - 1) <= m < 2^e (m normal)."""
+    a row whose largest lies in [2^-(S - 25), 2), filtered or not, else the unit of the row's
+    own largest m, floor(w * 2^(S - e)) with 2^(e - 1) <= m < 2^e (m normal)."""
     s = 63 - max(len(vals), 1).bit_length()
     m = max(vals)
-    if filtered and Fraction(2) ** -(s - 25) <= Fraction(m) < 2:
+    if Fraction(2) ** -(s - 25) <= Fraction(m) < 2:
         scale = Fraction(2) ** (s - 1)
     else:
         e = math.frexp(m)[1]  # m = f * 2^e, 0.5 <= f < 1
@@ -47,7 +47,7 @@ def scalar_rejection(row: torch.Tensor, top_p: float, words: list) -> tuple:
     rounds)."""
     w = ref.clean_probs(row.reshape(1, -1))
     vals = w[0].tolist()
-    q = scalar_masses(vals, top_p < 1)
+    q = scalar_masses(vals)
     keys = [_bits(v) for v in vals]
     total = sum(q)
     if total == 0:
@@ -118,10 +118,10 @@ def test_rows_outside_the_fixed_unit_take_their_own():
     words = _words(41, 8, 128)
     w = ref.clean_probs(probs)
     tokens, valid = ref.top_p_rejection(w, p, lambda n: words[:, : 2 * n])
-    masses = ref.rejection_mass(w, p < 1)
+    masses = ref.rejection_mass(w)
     assert valid.all()
     for r in range(8):
-        assert masses[r].tolist() == scalar_masses(w[r].tolist(), bool(p[r] < 1)), f"row {r}"
+        assert masses[r].tolist() == scalar_masses(w[r].tolist()), f"row {r}"
         assert int(tokens[r]) == scalar_rejection(probs[r], float(p[r]), words[r].tolist())[0]
     # The range's ends: rows 2 and 5 take the fixed unit, rows 0, 1, 3 and 4 their own.
     fixed = [int(masses[r].max()) == math.floor(Fraction(ends[r]) * 2 ** (s - 1)) for r in range(6)]

@@ -148,6 +148,42 @@ def test_rows_outside_the_fixed_unit(kernel, monkeypatch):
     assert torch.equal(got.long(), want)
 
 
+@pytest.mark.parametrize("top_p_switch", ["rejection", "threshold"])
+@pytest.mark.parametrize("vocab", [32000, 128256])
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster"])
+def test_unfiltered_draws_take_the_fixed_unit(kernel, vocab, top_p_switch, monkeypatch):
+    """Plain sampling draws as top-p by rejection's round 0 (one pass: the masses in the fixed
+    unit while the row's largest is found); rows outside the unit's range (unnormalised,
+    nearly empty) and its ends take their own largest's unit. Every filter that filters
+    nothing (top-k 0 or >= V, top-p 1 by either draw, both at once) draws the same token,
+    from the search kernels' no-filter branch, against the reference."""
+    if kernel == "cluster" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster sampling kernels need sm_90")
+    monkeypatch.setenv("AOTINFER_SAMPLING_TOP_P", top_p_switch)
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", kernel)
+    s = 63 - vocab.bit_length()
+    probs = torch.cat([_probs(4, vocab, 41, flat=False), _probs(4, vocab, 42, flat=True)])
+    ends = [3.0, 2.0, 2.0 ** -(s - 25), 2.0 ** -(s - 25) * (1 - 2**-24), 2.0**-60, 2 - 2**-23]
+    for r, top in enumerate(ends):
+        probs[r] = probs[r] / probs[r].max() * top
+    kw = dict(seed=9, offset=3)
+    plain, valid = aotinfer.sampling_from_probs(probs, return_valid=True, **kw)
+    want, want_valid = ref.sample_from_probs(probs, None, 0, **kw)
+    assert valid.all() and torch.equal(valid, want_valid)
+    assert torch.equal(plain.long(), want)
+    no_k = torch.tensor([0, vocab, 0, 10**6, 0, vocab, 0, vocab + 1], device=DEV, dtype=torch.int32)
+    for got in (
+        aotinfer.top_k_sampling_from_probs(probs, vocab, **kw),
+        aotinfer.top_k_sampling_from_probs(probs, no_k, **kw),
+        aotinfer.top_p_sampling_from_probs(probs, 1.0, **kw),
+        aotinfer.top_k_top_p_sampling_from_probs(probs, vocab, 1.0, **kw),
+        aotinfer.top_k_top_p_sampling_from_probs(
+            probs, no_k, 1.0, filter_apply_order="joint", **kw
+        ),
+    ):
+        assert torch.equal(got, plain)
+
+
 @pytest.mark.parametrize("vocab,batch", [(65535, 65), (65536, 65), (128256, 130)])
 def test_auto_draws_by_rejection(vocab, batch, monkeypatch):
     """Unset switch: rejection at every shape, also at batches above 64 of rows of 65536 and

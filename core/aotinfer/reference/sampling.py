@@ -29,24 +29,37 @@ the goal, and for a threshold more than ``S - 24`` binades below the largest, wh
 kernels may keep the whole quarter binade (one level-0 histogram bin) that holds it.
 
 Drawing from probabilities: an inverse CDF in fixed point, one 64-bit uniform per output
-row. With ``m`` the row's largest kept weight, every kept weight ``w_i`` becomes the integer
-``q_i = floor(w_i * 2^(S - e))``, where ``2^(e-1) <= m < 2^e`` (e from m's float32 bits,
-subnormals included) and ``S = 63 - bitlength(V)``: exact shifts of the 24-bit mantissas,
-so ``q_max`` lies in ``[2^(S-1), 2^S)`` and the row total ``T = sum q_i`` stays below
-``2^63``. With ``R`` the 64-bit word ``(w0 << 32) | w1`` of Philox group 0 of the output
-row (stream 0), the target is ``t = floor(R * T / 2^64)`` and the token is the first index
-whose inclusive prefix sum of ``q`` exceeds ``t`` (so ``q_token > 0``). Integer sums do not
-depend on their order, so the reference, the one-CTA-per-row kernel and the cluster kernel
-(each CTA summing its own slice) all pick the same token for the same uniform. A weight
-below ``m * 2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to ``q = 0`` and is never
-drawn; the rounding moves any token's probability by at most ``2^-(S-24)`` of its own size.
+row. Every kept weight ``w_i`` becomes the integer ``q_i = floor(w_i * 2^(S - e))``, where
+``S = 63 - bitlength(V)`` and ``e`` is the unit's exponent: exact shifts of the 24-bit
+mantissas, so that every ``q_i`` stays below ``2^S`` and the row total ``T = sum q_i``
+below ``2^63``. The unit (``draw_unit_keys``) is
+- for a row with **no filter in effect** (plain sampling; top-k with ``k <= 0`` or ``k >=
+  V``; top-p with ``top_p >= 1`` or NaN; both at once) whose largest weight lies in
+  ``[2^-(S - 25), 2)``: the fixed unit of a largest weight just below 2, ``e = 1``, ``q_i =
+  floor(w_i * 2^(S - 1))``. It does not depend on the row, so the kernels sum the masses in
+  the same pass that finds the row's largest (one pass over the row, not two); the
+  largest's mass, at least ``2^24``, keeps its whole mantissa, and a weight below
+  ``2^-(S - 1)`` (about ``2.8e-14`` at V = 128256) rounds to 0 and is never drawn;
+- otherwise (a filter in effect, min-p always, or an unnormalised or nearly empty row): the
+  unit of the row's largest kept weight ``m``, ``2^(e-1) <= m < 2^e`` (e from m's float32
+  bits, subnormals included), so ``q_max`` lies in ``[2^(S-1), 2^S)``; a weight below ``m *
+  2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to 0.
+Either way the rounding moves a token's probability by at most ``2^-(S-24)`` of its own
+size or ``2^-(S-1)`` absolutely. With ``R`` the 64-bit word ``(w0 << 32) | w1`` of Philox
+group 0 of the output row (stream 0), the target is ``t = floor(R * T / 2^64)`` and the token
+is the first index whose inclusive prefix sum of ``q`` exceeds ``t`` (so ``q_token > 0``).
+Integer sums do not depend on their order, so the reference, the one-CTA-per-row kernel and
+the cluster kernel (each CTA summing its own slice) all pick the same token for the same
+uniform, and a filter that filters nothing draws the plain token. (Until session 64 every
+row took its own largest's unit, so the plain draw read the row twice. The two units give
+the same token except where the target falls within the rounding of a prefix sum or a weight
+below ``2^-(S - 24)`` loses low bits: rare, but a seed may now draw another token.)
 The top-p sampler draws by rejection instead (``top_p_rejection``, at every shape since
 session 41; the threshold's inverse CDF where ``top_p_draw="threshold"`` or
-AOTINFER_SAMPLING_TOP_P=threshold asks for it: rounds of
-this draw among the keys above a floor, in ``rejection_mass``'s masses: for a filtered row
-whose largest lies in ``[2^-(S - 25), 2)`` the fixed unit ``q_i = floor(w_i * 2^(S - 1))``,
-else these), which keeps the top-p set in those masses but picks a different token for the
-same words; a row without a filter draws this plain token.
+AOTINFER_SAMPLING_TOP_P=threshold asks for it): rounds of this draw among the keys above a
+floor, in ``rejection_mass``'s masses (the fixed unit for every row whose largest lies in
+the range above), which keeps the top-p set in those masses but picks a different token for
+the same words; a row without a filter draws this plain token.
 Sampling from logits is Gumbel-max: with ``E_i = -log1p(-u_i)`` (``philox.exponential``,
 ``u_i`` element ``i`` of stream 0 of the output row), the token maximises
 ``x_i - log(E_i)`` (float32) over logits > -inf; ties go to the lowest index. A row with
@@ -231,11 +244,29 @@ def fixed_point_mass(
     return torch.where(shift >= 0, mant << shift.clamp(min=0), mant >> (-shift).clamp(max=63))
 
 
-def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+REJECTION_UNIT_KEY = 0x3FFFFFFF  # the largest float32 below 2
+
+
+def draw_unit_keys(weights: torch.Tensor, fixed_rows: torch.Tensor) -> torch.Tensor:
+    """The key ``(R, 1)`` (int64 float32 bits) whose unit each row's draw takes (see
+    "Drawing" above): ``REJECTION_UNIT_KEY`` for a row of ``fixed_rows`` ``(R,)`` bool whose
+    largest weight lies in ``[2^-(S - 25), 2)``, else the row's own largest."""
+    s = _mass_bits(weights.size(1))
+    own = _weight_keys(weights).max(dim=1, keepdim=True).values
+    fixed = fixed_rows.unsqueeze(1) & (own >= (152 - s) << 23) & (own <= REJECTION_UNIT_KEY)
+    return torch.where(fixed, REJECTION_UNIT_KEY, own)
+
+
+def inverse_cdf(
+    weights: torch.Tensor, words: torch.Tensor, unfiltered: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Fixed-point inverse CDF over ``weights`` ``(R, V)`` (cleaned and filtered, float32)
-    with ``words`` ``(R, 2)``, the first two Philox words of each output row. Returns
-    (token int64, valid bool), token 0 for a row with no positive weight."""
-    q = fixed_point_mass(weights)
+    with ``words`` ``(R, 2)``, the first two Philox words of each output row; the rows of
+    ``unfiltered`` ``(R,)`` bool (None: none) had no filter in effect and take the fixed unit
+    where it holds (``draw_unit_keys``). Returns (token int64, valid bool), token 0 for a
+    row with no positive weight."""
+    w = weights.to(torch.float32).contiguous()
+    q = fixed_point_mass(w, None if unfiltered is None else draw_unit_keys(w, unfiltered))
     prefix = q.cumsum(dim=1)
     totals = prefix[:, -1].tolist() if q.size(1) else [0] * q.size(0)
     r = ((words[:, 0] << 32) | words[:, 1]).tolist()  # the int64 view of a 64-bit word
@@ -246,22 +277,39 @@ def inverse_cdf(weights: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tenso
     return torch.where(valid, token, torch.zeros_like(token)), valid
 
 
-REJECTION_UNIT_KEY = 0x3FFFFFFF  # the largest float32 below 2
-
-
-def rejection_mass(weights: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:
-    """The masses of ``top_p_rejection`` for cleaned float32 weights ``(R, V)``: a row with a
-    filter (``filtered`` ``(R,)`` bool) whose largest weight lies in ``[2^-(S - 25), 2)``
-    takes the unit of a largest weight just below 2, ``q = floor(w * 2^(S - 1))``, fixed,
-    so that the kernels sum round 0's masses in the pass that finds the row's largest
-    (every mass stays below ``2^S``; the largest's, at least ``2^24``, keeps its mantissa).
-    Other rows (no filter, unnormalised above 2, nearly empty) take ``fixed_point_mass``'s
-    unit of their own largest, so that a row without a filter draws the plain token."""
+def rejection_mass(weights: torch.Tensor) -> torch.Tensor:
+    """The masses of ``top_p_rejection`` for cleaned float32 weights ``(R, V)``: the fixed
+    unit ``q = floor(w * 2^(S - 1))`` for every row whose largest weight lies in ``[2^-(S -
+    25), 2)``, filtered or not, so that the kernels sum round 0's masses in the pass that
+    finds the row's largest; other rows (unnormalised above 2, nearly empty) take
+    ``fixed_point_mass``'s unit of their own largest. A row without a filter thus draws the
+    plain token (``inverse_cdf`` of an unfiltered row)."""
     w = weights.to(torch.float32).contiguous()
-    s = _mass_bits(w.size(1))
-    own = _weight_keys(w).max(dim=1, keepdim=True).values
-    fixed = filtered.unsqueeze(1) & (own >= (152 - s) << 23) & (own <= REJECTION_UNIT_KEY)
-    return fixed_point_mass(w, torch.where(fixed, REJECTION_UNIT_KEY, own))
+    everywhere = torch.ones(w.size(0), dtype=torch.bool, device=w.device)
+    return fixed_point_mass(w, draw_unit_keys(w, everywhere))
+
+
+def unfiltered_rows(
+    filter_mode: int, top_k: ParamLike, top_p: ParamLike, rows: int, vocab: int, device
+) -> torch.Tensor:
+    """``(rows,)`` bool: the rows with no filter in effect, as the kernels decide it from the
+    parameters alone (prob_filter's use_k / use_p): plain sampling; top-k with ``k <= 0`` or
+    ``k >= V``; top-p (the threshold draw) with ``top_p >= 1`` or NaN; top-k then top-p and
+    joint with both. Min-p always filters (its keys at or above min_p times the largest)."""
+    mode = FilterMode(int(filter_mode))
+    if mode == FilterMode.NONE:
+        return torch.ones(rows, dtype=torch.bool, device=device)
+    if mode == FilterMode.MIN_P:
+        return torch.zeros(rows, dtype=torch.bool, device=device)
+    k = _per_row(top_k, rows, torch.int64, device)
+    p = _per_row(top_p, rows, torch.float32, device)
+    no_k = (k < 1) | (k >= vocab)
+    no_p = ~(p < 1)
+    if mode == FilterMode.TOP_K:
+        return no_k
+    if mode == FilterMode.TOP_P:
+        return no_p
+    return no_k & no_p
 
 
 def mass_goal(top_p: float, total: int) -> int:
@@ -301,7 +349,7 @@ def top_p_rejection(
     w = weights.to(torch.float32).contiguous()
     # NaN and top_p > 1 (no filter) become 1, whose goal is the total (as in the kernels).
     p_row = torch.where(top_p < 1, top_p, torch.ones_like(top_p))
-    q = rejection_mass(w, p_row < 1)
+    q = rejection_mass(w)
     keys = _weight_keys(w)
     totals = q.sum(dim=1).tolist()
     p = p_row.tolist()
@@ -444,9 +492,11 @@ def sample_from_probs(
 
         return _draw(clean_probs(probs), indices, seed, offset, rejection_drawer)
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
+    plain = unfiltered_rows(filter_mode, top_k, top_p, *probs.shape, probs.device)
 
-    def drawer(table, seeds, offsets, rows, _source):
-        return inverse_cdf(table, philox.random_words(seeds, offsets, rows, 0, 2))
+    def drawer(table, seeds, offsets, rows, source):
+        words = philox.random_words(seeds, offsets, rows, 0, 2)
+        return inverse_cdf(table, words, plain[source])
 
     return _draw(weights, indices, seed, offset, drawer)
 

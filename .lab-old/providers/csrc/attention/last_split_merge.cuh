@@ -1,0 +1,69 @@
+// The split-KV merge done by the decode grid itself: the last CTA of a (request, query-row
+// block, KV head) to finish its split merges every split's partial state into the output,
+// so no merge kernel follows the decode. With several requests this merge overlaps other
+// CTAs' streaming and measured faster than the merge kernel; a single request's CTAs finish
+// together and the merge kernel, resident early under PDL, was faster there on the GPU, so
+// for one request the core passes `arrivals` only to eager calls, whose time is the host's
+// (one launch instead of two), and captures keep the merge kernel (figures in
+// _decode_wrapper.py, _merges_in_grid and _eager_merges_in_grid). A request in 2..8 splits
+// on sm_90+ merges in thread-block clusters instead of either (cluster_merge.cuh).
+//
+// Ordering: each CTA writes its partial rows, fences them device-wide and only then counts
+// itself in (atomicAdd on the group's counter); the CTA that brings the count to the
+// group's split count fences again and reads the others' partials from L2 (ld.global.cg:
+// its own L1 never held them). It resets the counter to 0, so the buffer serves the next
+// launch, a CUDA-graph replay included, without a memset.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "decode_common.cuh"
+#include "merge.cuh"
+
+namespace aotinfer::attention {
+
+// Called by every thread of a CTA that wrote partial state (a split request, p.arrivals set)
+// after its last partial write. `head_dim` is D.
+template <typename QT, typename KVT>
+__device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>& p, const CtaWork& w, int head_dim) {
+  const std::int64_t row_blocks = (p.q_len * p.group + kRowBlock - 1) / kRowBlock;
+  const std::int64_t splits = p.work ? p.split_counts[w.b] : p.splits;
+  int* counter = p.arrivals + (w.b * row_blocks + w.row0 / kRowBlock) * p.num_kv_heads + w.kv_head;
+  __threadfence();  // this CTA's partial rows are visible before it counts itself in
+  __syncthreads();
+  int last = 0;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1) == static_cast<int>(splits) - 1;
+    if (last) *counter = 0;  // every split has counted in: ready for the next launch
+  }
+  // The verdict reaches every thread through the barrier, not through a __shared__ flag:
+  // static shared memory would shift the kernels' dynamic tiles off their 128-byte swizzle
+  // alignment (measured: every decode ~15% slower).
+  if (!__syncthreads_or(last)) return;
+  __threadfence();  // the other CTAs' partial rows are read after their counts
+
+  // Each thread merges 4 columns of one query row over the splits, kMergeBatch splits per
+  // memory round trip (MergeAccum: loads first, then the arithmetic).
+  const int quads = head_dim / 4;
+  for (int idx = threadIdx.x; idx < w.rows * quads; idx += blockDim.x) {
+    const int r = idx / quads, c = (idx % quads) * 4;
+    const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
+    const std::int64_t row = w.b * p.q_len + qi;
+    const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
+    // An empty split (window, or past the request's end) has LSE -inf: absorb skips it.
+    MergeAccum<4> st;
+    st.absorb_states(std::int64_t{0}, std::int64_t{1}, splits, [&](std::int64_t split, float (&cols)[4]) {
+      const std::int64_t at = first + split * p.num_qo_heads;
+      const float x = __ldcg(p.partial_lse + at);
+      const float4 y = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
+      cols[0] = y.x, cols[1] = y.y, cols[2] = y.z, cols[3] = y.w;
+      return x;
+    });
+    store_merged_quad(p, w, r, c, st);
+  }
+}
+
+}  // namespace aotinfer::attention

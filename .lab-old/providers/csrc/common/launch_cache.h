@@ -1,0 +1,56 @@
+// Host facts a launcher needs on every call, fetched from the CUDA runtime once per device:
+// each runtime query costs a microsecond or more, and decode's host-time goal is 15 us for
+// the whole eager call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+namespace aotinfer {
+
+constexpr int kMaxCachedDevices = 64;
+
+// cudaDeviceGetAttribute(Attr, device), remembered per (attribute, device).
+template <cudaDeviceAttr Attr>
+inline cudaError_t cached_device_attribute(int* value, int device) {
+  static std::atomic<int> cache[kMaxCachedDevices] = {};  // 0: not read yet (no attribute we use is 0)
+  if (device < 0 || device >= kMaxCachedDevices) return cudaDeviceGetAttribute(value, Attr, device);
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    const cudaError_t err = cudaDeviceGetAttribute(&v, Attr, device);
+    if (err != cudaSuccess) return err;
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  *value = v;
+  return cudaSuccess;
+}
+
+// Raises `bound` to `value` where it is below (a running maximum shared by threads).
+inline void raise_to(std::atomic<int>& bound, int value) {
+  int seen = bound.load(std::memory_order_relaxed);
+  while (seen < value && !bound.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Lowers `bound` to `value` where it is above or unset (0): a running minimum.
+inline void lower_to(std::atomic<int>& bound, int value) {
+  int seen = bound.load(std::memory_order_relaxed);
+  while ((seen == 0 || seen > value) && !bound.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Raises kernel `Kernel`'s dynamic shared-memory limit on the current device to at least
+// `bytes`, calling the runtime only when a larger value than before is needed there.
+template <auto Kernel>
+inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
+  static std::atomic<int> granted[kMaxCachedDevices] = {};
+  if (device < 0 || device >= kMaxCachedDevices)
+    return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (granted[device].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) raise_to(granted[device], bytes);
+  return err;
+}
+
+}  // namespace aotinfer

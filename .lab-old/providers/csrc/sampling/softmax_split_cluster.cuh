@@ -1,0 +1,108 @@
+// The split softmax in one launch: a row's chunks are one thread-block cluster (sm_90+).
+//
+// Why: the split pair (softmax_split.cuh) reads every chunk twice, once per kernel, and its
+// stats kernel only reads: at 128 x 128256 it moved 32.8 MB in 15.8 us (2.1 TB/s, Nsight
+// Compute at ca62d3f) while the write kernel waited, and its second copy of the logits hits L2
+// only in part. Here each CTA copies its chunk into shared memory once (copy_chunk_to_shared),
+// takes its (max, sum) pair (chunk_stats), and the row's CTAs, one cluster, push their pairs
+// into each other's shared memory before each writes its chunk's probabilities from
+// the copy it already holds. DRAM sees the logits once and the probabilities once, and the
+// CTAs of later clusters read while earlier ones write.
+//
+// A cluster holds at most kMaxClusterChunks CTAs, the portable cluster size, so this runs only
+// where a row has at most that many chunks (split_cluster_chunk_elems); the launcher
+// (softmax_launch.cu) decides where it runs and sends everything else to the pair. Clusters
+// of 16 (non-portable) ran slower: 128 x 128256 in 16 chunks of 16 KB took 38.5 us against
+// 33.3 in 8 of 32 KB (benchmarks/results/history/sweep-softmax-3fd4926.txt).
+// Numerics are the split pair's: same pairs, same merge, same write.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/cuda_check.h"
+#include "../common/pdl.cuh"
+#include "cluster_push.cuh"
+#include "softmax_split.cuh"
+
+namespace aotinfer::sampling {
+
+constexpr int kMaxClusterChunks = 8;
+
+// Chunk length of the cluster form in elements: pinned_kb KB when nonzero, else the pair's
+// largest chunk (kSplitMaxChunkBytes), grown to a multiple of kSplitMinChunk where a row would
+// have more than kMaxClusterChunks chunks; 0 where that takes more than kSplitMaxChunkBytes.
+// The largest chunk, not the pair's rule (split_softmax_chunk_elems): at 3fd4926 it was as
+// fast or faster at every shape swept, e.g. 128 x 32000 11.2 us in 32 KB chunks against 13.8
+// in the rule's 16 KB, 256 x 32000 19.3 against 18.7 the one exception
+// (history/sweep-softmax-3fd4926.txt).
+inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pinned_kb) {
+  std::int64_t chunk = (pinned_kb != 0 ? pinned_kb * 1024 : kSplitMaxChunkBytes) / elem_bytes;
+  if ((vocab + chunk - 1) / chunk > kMaxClusterChunks) {
+    chunk = ((vocab + kMaxClusterChunks - 1) / kMaxClusterChunks + kSplitMinChunk - 1) / kSplitMinChunk *
+            kSplitMinChunk;
+  }
+  return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
+}
+
+namespace detail {
+
+template <typename T>
+__global__ void __launch_bounds__(kSplitThreads)
+    softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies, clusters; launched on sm_90+ only
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ std::uint64_t bar;
+  __shared__ float2 pushed[kMaxClusterChunks];  // pushed[j]: chunk j's pair
+  pdl_wait_for_prior_grid();
+  // The next kernel's wait covers this grid's completion, so it may start launching now.
+  pdl_launch_dependents();
+  // One phase of the cluster barrier tells a CTA that its peers run (and their push barrier is
+  // initialised) before it pushes: arrived at the start (cluster_push.cuh), waited for after
+  // the copy and the stats.
+  announce_push_barriers();
+  // The grid is 1-D and the cluster (chunks, 1, 1): CTA `rank` of a cluster is chunk `rank`.
+  const std::int64_t row = blockIdx.x / chunks;
+  const int rank = static_cast<int>(blockIdx.x % chunks);
+  const std::int64_t lo = static_cast<std::int64_t>(rank) * chunk_elems;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
+  const float inv_t = p.inv_temperature(row);
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
+  const float2 st = chunk_stats(c, inv_t);
+  cluster.barrier_wait();
+  // Each CTA's pair into its slot of every CTA (cluster_push.cuh's exchange, one use of barrier
+  // 0). No remote access comes after the pushes have landed, so a CTA exits without another
+  // barrier. Against a cluster.sync, remote reads of the peers' pairs and an arrive / wait
+  // around the writes (two GPU-scope fences): H100, graph us, A B A B in one machine start,
+  // this kernel 0.85-0.95x at 32-512 x 128256 and 128-1024 x 32000, so auto's time too except
+  // where auto takes the pair (32 x 128256, 128 x 32000: 1.00x;
+  // history/ab-softmax-async-push-84c3516-h100.txt).
+  if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
+  wait_for_pushes(0u, chunks * sizeof(float2));
+  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
+                    p.probs + row * p.out_row_stride + lo);
+#endif
+}
+
+}  // namespace detail
+
+// Launches the kernel on `stream` (sm_90+) with chunk_elems from split_cluster_chunk_elems
+// (at most kMaxClusterChunks chunks per row; cudaErrorInvalidValue otherwise).
+template <typename T>
+cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl,
+                                  cudaStream_t stream) {
+  if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
+  const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
+  if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
+  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
+  const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
+  return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
+                            dim3(kSplitThreads), smem, stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1),
+                            params, chunk_elems, chunks);
+}
+
+}  // namespace aotinfer::sampling

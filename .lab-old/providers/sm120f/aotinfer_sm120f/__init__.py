@@ -1,0 +1,11 @@
+"""aotinfer provider for compute capability 12.0 and 12.1.
+
+RTX PRO 6000 Blackwell, RTX 50xx, DGX Spark.
+
+Importing this package only names it; the kernels live in the extension module
+`aotinfer_sm120f._kernels`, which the core imports the first time a CUDA tensor on a device
+served by this provider needs a kernel. `manifest.json` beside this file lists the build's
+SASS targets and versions, so the core can choose a provider without importing any.
+"""
+
+ARCH = "sm120f"
