@@ -240,7 +240,9 @@ std::int64_t multiprocessors(int device, const char* op) {
   return sms;
 }
 
-bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
+// `max_rows`: an op's own batch bound below the general one (plain_sampling_max_cluster_rows).
+bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op,
+                       std::int64_t max_rows = INT64_MAX) {
   const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
   if (want == "rowwise" || vocab == 0) return false;
   int major = 0;
@@ -252,7 +254,24 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
   // batches whose clusters fit in about two waves.
-  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms);
+  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms && rows <= max_rows);
+}
+
+// Plain sampling reads its row once (top_p_rejection_draw's round 0 with p = 1) and searches
+// nothing, so the clusters' spread over more SMs pays for their barriers over fewer rows than
+// for the other samplers. Measured on an H100, clusters against the row kernels (graph us,
+// AOTINFER_SAMPLING_KERNEL auto / rowwise, A B A B; history/ab-sampling-plain-cluster-vs-
+// rowwise-c549273-h100.txt, ab-sampling-cluster-vs-rowwise-40-64-rows-c549273-h100.txt):
+// - vocab 32000 (clusters of 4 from 16 rows): the clusters 0.65-0.69x the time at 1-16 rows,
+//   0.89x at 32, 0.92-0.94x at 40-56, but 1.15-1.19x at 64;
+// - vocab 128256 (clusters of 8): 0.35-0.60x at 1-16 rows, 0.92x at 32, but 1.04x at 40,
+//   1.10x at 48, 1.13x at 56, 1.35-1.36x at 64.
+// So plain sampling keeps the clusters up to 56 rows where clusters of 4 serve the vocabulary
+// and up to 32 rows above it (57-63 and 33-39 rows unmeasured). The other samplers search, and
+// their clusters won at 40-64 rows but for min-p at 64 x 32000 (0.91x) and top-k at 64 x
+// 128256 (0.91-0.93x), left as they are.
+std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab) {
+  return vocab <= kRejectionBounds.narrow_max_vocab ? 56 : 32;
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -687,7 +706,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool rejection =
       plain || (filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection());
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
+  const std::int64_t max_cluster_rows = plain ? plain_sampling_max_cluster_rows(p.vocab) : INT64_MAX;
+  if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op, max_cluster_rows)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
     // top-k and for the two-search filters, at any batch, where the slice fits beside the list
     // kernels' static shared memory. At one row joint ran 0.90x against the cluster-wide
