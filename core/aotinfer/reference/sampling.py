@@ -40,8 +40,8 @@ below ``2^63``. The unit (``draw_unit_keys``) is
   the same pass that finds the row's largest (one pass over the row, not two); the
   largest's mass, at least ``2^24``, keeps its whole mantissa, and a weight below
   ``2^-(S - 1)`` (about ``2.8e-14`` at V = 128256) rounds to 0 and is never drawn;
-- otherwise (a filter in effect, or an unnormalised or nearly empty row): the unit of the
-  row's largest kept weight ``m``, ``2^(e-1) <= m < 2^e`` (e from m's float32
+- otherwise (a filter in effect, min-p always, or an unnormalised or nearly empty row): the
+  unit of the row's largest kept weight ``m``, ``2^(e-1) <= m < 2^e`` (e from m's float32
   bits, subnormals included), so ``q_max`` lies in ``[2^(S-1), 2^S)``; a weight below ``m *
   2^-S`` (about ``m * 1.4e-14`` at V = 128256) rounds to 0.
 Either way the rounding moves a token's probability by at most ``2^-(S-24)`` of its own
@@ -59,11 +59,7 @@ session 41; the threshold's inverse CDF where ``top_p_draw="threshold"`` or
 AOTINFER_SAMPLING_TOP_P=threshold asks for it): rounds of this draw among the keys above a
 floor, in ``rejection_mass``'s masses (the fixed unit for every row whose largest lies in
 the range above), which keeps the top-p set in those masses but picks a different token for
-the same words; a row without a filter draws this plain token. Min-p sampling draws by
-rejection too (``min_p_rejection``, since session 64): round 0 is the plain draw, accepted
-when its weight reaches the threshold, else one more draw among the kept weights, all in
-``rejection_mass``'s masses; the same distribution as the inverse CDF over the kept set, but
-another token for a seed (and one pass over the row where round 0 is accepted).
+the same words; a row without a filter draws this plain token.
 Sampling from logits is Gumbel-max: with ``E_i = -log1p(-u_i)`` (``philox.exponential``,
 ``u_i`` element ``i`` of stream 0 of the output row), the token maximises
 ``x_i - log(E_i)`` (float32) over logits > -inf; ties go to the lowest index. A row with
@@ -271,13 +267,6 @@ def inverse_cdf(
     row with no positive weight."""
     w = weights.to(torch.float32).contiguous()
     q = fixed_point_mass(w, None if unfiltered is None else draw_unit_keys(w, unfiltered))
-    return draw_from_masses(q, words)
-
-
-def draw_from_masses(q: torch.Tensor, words: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The inverse CDF's token over integer masses ``q`` ``(R, V)`` with the 64-bit word
-    ``(words[:, 0] << 32) | words[:, 1]`` of each row (see "Drawing"). Returns (token int64,
-    valid bool), token 0 for a row whose masses are all 0."""
     prefix = q.cumsum(dim=1)
     totals = prefix[:, -1].tolist() if q.size(1) else [0] * q.size(0)
     r = ((words[:, 0] << 32) | words[:, 1]).tolist()  # the int64 view of a 64-bit word
@@ -321,33 +310,6 @@ def unfiltered_rows(
     if mode == FilterMode.TOP_P:
         return no_p
     return no_k & no_p
-
-
-def min_p_rejection(
-    weights: torch.Tensor, min_p: torch.Tensor, words: torch.Tensor
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Min-p sampling by rejection over cleaned float32 ``weights`` ``(R, V)`` (no filter
-    applied) with a float32 ``min_p`` ``(R,)`` and each row's first four Philox words
-    ``(R, 4)``. Returns (token int64, valid bool).
-
-    In ``rejection_mass``'s masses ``q``, round 0 is the plain draw (words 0 and 1 over every
-    participant); it is accepted when the drawn weight reaches the threshold ``t = min_p *
-    max(w)`` (float32 product; not a finite positive number: no threshold, as ``kept_mask``
-    says). Else round 1 draws by the inverse CDF over the weights at or above ``t`` (words 2
-    and 3) and is taken as it is. A kept token ``i`` is so drawn with probability ``q_i / T +
-    (1 - M / T) q_i / M = q_i / M`` (``T`` the row's total, ``M`` the kept mass): the
-    renormalised min-p distribution, for one pass over the row wherever round 0 is accepted
-    (the kernels find the threshold's maximum in the pass that sums round 0's masses)."""
-    w = weights.to(torch.float32).contiguous()
-    q = rejection_mass(w)
-    token, valid = draw_from_masses(q, words[:, 0:2])
-    kept = kept_mask(w, FilterMode.MIN_P, min_p=min_p)
-    accepted = kept.gather(1, token.unsqueeze(1)).squeeze(1) | ~valid
-    if bool(accepted.all()):
-        return token, valid
-    again, again_valid = draw_from_masses(torch.where(kept, q, 0), words[:, 2:4])
-    # (A per-row min_p above 1 keeps nothing: the row is invalid, as every empty kept set.)
-    return torch.where(accepted, token, again), valid & (accepted | again_valid)
 
 
 def mass_goal(top_p: float, total: int) -> int:
@@ -506,7 +468,7 @@ def sample_from_probs(
     top_p_draw: str = "auto",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """One token per output row from ``probs`` ``(U, V)`` after the filter, by the
-    fixed-point inverse CDF (min-p: by ``min_p_rejection``'s rounds of it).
+    fixed-point inverse CDF.
 
     ``indices`` ``(B,)`` picks the source row of each output row (identity when None);
     ``seed``/``offset`` are ints or int64/uint64 tensors of length 1 or B (per output row).
@@ -529,14 +491,6 @@ def sample_from_probs(
             return top_p_rejection(table, p32[source], word_pairs)
 
         return _draw(clean_probs(probs), indices, seed, offset, rejection_drawer)
-    if FilterMode(int(filter_mode)) == FilterMode.MIN_P:
-        m32 = _per_row(min_p, probs.size(0), torch.float32, probs.device)
-
-        def min_p_drawer(table, seeds, offsets, rows, source):
-            words = philox.random_words(seeds, offsets, rows, 0, 4)
-            return min_p_rejection(table, m32[source], words)
-
-        return _draw(clean_probs(probs), indices, seed, offset, min_p_drawer)
     weights = torch.where(kept_mask(probs, filter_mode, top_k, top_p, min_p), clean_probs(probs), 0)
     plain = unfiltered_rows(filter_mode, top_k, top_p, *probs.shape, probs.device)
 

@@ -28,12 +28,12 @@
 namespace aotinfer::sampling {
 
 // Which filter modes a kernel instance serves (its searches are compiled for those only:
-// fewer registers, and the gathering kernels spill less). kOneSearch: top-k or top-p (the
-// cluster kernels' top-k and threshold top-p); kNoSearch: min-p by rejection
-// (top_p_rejection.cuh's kMinP) and Gumbel-max from logits; kTopK / kTopP: that filter (or
-// none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
+// fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
+// top-p (the cluster kernels' top-k and top-p); kNoSearch: min-p (and logits); kTopK / kTopP:
+// that filter (or none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
 // kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all, and plain
-// sampling (p = 1); kTopPRejectionBinned: the same draws, its rounds tested by bins where they can be (row
+// sampling (p = 1);
+// kTopPRejectionBinned: the same draws, its rounds tested by bins where they can be (row
 // kernels only, top_p_rejection.cuh's RejectionBins).
 enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches, kTopPRejection, kTopPRejectionBinned };
 
@@ -130,7 +130,7 @@ struct KeptSet {
   // Threshold::kept_listed of the top-k search, which decided the kept set (or, after a top-p
   // search within it, holds it: GatherMode::kHeadBound samplers).
   bool listed = false;
-  // No filter in effect (a top-k or top-p filter that keeps everything): the draw
+  // No filter in effect (a top-k or top-p filter that keeps everything; not min-p): the draw
   // takes the fixed unit where it holds, as plain sampling's one-pass draw does
   // (top_p_rejection_draw with p = 1), so that a filter that filters nothing draws the plain
   // token (reference draw_unit_keys).
@@ -159,8 +159,8 @@ __device__ KeptSet kept_after_first_search(const Scope& scope, const Threshold& 
 // cluster kernel's top-k 2-5 us slower (8f72820, 759f5f3).
 //
 // No pass over the row precedes the searches: the first one's level 0 finds the largest key's
-// exponent, which fixes the masses' unit (radix_threshold.cuh). A top-k or top-p filter that
-// filters nothing reads the row's maximum instead.
+// exponent, which fixes the masses' unit (radix_threshold.cuh). Min-p, and a top-k or top-p
+// filter that filters nothing, read the row's maximum instead.
 //
 // kFamily: the filter modes the caller's kernel serves (FilterFamily); only their searches are
 // compiled.
@@ -180,6 +180,7 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
   constexpr bool kMayTopP = kFamily != FilterFamily::kNoSearch && kFamily != FilterFamily::kTopK;
   const std::int32_t k = row_top_k(f, row);
   const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
   const bool use_k = kMayTopK &&
                      (f.mode == FilterMode::kTopK || f.mode == FilterMode::kTopKThenTopP ||
                       f.mode == FilterMode::kJoint) && k > 0 && k < n;
@@ -188,13 +189,17 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
                       f.mode == FilterMode::kJoint) && p < 1.f;
   KeptSet kept{0u, 0u, 0, 0, false};
   if (!use_k && !use_p) {
-    // A filter that keeps everything (plain sampling and min-p draw by rejection:
-    // top_p_rejection.cuh): the draw needs only the largest key, for its fixed-point unit or
-    // the fixed one (KeptSet::unfiltered), and renormalisation the mass of every participant.
+    // Min-p, or a filter that keeps everything (plain sampling draws by rejection with p = 1,
+    // but would take this branch too): the draw needs only the largest key (its fixed-point
+    // unit, or the fixed unit: KeptSet::unfiltered), min-p its value.
     const std::uint32_t mx = largest_key(scope);
     if (mx == 0u) return kept;
     kept = KeptSet{1u, mx, 0, search_mass_base(mx >> 23, n), true};
-    kept.unfiltered = !need_mass;  // (renormalisation draws nothing)
+    kept.unfiltered = !need_mass && f.mode != FilterMode::kMinP;  // (renormalisation draws nothing)
+    if (f.mode == FilterMode::kMinP) {
+      kept.min_key = prob_key(min_p * __uint_as_float(mx));
+      if (kept.min_key == 0u) kept.min_key = 1u;  // min_p * max underflowed: keep every participant
+    }
     if (need_mass) {
       // Renormalisation without a filter: the mass of every participant, in the searches'
       // unit (per element here; a search floors a bin more than S - 24 binades down as a whole).
@@ -332,23 +337,12 @@ __device__ std::int64_t top_p_rejection_row(const Scope& scope, std::int64_t n, 
   return top_p_rejection_draw<kBinnedTest>(scope, n, p < 1.f ? p : 1.f, rng, sh);
 }
 
-// The draw of a FilterFamily::kNoSearch kernel from probabilities (min-p mode only): min-p by
-// rejection (top_p_rejection_draw's kMinP) with the row's min_p.
-template <typename Scope, typename Sh>
-__device__ std::int64_t min_p_rejection_row(const Scope& scope, std::int64_t n, const FilterParams& f,
-                                            std::int64_t row, const RowRandom& rng, Sh& sh) {
-  const float min_p = f.min_p_array ? f.min_p_array[row] : f.min_p;
-  return top_p_rejection_draw<false, true>(scope, n, 1.f, rng, sh, min_p);
-}
-
 // The sampler of filter family kFamily over the scope's row (every CTA of the scope calls it).
 template <FilterFamily kFamily, typename Scope, typename Sh>
 __device__ std::int64_t family_draw(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row,
                                     const RowRandom& rng, Sh& sh) {
   if constexpr (kFamily == FilterFamily::kTopPRejection || kFamily == FilterFamily::kTopPRejectionBinned) {
     return top_p_rejection_row<kFamily == FilterFamily::kTopPRejectionBinned>(scope, n, f, row, rng, sh);
-  } else if constexpr (kFamily == FilterFamily::kNoSearch) {
-    return min_p_rejection_row(scope, n, f, row, rng, sh);
   } else {
     return filtered_draw<kFamily>(scope, n, f, row, rng, sh);
   }

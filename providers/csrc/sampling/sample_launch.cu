@@ -736,8 +736,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     } else if (two_searches) {
       err = launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream);
     } else if (!searches) {
-      // Min-p (by rejection: top_p_rejection.cuh's kMinP): kernel instances of its own, with no
-      // search compiled in (as the row kernels' kNoSearch). Measured while plain sampling drew here too, against the searching
+      // Min-p: kernel instances of its own, with no search compiled in (as the row kernels'
+      // kNoSearch). Measured while plain sampling drew here too, against the searching
       // instance, whose registers the searches' exchanges changed (it spills 28 B in clusters of 16; session 62: min-p and
       // plain 1.035-1.046x at 1 x 128256, history/ab-sampling-adopt-exchanges-e56e028-h100.txt):
       // 0.947-0.959x at 1 x 128256, 0.96-0.98x at 1-16 x 32000, 0.98-0.99x at 64 x 32000, but
@@ -767,7 +767,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     case FilterMode::kJoint:
       launch_sample_rows<FilterFamily::kTwoSearches>(p, batch, input.device, cuda_stream, op);
       break;
-    default:  // Gumbel-max from logits, min-p by rejection
+    default:  // Gumbel-max from logits, min-p
       launch_sample_rows<FilterFamily::kNoSearch>(p, batch, input.device, cuda_stream, op);
   }
 }

@@ -85,8 +85,7 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 constexpr int kSliceCtasPerSm = 2;
 
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
-// kOneSearch, kNoSearch (min-p by rejection), kTwoSearches or kTopPRejection (and plain
-// sampling).
+// kOneSearch, kNoSearch (min-p), kTwoSearches or kTopPRejection (and plain sampling).
 // kLocalList (rows below kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p
 // and joint): cluster_local_top_k.cuh's draw, an instance of its own. kCtasPerSm: the
 // occupancy its registers are capped for (see above).

@@ -232,14 +232,6 @@ constexpr bool test_sums_by_warp_pushes() {
   }
 }
 
-// Min-p's floor: the key of min_p times the row's largest (float32 product), 1 (every
-// participant) where that product is not a positive number (NaN min_p, an underflow; the
-// reference's kept_mask).
-__device__ __forceinline__ std::uint32_t min_p_floor_key(float min_p, std::uint32_t max_key) {
-  const std::uint32_t k = prob_key(min_p * __uint_as_float(max_key));
-  return k == 0u ? 1u : k;
-}
-
 // seg = the segment masses of the keys at or above min_key, in the unit fx (the caller
 // syncs before reading them).
 template <typename Scope>
@@ -275,16 +267,9 @@ __device__ __forceinline__ void sum_segment_masses(const Scope& scope, const Seg
 // draw's segments are half as many as inverse_cdf_draw's (the two arrays share its space),
 // which changes no token: they only narrow the search for the element (longer segments above
 // 196608 elements a CTA).
-//
-// kMinP (p = 1): min-p sampling by rejection (reference min_p_rejection): round 0's token
-// stands where its key reaches the floor of min_p times the row's largest (min_p_floor_key,
-// known once round 0's pass has found the largest), else round 1 draws among the keys that
-// reach it and stands. One pass over the row where round 0 stands, two where it does not
-// (the inverse CDF over the kept set took two always).
-template <bool kBinnedTest = false, bool kMinP = false, typename Scope, typename Sh>
+template <bool kBinnedTest = false, typename Scope, typename Sh>
 __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n, float p, const RowRandom& rng,
-                                             Sh& sh, float min_p = 0.f) {
-  static_assert(!(kBinnedTest && kMinP), "min-p tests nothing by bins");
+                                             Sh& sh) {
   static_assert(!kBinnedTest || !Scope::kSplitOverCluster, "the binned test serves the row kernels");
   constexpr int kHalf = Sh::kDrawSegments / 2;
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), kHalf);
@@ -351,7 +336,6 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   }
   std::uint32_t min_key = 1u;  // keys above the floor: every participant at first
   const std::uint64_t* seg = above[0];  // the segment masses of the keys at or above min_key
-  [[maybe_unused]] const std::uint32_t min_p_floor = kMinP ? min_p_floor_key(min_p, max_key) : 1u;
   float high = __uint_as_float(max_key);
   std::uint64_t goal = 0;
   for (int round = 0;; ++round) {
@@ -363,19 +347,7 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
                                    : draw_from_segments(scope, layout, seg, min_key, fx, rng, round, &total, &drawn);
     // The mass above the drawn key is below the total (the drawn key's own is positive), so a
     // row without a filter (goal: the total) accepts round 0 without the test pass.
-    if (!filtered) {
-      if constexpr (kMinP) {
-        if (round == 0 && min_p_floor > 1u && scope.reduce_uniform(drawn, MaxOp{}) < min_p_floor) {
-          // Rejected: round 1 draws among the keys at or above the floor (the reduction's
-          // barrier follows the draw's reads of seg).
-          min_key = min_p_floor;
-          sum_segment_masses(scope, layout, above[0], min_key, fx);
-          __syncthreads();
-          continue;
-        }
-      }
-      return token;
-    }
+    if (!filtered) return token;
     if (round == 0) goal = mass_goal(p, total);  // total > 0: the row has a participant
     // The drawn key, in every CTA of a cluster (the others' drawn is 0; the same in every
     // thread of a CTA). The draw's last barrier follows its reads of seg, which the test pass

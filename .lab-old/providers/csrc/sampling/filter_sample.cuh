@@ -29,10 +29,9 @@ namespace aotinfer::sampling {
 
 // Which filter modes a kernel instance serves (its searches are compiled for those only:
 // fewer registers, and the gathering kernels spill less). kOneSearch: none, min-p, top-k or
-// top-p (the cluster kernels' top-k and top-p); kNoSearch: min-p (and logits); kTopK / kTopP:
+// top-p (the cluster kernels' top-k and top-p); kNoSearch: none and min-p; kTopK / kTopP:
 // that filter (or none, where it keeps everything); kTwoSearches: top-k then top-p, and joint;
-// kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all, and plain
-// sampling (p = 1);
+// kTopPRejection: top-p by rejection (top_p_rejection.cuh), no search at all;
 // kTopPRejectionBinned: the same draws, its rounds tested by bins where they can be (row
 // kernels only, top_p_rejection.cuh's RejectionBins).
 enum class FilterFamily { kOneSearch, kNoSearch, kTopK, kTopP, kTwoSearches, kTopPRejection, kTopPRejectionBinned };
@@ -115,8 +114,8 @@ __device__ __forceinline__ std::int32_t row_top_k(const FilterParams& f, std::in
 }
 
 // The key every kept probability reaches and the key of the largest one (any: the row has a
-// participant). Renormalisation also gets the fixed-point mass of the kept set and
-// its unit (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
+// participant). Renormalisation also gets the fixed-point mass of the kept set and its unit
+// (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
 struct KeptSet {
   std::uint32_t min_key;
   std::uint32_t max_key;
@@ -130,17 +129,6 @@ struct KeptSet {
   // Threshold::kept_listed of the top-k search, which decided the kept set (or, after a top-p
   // search within it, holds it: GatherMode::kHeadBound samplers).
   bool listed = false;
-  // No filter in effect (a top-k or top-p filter that keeps everything; not min-p): the draw
-  // takes the fixed unit where it holds, as plain sampling's one-pass draw does
-  // (top_p_rejection_draw with p = 1), so that a filter that filters nothing draws the plain
-  // token (reference draw_unit_keys).
-  bool unfiltered = false;
-
-  // The key whose unit the draw takes.
-  __device__ __forceinline__ std::uint32_t draw_unit_key(std::int64_t n) const {
-    return unfiltered && FixedPointScale::rejection_unit_holds(max_key, n) ? FixedPointScale::kRejectionUnitKey
-                                                                           : max_key;
-  }
 };
 
 // The kept set as far as the row's first search (t, which found a participant) tells it: the
@@ -189,13 +177,11 @@ __device__ KeptSet prob_filter(const Scope& scope, std::int64_t n, const FilterP
                       f.mode == FilterMode::kJoint) && p < 1.f;
   KeptSet kept{0u, 0u, 0, 0, false};
   if (!use_k && !use_p) {
-    // Min-p, or a filter that keeps everything (plain sampling draws by rejection with p = 1,
-    // but would take this branch too): the draw needs only the largest key (its fixed-point
-    // unit, or the fixed unit: KeptSet::unfiltered), min-p its value.
+    // Plain sampling, min-p, or a filter that keeps everything: the draw needs only the
+    // largest key (its fixed-point unit), min-p its value.
     const std::uint32_t mx = largest_key(scope);
     if (mx == 0u) return kept;
     kept = KeptSet{1u, mx, 0, search_mass_base(mx >> 23, n), true};
-    kept.unfiltered = !need_mass && f.mode != FilterMode::kMinP;  // (renormalisation draws nothing)
     if (f.mode == FilterMode::kMinP) {
       kept.min_key = prob_key(min_p * __uint_as_float(mx));
       if (kept.min_key == 0u) kept.min_key = 1u;  // min_p * max underflowed: keep every participant
@@ -324,7 +310,7 @@ __device__ std::int64_t filtered_draw(const Scope& scope, std::int64_t n, const 
                                rng);
     }
   }
-  return inverse_cdf_draw(scope, n, kept.min_key, kept.draw_unit_key(n), rng, sh);
+  return inverse_cdf_draw(scope, n, kept.min_key, kept.max_key, rng, sh);
 }
 
 // The draw of a FilterFamily::kTopPRejection kernel (top-p mode only): top_p_rejection_draw

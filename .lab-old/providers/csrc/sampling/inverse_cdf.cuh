@@ -178,15 +178,14 @@ __device__ std::int64_t draw_from_segments(const Scope& scope, const SegmentLayo
   return found_token;
 }
 
-// Draws from the elements of the scope's row with min_key <= key (key != 0), in the unit of
-// unit_key (the largest of them, or FixedPointScale::kRejectionUnitKey: filter_sample.cuh's
-// KeptSet). Every CTA of the scope must call it. Returns, in every thread of a CTA:
+// Draws from the elements of the scope's row with min_key <= key (key != 0), max_key the
+// largest of them. Every CTA of the scope must call it. Returns, in every thread of a CTA:
 // the token (an index into the row) in the CTA that holds it, -2 in the other CTAs of a
 // cluster, -1 everywhere when nothing is kept. sh's histograms are overwritten.
 template <typename Scope, typename Sh>
 __device__ std::int64_t inverse_cdf_draw(const Scope& scope, std::int64_t n, std::uint32_t min_key,
-                                         std::uint32_t unit_key, const RowRandom& rng, Sh& sh) {
-  const FixedPointScale fx = FixedPointScale::of(unit_key, n);
+                                         std::uint32_t max_key, const RowRandom& rng, Sh& sh) {
+  const FixedPointScale fx = FixedPointScale::of(max_key, n);
   const SegmentLayout layout = SegmentLayout::of(scope.local_groups(), Sh::kDrawSegments);
   scope.reuse_histograms();  // the threshold search (in any CTA of the scope) no longer reads sh
   // 1. The mass of every segment.

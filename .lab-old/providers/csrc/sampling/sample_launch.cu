@@ -157,7 +157,7 @@ struct SliceBounds {
   std::int64_t wide_min_vocab;    // clusters of 16 for up to kWideSliceMaxRows rows from this vocab on
   std::int64_t narrow_max_vocab;  // clusters of 4 from kNarrowSliceMinRows rows up to this vocab
 };
-constexpr SliceBounds kDrawBounds{40960, 81920};     // min-p (and plain sampling until session 64)
+constexpr SliceBounds kDrawBounds{40960, 81920};     // min-p and plain sampling
 constexpr SliceBounds kListBounds{40960, 65536};     // the top-k and two-search samplers' lists
 constexpr SliceBounds kSearchBounds{112000, 81920};  // cluster-wide searches: renorm, mask, threshold top-p
 // Top-p by rejection (top_p_rejection.cuh) searches nothing: a round is a pass, a draw and
@@ -240,9 +240,7 @@ std::int64_t multiprocessors(int device, const char* op) {
   return sms;
 }
 
-// `max_rows`: an op's own batch bound below the general one (plain_sampling_max_cluster_rows).
-bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op,
-                       std::int64_t max_rows = INT64_MAX) {
+bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op) {
   const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
   if (want == "rowwise" || vocab == 0) return false;
   int major = 0;
@@ -254,24 +252,7 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
   // batches whose clusters fit in about two waves.
-  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms && rows <= max_rows);
-}
-
-// Plain sampling reads its row once (top_p_rejection_draw's round 0 with p = 1) and searches
-// nothing, so the clusters' spread over more SMs pays for their barriers over fewer rows than
-// for the other samplers. Measured on an H100, clusters against the row kernels (graph us,
-// AOTINFER_SAMPLING_KERNEL auto / rowwise, A B A B; history/ab-sampling-plain-cluster-vs-
-// rowwise-c549273-h100.txt, ab-sampling-cluster-vs-rowwise-40-64-rows-c549273-h100.txt):
-// - vocab 32000 (clusters of 4 from 16 rows): the clusters 0.65-0.69x the time at 1-16 rows,
-//   0.89x at 32, 0.92-0.94x at 40-56, but 1.15-1.19x at 64;
-// - vocab 128256 (clusters of 8): 0.35-0.60x at 1-16 rows, 0.92x at 32, but 1.04x at 40,
-//   1.10x at 48, 1.13x at 56, 1.35-1.36x at 64.
-// So plain sampling keeps the clusters up to 56 rows where clusters of 4 serve the vocabulary
-// and up to 32 rows above it (57-63 and 33-39 rows unmeasured). The other samplers search, and
-// their clusters won at 40-64 rows but for min-p at 64 x 32000 (0.91x) and top-k at 64 x
-// 128256 (0.91-0.93x), left as they are.
-std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab) {
-  return vocab <= kRejectionBounds.narrow_max_vocab ? 56 : 32;
+  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms);
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -696,18 +677,10 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
   const bool two_searches = filter.mode == FilterMode::kTopKThenTopP || filter.mode == FilterMode::kJoint;
-  // Plain sampling from probabilities is top-p by rejection's round 0 with p = 1: one pass that
-  // sums the masses in the fixed unit while it finds the row's largest key, where the
-  // kNoSearch draw read the row for its largest key and then again for the masses in that
-  // key's unit (reference "Drawing": an unfiltered row takes the fixed unit where it holds).
-  const bool plain = filter.mode == FilterMode::kNone && !input_is_logits;
-  if (plain) p.filter = FilterParams{FilterMode::kTopP, nullptr, 0, nullptr, 1.f, nullptr, 0.f};
   // Its own kernel instances, so that the searching kernels carry none of its code.
-  const bool rejection =
-      plain || (filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection());
+  const bool rejection = filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection();
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  const std::int64_t max_cluster_rows = plain ? plain_sampling_max_cluster_rows(p.vocab) : INT64_MAX;
-  if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op, max_cluster_rows)) {
+  if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
     // top-k and for the two-search filters, at any batch, where the slice fits beside the list
     // kernels' static shared memory. At one row joint ran 0.90x against the cluster-wide
@@ -718,8 +691,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     const int smem = shared_memory_limit(input.device, op);
     const bool local_list = (filter.mode == FilterMode::kTopK || two_searches) && p.vocab < kLocalTopKMaxVocab &&
                             slice_fits(p.vocab, kSliceCtas, local_list_static_smem(kSliceCtas), smem);
-    // Min-p searches nothing; the others without the lists search cluster-wide, but top-p by
-    // rejection (and plain sampling with it), which has bounds of its own.
+    // Min-p and plain sampling search nothing; the others without the lists search cluster-wide,
+    // but top-p by rejection, which has bounds of its own.
     const bool searches = !local_list && filter.mode != FilterMode::kNone && filter.mode != FilterMode::kMinP;
     const SliceBounds bounds = local_list ? kListBounds
                                : rejection ? kRejectionBounds
@@ -736,9 +709,9 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     } else if (two_searches) {
       err = launch_slice_samplers<kTwo>(p, batch, bounds, dev, smem, cuda_stream);
     } else if (!searches) {
-      // Min-p: kernel instances of its own, with no search compiled in (as the row kernels'
-      // kNoSearch). Measured while plain sampling drew here too, against the searching
-      // instance, whose registers the searches' exchanges changed (it spills 28 B in clusters of 16; session 62: min-p and
+      // Min-p and plain sampling: kernel instances of their own, with no search compiled in (as
+      // the row kernels' kNoSearch). Against the searching instance, whose registers the
+      // searches' exchanges changed (it spills 28 B in clusters of 16; session 62: min-p and
       // plain 1.035-1.046x at 1 x 128256, history/ab-sampling-adopt-exchanges-e56e028-h100.txt):
       // 0.947-0.959x at 1 x 128256, 0.96-0.98x at 1-16 x 32000, 0.98-0.99x at 64 x 32000, but
       // 1.00-1.01x at 16-64 x 128256 (H100, A B A B in one machine start, the same tokens;
@@ -754,7 +727,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   // top-k and top-p samplers gather with the draw's segments (their row is read twice). The
   // two-search filters gained nothing from gathering (their top-p search runs inside the small
   // top-k set and mostly stops after level 1) and were measured 1.04-1.16x slower with it.
-  switch (input_is_logits ? FilterMode::kNone : p.filter.mode) {
+  switch (input_is_logits ? FilterMode::kNone : filter.mode) {
     case FilterMode::kTopK: launch_sample_rows<FilterFamily::kTopK>(p, batch, input.device, cuda_stream, op); break;
     case FilterMode::kTopP:
       if (rejection) {
@@ -767,7 +740,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     case FilterMode::kJoint:
       launch_sample_rows<FilterFamily::kTwoSearches>(p, batch, input.device, cuda_stream, op);
       break;
-    default:  // Gumbel-max from logits, min-p
+    default:  // none (and Gumbel-max from logits), min-p
       launch_sample_rows<FilterFamily::kNoSearch>(p, batch, input.device, cuda_stream, op);
   }
 }

@@ -85,10 +85,10 @@ __device__ SliceScopeOf<kCtas> load_slice(float4* dst, const T* x, std::int64_t 
 constexpr int kSliceCtasPerSm = 2;
 
 // sample_kernel for probabilities, one cluster of kCtas CTAs per output row. kFamily:
-// kOneSearch, kNoSearch (min-p), kTwoSearches or kTopPRejection (and plain sampling).
-// kLocalList (rows below kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p
-// and joint): cluster_local_top_k.cuh's draw, an instance of its own. kCtasPerSm: the
-// occupancy its registers are capped for (see above).
+// kOneSearch, kNoSearch (min-p and plain), kTwoSearches or kTopPRejection. kLocalList (rows
+// below kLocalTopKMaxVocab; top-k mode, or with kTwoSearches top-k then top-p and joint):
+// cluster_local_top_k.cuh's draw, an instance of its own. kCtasPerSm: the occupancy its
+// registers are capped for (see above).
 template <FilterFamily kFamily, bool kLocalList, int kCtas, int kCtasPerSm = kSliceCtasPerSm>
 __global__ void __launch_bounds__(kSliceThreads, kCtasPerSm)
     sample_slice_kernel(const __grid_constant__ SampleParams p, std::int64_t slice_groups) {

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "fixed_point.cuh"
@@ -251,11 +250,11 @@ __device__ __forceinline__ void sum_segment_masses(const Scope& scope, const Seg
 // CTAs of a cluster, -1 everywhere for a row with nothing to draw).
 //
 // Passes over the row: round 0's segment masses, with the row's largest key found in the same
-// pass (FixedPointScale::rejection_unit; a row outside its range takes a second pass for the
-// masses in its largest key's unit; p = 1 returns round 0's token, plain sampling's, which
-// takes the same unit: reference "Drawing"), then a test pass a round (kBinnedTest: only in a
-// round its bins leave open, and a pass for the next draw's segment masses after a round they
-// reject; RejectionBins). With one CTA a row the test pass sums the masses above each pivot per
+// pass (FixedPointScale::rejection_unit; a row outside its range, or without a filter, takes
+// a pass for its largest key and one for the masses in that key's unit, so that p = 1 draws
+// the plain sampler's token), then a test pass a round (kBinnedTest: only in a round its bins
+// leave open, and a pass for the next draw's segment masses after a round they reject;
+// RejectionBins). With one CTA a row the test pass sums the masses above each pivot per
 // segment, not only per row, and those are the segment masses of the next round's draw
 // whichever floor the test picks (every key above k0, or above k1), so a round it rejects
 // draws again from shared memory alone: 128 and 512 rows took 0.73-0.81x
@@ -286,10 +285,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   std::int64_t first_token = kDrawNotSearched;  // a cluster's round 0, where it searched
   std::uint64_t first_total = 0;
   std::uint32_t first_drawn = 0u;
-  // Round 0's pass: the masses in the fixed unit and the row's largest key at once, for rows
-  // without a filter too (plain sampling draws here: one pass over the row where the own
-  // unit's draw took two); the bins only where a test may follow.
-  auto pass0 = [&](auto with_bins) {
+  if (filtered) {
+    if constexpr (kBinnedTest) bins->clear();
     scope.reuse_histograms();
     segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
       std::uint64_t sum = 0;
@@ -298,33 +295,25 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
         const std::uint32_t k = prob_key(v[j]);  // 0 (mass 0) for non-participants
         max_key = max(max_key, k);
         sum += fx.mass(k);
-        if constexpr (decltype(with_bins)::value) bins->add(k, fraction_shift);
+        if constexpr (kBinnedTest) bins->add(k, fraction_shift);
       }
       return sum;
     });
-  };
-  if constexpr (kBinnedTest) {
-    if (filtered) {
-      bins->clear();
-      pass0(std::true_type{});
+    if constexpr (kSpeculativeRound0) {
+      LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
+      max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
+      first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
+                                       TotalsAndLargestKey{&max_key, n});
+      LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
     } else {
-      pass0(std::false_type{});
+      max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
     }
   } else {
-    pass0(std::false_type{});
-  }
-  if constexpr (kSpeculativeRound0) {
-    LAB_SLICE(lab_slice_mark(kLabRejectionPass0));
-    max_key = block_reduce(max_key, MaxOp{}, 0u);  // this CTA's (its barriers publish the segments)
-    first_token = draw_from_segments(scope, layout, above[0], 1u, fx, rng, 0, &first_total, &first_drawn,
-                                     TotalsAndLargestKey{&max_key, n});
-    LAB_SLICE(lab_slice_mark(kLabRejectionDraw0));
-  } else {
-    max_key = scope.reduce(max_key, MaxOp{}, 0u);  // (its barrier publishes the segments)
+    max_key = largest_key(scope);
   }
   LAB_TRACE(trace.mark_pass0());
   if (max_key == 0u) return -1;
-  if (!FixedPointScale::rejection_unit_holds(max_key, n)) {
+  if (!filtered || !FixedPointScale::rejection_unit_holds(max_key, n)) {
     fx = FixedPointScale::of(max_key, n);
     sum_segment_masses(scope, layout, above[0], 1u, fx);
   }
