@@ -115,8 +115,8 @@ __device__ __forceinline__ std::int32_t row_top_k(const FilterParams& f, std::in
 }
 
 // The key every kept probability reaches and the key of the largest one (any: the row has a
-// participant). Renormalisation also gets the fixed-point mass of the kept set and
-// its unit (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
+// participant). Renormalisation also gets the fixed-point mass of the kept set and its unit
+// (a mass q stands for q * 2^-(150 + base), fixed_point.cuh).
 struct KeptSet {
   std::uint32_t min_key;
   std::uint32_t max_key;

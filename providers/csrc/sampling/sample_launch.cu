@@ -738,8 +738,9 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
     } else if (!searches) {
       // Min-p: kernel instances of its own, with no search compiled in (as the row kernels'
       // kNoSearch). Measured while plain sampling drew here too, against the searching
-      // instance, whose registers the searches' exchanges changed (it spills 28 B in clusters of 16; session 62: min-p and
-      // plain 1.035-1.046x at 1 x 128256, history/ab-sampling-adopt-exchanges-e56e028-h100.txt):
+      // instance, whose registers the searches' exchanges changed (it spills 28 B in clusters
+      // of 16; session 62: min-p and plain 1.035-1.046x at 1 x 128256,
+      // history/ab-sampling-adopt-exchanges-e56e028-h100.txt):
       // 0.947-0.959x at 1 x 128256, 0.96-0.98x at 1-16 x 32000, 0.98-0.99x at 64 x 32000, but
       // 1.00-1.01x at 16-64 x 128256 (H100, A B A B in one machine start, the same tokens;
       // history/ab-sampling-slice-no-search-0848364-h100.txt).
