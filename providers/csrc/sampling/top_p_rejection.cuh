@@ -288,7 +288,8 @@ __device__ std::int64_t top_p_rejection_draw(const Scope& scope, std::int64_t n,
   std::uint32_t first_drawn = 0u;
   // Round 0's pass: the masses in the fixed unit and the row's largest key at once, for rows
   // without a filter too (plain sampling draws here: one pass over the row where the own
-  // unit's draw took two); the bins only where a test may follow.
+  // unit's draw took two); the bins only where a test may follow, by a second instance of the
+  // pass rather than a test of `filtered` per key.
   auto pass0 = [&](auto with_bins) {
     scope.reuse_histograms();
     segment_pass(scope, layout, above[0], [&](std::int64_t, const float (&v)[4]) {
