@@ -136,12 +136,25 @@ def _per_row(value: ParamLike, rows: int, dtype: torch.dtype, device) -> torch.T
     return torch.full((rows,), value, dtype=dtype, device=device)
 
 
+def _top_k_rows(
+    top_k: ParamLike, rows: int, vocab: int, device
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(k per row int64, whether it filters: 1 <= k < V; k < 1 or k >= V keeps every entry)."""
+    k = _per_row(top_k, rows, torch.int64, device)
+    return k, (k >= 1) & (k < vocab)
+
+
+def _top_p_rows(top_p: ParamLike, rows: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(top_p per row float32, whether it filters: top_p < 1; 1 or more, or NaN, keeps all)."""
+    p32 = _per_row(top_p, rows, torch.float32, device)
+    return p32, p32 < 1  # NaN < 1 is False: no filter
+
+
 def _top_k_threshold(sorted_desc: torch.Tensor, top_k: ParamLike) -> torch.Tensor:
     """t_k per row from descending-sorted clean probs; 0 (keep every positive) when the
     row has no top-k filter or fewer than k positive entries."""
     rows, vocab = sorted_desc.shape
-    k = _per_row(top_k, rows, torch.int64, sorted_desc.device)
-    active = (k >= 1) & (k < vocab)
+    k, active = _top_k_rows(top_k, rows, vocab, sorted_desc.device)
     pos = (k.clamp(1, vocab) - 1).unsqueeze(1)
     t = sorted_desc.gather(1, pos).squeeze(1)
     return torch.where(active, t, torch.zeros_like(t))
@@ -161,11 +174,11 @@ def _top_p_threshold(
     rows = sorted_desc.size(0)
     csum = sorted_desc.to(torch.float64).cumsum(dim=1)
     total = csum[:, -1] if base_mass is None else base_mass
-    p32 = _per_row(top_p, rows, torch.float32, sorted_desc.device)
+    p32, active = _top_p_rows(top_p, rows, sorted_desc.device)
     target = p32.clamp(min=0).to(torch.float64) * total
     first = (csum < target.unsqueeze(1)).sum(dim=1).clamp(max=sorted_desc.size(1) - 1)
     t = sorted_desc.gather(1, first.unsqueeze(1)).squeeze(1)
-    return torch.where(p32 < 1, t, torch.zeros_like(t))  # NaN < 1 is False: no filter
+    return torch.where(active, t, torch.zeros_like(t))
 
 
 def kept_mask(
@@ -228,7 +241,7 @@ def fixed_point_mass(
     """``q`` (int64, same shape) of cleaned and filtered float32 weights ``(R, V)``; see
     "Drawing" above. Entries that are 0 give 0; a row of zeros is all 0. ``unit_key``
     ``(R, 1)`` (int64 float32 bits): the key whose unit each row takes in place of its own
-    largest (``rejection_mass``)."""
+    largest (``draw_unit_keys``)."""
     w = weights.to(torch.float32).contiguous()
     s = _mass_bits(w.size(1))
     bits = _weight_keys(w)
@@ -301,10 +314,8 @@ def unfiltered_rows(
         return torch.ones(rows, dtype=torch.bool, device=device)
     if mode == FilterMode.MIN_P:
         return torch.zeros(rows, dtype=torch.bool, device=device)
-    k = _per_row(top_k, rows, torch.int64, device)
-    p = _per_row(top_p, rows, torch.float32, device)
-    no_k = (k < 1) | (k >= vocab)
-    no_p = ~(p < 1)
+    no_k = ~_top_k_rows(top_k, rows, vocab, device)[1]
+    no_p = ~_top_p_rows(top_p, rows, device)[1]
     if mode == FilterMode.TOP_K:
         return no_k
     if mode == FilterMode.TOP_P:
