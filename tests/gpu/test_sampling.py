@@ -748,6 +748,44 @@ def test_top_p_renorm_from_the_list_and_from_the_row(rowwise, dtype, monkeypatch
     assert torch.equal(out > 0, want > 0)
 
 
+def flat_rows_with_traps(vocab):
+    """Flat rows (softmax of s x randn) of several spreads and top_p values, and rows that defeat
+    a sample of the row: a few large keys off the sampled groups (the 2048 groups a row's sample
+    reads lie ~15.7 groups apart at 128256; groups 1-7 are never among them), keys far below
+    the rest (a mass some fixed-point unit would floor), an unnormalised row, and a row of few
+    distinct values (ties at the crossing). (probs, top_p)."""
+    scales = [0.5, 1.0, 2.0, 1.0, 0.5, 1.0, 2.0, 1.0]
+    logits = make_logits(len(scales) + 5, vocab, seed=66, scale=1.0)
+    logits[: len(scales)] *= torch.tensor(scales, device=DEV)[:, None]
+    probs = torch.softmax(logits, dim=-1)
+    trap = len(scales)
+    probs[trap, 4:28] = 0.05  # ~55% of the row's mass in groups 1-6, far above the sample's largest
+    probs[trap + 1, 4:60] = 6 * probs[trap + 1].max()  # within a few binades of it, unsampled
+    probs[trap + 2, 1000:1010] = 1e-38 * probs[trap + 2, 1000:1010]  # subnormal keys
+    probs[trap + 3] *= 3.0e30
+    probs[trap + 4] = torch.softmax(torch.round(logits[trap + 4] * 4) / 4, dim=-1)  # ties
+    p = torch.tensor([0.9, 0.9, 0.9, 0.5, 0.7, 0.95, 0.6, 0.8, 0.9, 0.9, 0.9, 0.9, 0.9], device=DEV)
+    return probs, p
+
+
+def test_top_p_renorm_of_flat_rows_matches_the_cluster_kernels(monkeypatch):
+    """Top-p renormalisation of flat rows of 128256, where the row kernel's kept set is large
+    (lab AOTINFER_LAB_TOP_P_BAND takes it from a sampled band of keys there), and of rows built
+    to mislead a sample: the row kernels' output equals the cluster kernels' bit for bit (the
+    same fixed-point kept mass and unit), and its kept set the reference's."""
+    probs, p = flat_rows_with_traps(128256)
+    monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", "on")
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")
+    rowwise = aotinfer.top_p_renorm_probs(probs, p)  # poisoned first (conftest)
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "cluster")
+    cluster = aotinfer.top_p_renorm_probs(probs, p)
+    want = ref.renorm_probs(probs, MODES["top_p"], 0, p)
+    assert ((want > 0).sum(-1)[:8] > 20000).sum() >= 6  # kept sets beyond the kept-set list
+    assert torch.equal(rowwise, cluster)
+    assert torch.equal(rowwise > 0, want > 0)
+    torch.testing.assert_close(rowwise, want, rtol=1e-5, atol=1e-9)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("vocab,batch", RENORM_SHAPES)
 def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kernel):

@@ -23,6 +23,7 @@
 #include "radix_threshold.cuh"
 #include "row_access.cuh"
 #include "sampling_launchers.h"
+#include "top_p_band.cuh"
 #include "top_p_rejection.cuh"
 
 namespace aotinfer::sampling {
@@ -428,6 +429,24 @@ __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float droppe
   }
 }
 
+// Lab AOTINFER_LAB_TOP_P_BAND (top_p_band.cuh): top-p renormalisation's kept set from a
+// sampled band of keys, where the sample chooses to try it and the band holds the crossing
+// (true, *kept set); otherwise false, and the search runs as without the lab. Not inlined: in
+// line, its registers took the kernel from 56 to 64 and made the search after it spill (144 B,
+// some of it in the level-0 and gather loops); called, it keeps its registers to itself.
+template <int kThreads, typename Scope, typename Sh>
+__device__ __noinline__ bool band_kept_set(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row, Sh& sh,
+                              KeptSet* kept) {
+  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
+  if (f.mode != FilterMode::kTopP || !(p < 1.f) || scope.local_groups() < kBandMinGroups) return false;
+  const TopPBand band = sample_band<kThreads>(scope, n, p, sh);
+  if (!band.tried) return false;
+  const BandKept b = band_search(scope, n, p, band, sh);
+  if (!b.ok) return false;
+  *kept = KeptSet{b.min_key, b.max_key, b.mass, b.base, true};
+  return true;
+}
+
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
 // nothing took part.
 __device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, std::int64_t drawn) {
@@ -576,6 +595,17 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     // Renormalisation: where the search's list holds the kept set (kLists: level 0's list of a
     // top-k search; GatherMode::kSearch: a top-p search's gather list, ListsKeptSet), the
     // output is written from it, otherwise by the pass.
+    if constexpr (kLabTopPBand && kFamily == FilterFamily::kTopP && kThreads == kRowThreads) {
+      // (A scope of its own: the search's below then starts its passes as without the lab.)
+      const RowScope<T, kGather> banded_scope(x, n);
+      detail::KeptSet banded;
+      if (detail::band_kept_set<kThreads>(banded_scope, n, p.filter, row, sh, &banded)) {
+        const float factor = detail::renorm_factor(banded);
+        write_pass(banded_scope, [&](float (&v)[4]) { detail::renorm_group(v, banded, factor); });
+        pdl_launch_dependents();
+        return;
+      }
+    }
     const detail::FillingRowScope<T, kGather> scope(x, n, y, out_aligned, 0.f);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
