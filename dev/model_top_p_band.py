@@ -30,7 +30,8 @@ def sample_band(probs: torch.Tensor, p: float):
     taken = probs[idx] > 0
     sk, sv = keys[idx][taken], probs[idx][taken].double()
     top_bits = int(sk.max()) >> SHIFT
-    b = (top_bits - (sk >> SHIFT)).clamp(max=BINS - 1)
+    b = top_bits - (sk >> SHIFT)
+    sk, sv, b = sk[b < BINS], sv[b < BINS], b[b < BINS]  # keys deeper than the bins are left out
     count = torch.bincount(b, minlength=BINS).double().cumsum(0)
     mass = torch.zeros(BINS, dtype=torch.float64).index_add_(0, b, sv).cumsum(0)
     total, per = float(mass[-1]), n / (4 * GROUPS)

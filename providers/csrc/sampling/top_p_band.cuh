@@ -107,25 +107,28 @@ __device__ TopPBand sample_band(const Scope& scope, std::int64_t n, float p, Sh&
   TopPBand band{false, 0u, 0u, 0};
   const int top_field = static_cast<int>(top >> 23);
   band.ref_field = top_field + kBandHeadroom - (mass_bits(n) - 24);
-  // (Field 41 and up: the sample's float masses below stay normal; tiny rows keep the search.)
-  if (top_field < 41 || band.ref_field < 1 || !(p + band_margin(kBandMargins - 1) < 1.f)) return band;
-  float* bin_mass = reinterpret_cast<float*>(sh.mass_lo);
+  // (Field 17 and up: the scale below is a normal float; tiny rows keep the search.)
+  if (top_field < 17 || band.ref_field < 1 || !(p + band_margin(kBandMargins - 1) < 1.f)) return band;
   for (int i = threadIdx.x; i < kBandBins; i += kThreads) {
     sh.count[i] = 0;
-    bin_mass[i] = 0.f;
+    sh.mass_lo[i] = 0;
   }
   if (threadIdx.x < kBandTargets) crossing_bin[threadIdx.x] = -1;
   __syncthreads();
-  // Bin j: keys whose top bits are (top >> kBandBinShift) - j (descending keys; the last bin
-  // also takes every deeper key). Masses scaled by 2^(167 - top_field): at most 2^41 each.
+  // Bin j: keys whose top bits are (top >> kBandBinShift) - j (descending keys); keys deeper
+  // than the bins (32 binades below the largest) are left out. Masses are integers, at most
+  // 2^18 each (2^(144 - top_field) times the value), so a bin of the whole sample stays below
+  // 2^31: native shared atomics. (Float atomics are compare-and-swap loops: with every deeper
+  // key in one last bin, a sharp row's sample spent ~80 us there, history/ab-sampling-top-p-
+  // band-e2606ad-h100.txt.)
   const std::uint32_t top_bits = top >> kBandBinShift;
-  const float scale = __uint_as_float(static_cast<std::uint32_t>(294 - top_field) << 23);
+  const float scale = __uint_as_float(static_cast<std::uint32_t>(271 - top_field) << 23);
 #pragma unroll
   for (int e = 0; e < 4 * kPer; ++e) {
-    if (keys[e] == 0u) continue;
-    const std::uint32_t bin = min(top_bits - (keys[e] >> kBandBinShift), static_cast<std::uint32_t>(kBandBins - 1));
+    const std::uint32_t bin = top_bits - (keys[e] >> kBandBinShift);
+    if (keys[e] == 0u || bin >= static_cast<std::uint32_t>(kBandBins)) continue;
     atomicAdd(&sh.count[bin], 1u);
-    atomicAdd(&bin_mass[bin], __uint_as_float(keys[e]) * scale);
+    atomicAdd(&sh.mass_lo[bin], __float2uint_rz(__uint_as_float(keys[e]) * scale));
   }
   __syncthreads();
   std::uint64_t c[kBinsPer], m[kBinsPer], c_sum = 0, m_sum = 0;
@@ -133,7 +136,7 @@ __device__ TopPBand sample_band(const Scope& scope, std::int64_t n, float p, Sh&
 #pragma unroll
   for (int i = 0; i < kBinsPer; ++i) {
     c[i] = sh.count[first + i];
-    m[i] = __float2ull_rz(bin_mass[first + i]);
+    m[i] = sh.mass_lo[first + i];
     c_sum += c[i];
     m_sum += m[i];
   }
