@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-GROUPS = 2048  # kBandSampleGroups
+GROUPS, CHUNKS = 2048, 16  # kBandSampleGroups, kBandChunks
 BINS, SHIFT = 2048, 18  # kBandBins, kBandBinShift
 MARGINS = (0.06, 0.03, 0.015)  # band_margin(0 .. 2)
 CAPACITY = 16032  # the 1024-thread row kernel's gather list at 128256 (vocab / 8)
@@ -24,7 +24,8 @@ def sample_band(probs: torch.Tensor, p: float):
     n = probs.numel()
     keys = probs.view(torch.int32).to(torch.int64)
     groups = (n + 3) // 4
-    first = torch.arange(GROUPS) * groups // GROUPS
+    s = torch.arange(GROUPS)  # CHUNKS runs of contiguous groups spread over the row
+    first = s // (GROUPS // CHUNKS) * groups // CHUNKS + s % (GROUPS // CHUNKS)
     idx = (first[:, None] * 4 + torch.arange(4)).flatten()
     idx = idx[idx < n]
     taken = probs[idx] > 0

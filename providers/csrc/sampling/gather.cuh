@@ -73,8 +73,6 @@ __device__ __forceinline__ void zero_segments(const GatherSizes& sizes) {
 // of the warp must call it. One set of ballots per group, not per element: a lane's offset
 // is the sum of the match counts (0-4, three bits) of the lanes below it, read off three
 // ballots of those bits. (The list's order differs from the row's; its readers only sum.)
-// kPositions = false: keys alone (top_p_band.cuh, whose list spans the positions' space too).
-template <bool kPositions = true>
 __device__ __forceinline__ void gather_append_group(const GatherSpace& space, std::uint32_t& count, unsigned match,
                                                     const std::uint32_t (&keys)[4], std::uint32_t first) {
   const unsigned n = static_cast<unsigned>(__popc(match));
@@ -91,7 +89,7 @@ __device__ __forceinline__ void gather_append_group(const GatherSpace& space, st
     if ((match >> j) & 1u) {
       if (at < slice) {
         space.keys[begin + at] = keys[j];
-        if constexpr (kPositions) space.positions[begin + at] = first + static_cast<std::uint32_t>(j);
+        space.positions[begin + at] = first + static_cast<std::uint32_t>(j);
       }
       ++at;
     }

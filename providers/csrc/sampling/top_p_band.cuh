@@ -6,7 +6,7 @@
 // at ~43% of copy (issue #3's goal: 50%), and about half its time is instruction issue: level
 // 0 ~17 and the gather pass ~31 instructions an element a lane (dev/NOTES.md items 94-95).
 //
-// How: a sample of the row (kBandSampleGroups groups spread over it: 1/16 of a 128256 row)
+// How: a sample of the row (kBandSampleGroups groups in runs spread over it: 1/16 of a 128256 row)
 // estimates where the crossing lies, and picks a band of keys [lo, hi) that holds it with
 // a margin of the row's mass to spare on either side (band_margin). One pass over the row then sums the
 // fixed-point masses of every participant and of those >= hi in registers (no histogram
@@ -44,6 +44,9 @@ constexpr bool kLabTopPBand = false;
 #endif
 
 constexpr int kBandSampleGroups = 2048;                   // groups of four elements sampled
+// in kBandChunks runs of contiguous groups spread over the row. (Groups spread one by one, ~250
+// bytes apart at 128256, cost ~12 us a row: each took a DRAM burst of its own.)
+constexpr int kBandChunks = 16, kBandChunkGroups = kBandSampleGroups / kBandChunks;
 constexpr int kBandBins = RadixShared::kBins;             // the sample's histogram
 constexpr int kBandBinShift = 18;                         // 1/64 binade a bin
 // The band's margins, of the row's mass either side of the estimate: the widest whose band
@@ -96,7 +99,8 @@ __device__ TopPBand sample_band(const Scope& scope, std::int64_t n, float p, Sh&
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     float v[4];
-    scope.load((threadIdx.x + static_cast<std::int64_t>(i) * kThreads) * groups / kBandSampleGroups, v);
+    const std::int64_t s = threadIdx.x + static_cast<std::int64_t>(i) * kThreads;
+    scope.load(s / kBandChunkGroups * groups / kBandChunks + s % kBandChunkGroups, v);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       keys[4 * i + j] = prob_key(v[j]);
@@ -197,28 +201,33 @@ __device__ BandKept band_search(const Scope& scope, std::int64_t n, float p, con
   const GatherSpace space = GatherSpace::of(sh.gather_sizes);
   const std::uint32_t offset = static_cast<std::uint32_t>(150 - band.ref_field) << 23;
   const std::uint32_t lo = band.lo, hi = band.hi, width = band.hi - band.lo;
+  // Each thread lists into its own kBandSlots-entry run of its warp's slice (no ballots: in
+  // the first form, gather_append_group's per-group ballots and offsets were ~18% of the
+  // kernel's instructions, history/ncu-top-p-band-629671f-h100.txt); the unused entries are
+  // then zeroed, and the searches read the warp's 32 runs as its list (key 0 takes no part).
+  const std::uint32_t runs = space.slice / 32u;
+  std::uint32_t* const run = space.keys + space.slice_begin + (threadIdx.x & 31) * runs;
   std::uint64_t total = 0, above = 0;
   std::uint32_t largest = 0, smallest_less_1 = ~0u, count = 0;
   scope.for_each_group(NAN, [&](std::int64_t, const float (&v)[4]) {
-    std::uint32_t k[4];
-    unsigned match = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      k[j] = prob_key(v[j]);  // NaN (past the end) gives key 0
+      const std::uint32_t k = prob_key(v[j]);  // NaN (past the end) gives key 0
       // mantissa << (field - ref_field): exact for the fields the checks below allow.
-      const std::uint64_t q = __float2ull_rz(__uint_as_float(k[j] + offset));
-      if (k[j] != 0u) total += q;
-      if (k[j] >= hi) above += q;
-      largest = max(largest, k[j]);
-      smallest_less_1 = min(smallest_less_1, k[j] - 1u);  // key 0 gives ~0
-      if (k[j] - lo < width) match |= 1u << j;
+      const std::uint64_t q = __float2ull_rz(__uint_as_float(k != 0u ? k + offset : 0u));
+      total += q;
+      if (k >= hi) above += q;
+      largest = max(largest, k);
+      smallest_less_1 = min(smallest_less_1, k - 1u);  // key 0 gives ~0
+      if (k - lo < width) {
+        if (count < runs) run[count] = k;
+        ++count;
+      }
     }
-    gather_append_group<false>(space, count, match, k, 0u);
   });
-  if ((threadIdx.x & 31) == 0) {
-    sh.gathered[threadIdx.x >> 5] = count;
-    if (count > space.slice) sh.gather_overflow = 1;
-  }
+  for (std::uint32_t i = count; i < runs; ++i) run[i] = 0u;
+  if (count > runs) sh.gather_overflow = 1;
+  if ((threadIdx.x & 31) == 0) sh.gathered[threadIdx.x >> 5] = 32u * runs;
   total = scope.reduce(total, SumOp{}, std::uint64_t{0});  // (its barriers publish the counts)
   above = scope.reduce(above, SumOp{}, std::uint64_t{0});
   largest = scope.reduce(largest, MaxOp{}, 0u);
@@ -239,7 +248,7 @@ __device__ BandKept band_search(const Scope& scope, std::int64_t n, float p, con
     for (std::uint32_t i = threadIdx.x & 31; i < mine; i += 32) {
       const std::uint32_t k = space.keys[space.slice_begin + i];
       list_top = max(list_top, k);
-      listed += __float2ull_rz(__uint_as_float(k + offset));
+      listed += __float2ull_rz(__uint_as_float(k != 0u ? k + offset : 0u));
     }
     list_top = scope.reduce(list_top, MaxOp{}, 0u);
     listed = scope.reduce(listed, SumOp{}, std::uint64_t{0});
