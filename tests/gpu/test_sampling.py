@@ -749,18 +749,19 @@ def test_top_p_renorm_from_the_list_and_from_the_row(rowwise, dtype, monkeypatch
 
 
 def flat_rows_with_traps(vocab):
-    """Flat rows (softmax of s x randn) of several spreads and top_p values, and rows that defeat
-    a sample of the row: a few large keys off the sampled groups (the 2048 groups a row's sample
-    reads lie ~15.7 groups apart at 128256; groups 1-7 are never among them), keys far below
-    the rest (a mass some fixed-point unit would floor), an unnormalised row, and a row of few
+    """Flat rows (softmax of s x randn) of several spreads and top_p values, and rows built to
+    mislead a search that estimates the crossing from a sample of the row (session 66's lab
+    AOTINFER_LAB_TOP_P_BAND, refuted and removed; dev/NOTES.md item 98): large keys in a few
+    groups near the row's start, far above the rest or within a few binades of its largest,
+    subnormal keys (a mass a fixed-point unit floors), an unnormalised row, and a row of few
     distinct values (ties at the crossing). (probs, top_p)."""
     scales = [0.5, 1.0, 2.0, 1.0, 0.5, 1.0, 2.0, 1.0]
     logits = make_logits(len(scales) + 5, vocab, seed=66, scale=1.0)
     logits[: len(scales)] *= torch.tensor(scales, device=DEV)[:, None]
     probs = torch.softmax(logits, dim=-1)
     trap = len(scales)
-    probs[trap, 4:28] = 0.05  # ~55% of the row's mass in groups 1-6, far above the sample's largest
-    probs[trap + 1, 4:60] = 6 * probs[trap + 1].max()  # within a few binades of it, unsampled
+    probs[trap, 4:28] = 0.05  # ~55% of the row's mass in groups 1-6, far above the rest
+    probs[trap + 1, 4:60] = 6 * probs[trap + 1].max()  # within a few binades of the largest
     probs[trap + 2, 1000:1010] = 1e-38 * probs[trap + 2, 1000:1010]  # subnormal keys
     probs[trap + 3] *= 3.0e30
     probs[trap + 4] = torch.softmax(torch.round(logits[trap + 4] * 4) / 4, dim=-1)  # ties
@@ -769,10 +770,10 @@ def flat_rows_with_traps(vocab):
 
 
 def test_top_p_renorm_of_flat_rows_matches_the_cluster_kernels(monkeypatch):
-    """Top-p renormalisation of flat rows of 128256, where the row kernel's kept set is large
-    (lab AOTINFER_LAB_TOP_P_BAND takes it from a sampled band of keys there), and of rows built
-    to mislead a sample: the row kernels' output equals the cluster kernels' bit for bit (the
-    same fixed-point kept mass and unit), and its kept set the reference's."""
+    """Top-p renormalisation of flat rows of 128256, whose kept sets are too large for the row
+    kernel's kept-set list (its output pass reads the row), and of flat_rows_with_traps' other
+    rows: the row kernels' output equals the cluster kernels' bit for bit (the same fixed-point
+    kept mass and unit), and its kept set the reference's."""
     probs, p = flat_rows_with_traps(128256)
     monkeypatch.setenv("AOTINFER_SAMPLING_GATHER", "on")
     monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise")

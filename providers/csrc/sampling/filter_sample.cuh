@@ -23,7 +23,6 @@
 #include "radix_threshold.cuh"
 #include "row_access.cuh"
 #include "sampling_launchers.h"
-#include "top_p_band.cuh"
 #include "top_p_rejection.cuh"
 
 namespace aotinfer::sampling {
@@ -429,22 +428,6 @@ __device__ void write_from_list(T* y, std::int64_t n, bool aligned, float droppe
   }
 }
 
-// Lab AOTINFER_LAB_TOP_P_BAND (top_p_band.cuh): top-p renormalisation's kept set from a
-// sampled band of keys, where the sample chooses to try it and the band holds the crossing
-// (true, *kept set); otherwise false, and the search runs as without the lab.
-template <int kThreads, typename Scope, typename Sh>
-__device__ bool band_kept_set(const Scope& scope, std::int64_t n, const FilterParams& f, std::int64_t row, Sh& sh,
-                              KeptSet* kept) {
-  const float p = f.top_p_array ? f.top_p_array[row] : f.top_p;
-  if (f.mode != FilterMode::kTopP || !(p < 1.f) || scope.local_groups() < kBandMinGroups) return false;
-  const TopPBand band = sample_band<kThreads>(scope, n, p, sh);
-  if (!band.tried) return false;
-  const BandKept b = band_search(scope, n, p, band, sh);
-  if (!b.ok) return false;
-  *kept = KeptSet{b.min_key, b.max_key, b.mass, b.base, true};
-  return true;
-}
-
 // Output b of a sampling call: the drawn token, or (drawn < 0) token 0 marked invalid when
 // nothing took part.
 __device__ __forceinline__ void write_sample(const SampleParams& p, std::int64_t b, std::int64_t drawn) {
@@ -547,10 +530,8 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads)) sample_kern
 // and the output pass writes the kept set from that list when it holds it, without reading
 // the row again; an instance of its own, since the listing code's registers slowed the kernels
 // where no list runs.
-// kAfterBand (lab AOTINFER_LAB_TOP_P_BAND): top_p_band_kernel ran first, and the row is left to
-// this kernel only where it marked it (a NaN first element).
 template <typename T, bool kMask, int kThreads = kRowThreads, FilterFamily kFamily = FilterFamily::kOneSearch,
-          bool kLists = false, bool kAfterBand = false>
+          bool kLists = false>
 __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     row_filter_kernel(const __grid_constant__ RowFilterParams<T> p) {
   static_assert(!kLists || kMask || kFamily == FilterFamily::kTopK, "only count searches list");
@@ -562,12 +543,6 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
   const T* x = p.input + row * p.in_row_stride;
   T* y = p.out + row * p.out_row_stride;
   const std::int64_t n = p.vocab;
-  if constexpr (kAfterBand) {
-    if (!isnan(load_float(y))) {
-      pdl_launch_dependents();
-      return;
-    }
-  }
   // The output pass is one more pass of the scope: against the search's last pass
   // (RowScope::next_pass_descending), four loads per thread in flight.
   const bool out_aligned = group_aligned(y);
@@ -611,36 +586,6 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     } else {
       write_pass(scope, [&](float (&v)[4]) { detail::renorm_group(v, kept, factor); });
     }
-  }
-  pdl_launch_dependents();
-}
-
-// Lab AOTINFER_LAB_TOP_P_BAND (top_p_band.cuh): top-p renormalisation of the rows whose band
-// holds their crossing, ahead of row_filter_kernel<..., kAfterBand>, which does the others (this
-// kernel marks them with a NaN first element). A kernel of its own: the band's code inside the
-// row kernel took it from 56 to 64 registers and made the search there spill (144 B in line,
-// 96 B as a called function, some of it in the level-0 and gather loops).
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads, 1) top_p_band_kernel(const __grid_constant__ RowFilterParams<T> p) {
-  __shared__ RowRadixShared sh;
-  if (threadIdx.x == 0) sh.gather_sizes = p.gather;  // read after sample_band's first barriers
-  pdl_wait_for_prior_grid();
-  const std::int64_t row = blockIdx.x;
-  const T* x = p.input + row * p.in_row_stride;
-  T* y = p.out + row * p.out_row_stride;
-  const std::int64_t n = p.vocab;
-  const RowScope<T, GatherMode::kSearch> scope(x, n);
-  detail::KeptSet kept;
-  if (detail::band_kept_set<kRowThreads>(scope, n, p.filter, row, sh, &kept)) {
-    const float factor = detail::renorm_factor(kept);
-    const bool out_aligned = group_aligned(y);
-    scope.for_each_group(0.f, [&](std::int64_t g, const float (&in)[4]) {
-      float v[4] = {in[0], in[1], in[2], in[3]};
-      detail::renorm_group(v, kept, factor);
-      store_group4(y, n, g, out_aligned, v);
-    });
-  } else if (threadIdx.x == 0) {
-    store_float(y, NAN);
   }
   pdl_launch_dependents();
 }

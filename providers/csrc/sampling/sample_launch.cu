@@ -546,16 +546,6 @@ void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, c
 template <typename T, FilterFamily kFamily>
 void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
   const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? renorm_gather(kFamily) : GatherMode::kOff;
-  if constexpr (kLabTopPBand && kFamily == FilterFamily::kTopP) {
-    // Lab AOTINFER_LAB_TOP_P_BAND: the band kernel first, the row kernel for the rows it leaves.
-    if (gather != GatherMode::kOff && gather_enabled() && row_threads(device, p.rows, op) == kRowThreads) {
-      launch_row_kernel<top_p_band_kernel<T>>(p, p.rows, kRowThreads, device, stream, gather, op);
-      launch_row_kernel<row_filter_kernel<T, false, kRowThreads, kFamily, false, true>>(p, p.rows, kRowThreads, device,
-                                                                                        stream, gather, op);
-      finish(cudaGetLastError(), op, device);
-      return;
-    }
-  }
   launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
       p, p.rows, device, stream, gather, op);
 }
