@@ -145,6 +145,83 @@ __device__ __forceinline__ void for_each_group4_toward(bool descending, const T*
   }
 }
 
+// Lab AOTINFER_LAB_ROW_PIPELINE (session 66): the one-CTA-per-row kernels' passes load a round
+// of kInFlight groups a thread and then use them, so a warp's next loads wait until it has
+// used the round before (item 98 of dev/NOTES.md: a pass fewer did not move the flat top-p
+// renorm kernel, DRAM at 52-60% of its peak). Here the next round is copied into shared memory
+// (cp.async into this thread's own slots: no barrier) while this round is used.
+#ifdef AOTINFER_LAB_ROW_PIPELINE
+constexpr bool kLabRowPipeline = true;
+#else
+constexpr bool kLabRowPipeline = false;
+#endif
+
+// One group of row x (its whole-group vector) into this thread's slot, asynchronously.
+template <typename T>
+__device__ __forceinline__ void copy_group_async(Group4<T>* slot, const T* x, int g) {
+  const Group4<T>* src = reinterpret_cast<const Group4<T>*>(x) + g;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(sizeof(Group4<T>)) : "memory");
+#else
+  *slot = *src;
+#endif
+}
+__device__ __forceinline__ void copies_issued() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void copies_landed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// for_each_group4_toward with its rounds of whole groups pipelined through `ring` (kInFlight x
+// blockDim.x groups of shared memory; slot u of thread t at ring[u * blockDim.x + t]): the same
+// f calls in the same order.
+template <int kInFlight, typename T, typename F>
+__device__ __forceinline__ void for_each_group4_pipelined(bool descending, const T* x, int n, bool aligned, float fill,
+                                                          Group4<T>* ring, F&& f) {
+  const int groups = (n + 3) / 4, step = blockDim.x, mine = threadIdx.x;
+  const int whole_end = aligned ? n / 4 : 0;
+  const int whole = mine < whole_end ? (whole_end - 1 - mine) / step + 1 : 0;  // this thread's
+  const int stride = descending ? -step : step, rounds = whole / kInFlight;
+  Group4<T>* const slots = ring + mine;
+  auto issue = [&](int first) {
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) copy_group_async(slots + u * step, x, first + u * stride);
+    copies_issued();
+  };
+  int g = descending ? mine + (whole - 1) * step : mine;
+  if (rounds > 0) issue(g);
+  for (int r = 0; r < rounds; ++r, g += kInFlight * stride) {
+    copies_landed();
+    float v[kInFlight][4];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const Group4<T> q = slots[u * step];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[u][j] = load_float(&q.v[j]);
+    }
+    // (The slots were read into v above, in this thread's order, before they are copied over.)
+    if (r + 1 < rounds) issue(g + kInFlight * stride);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) f(g + u * stride, v[u]);
+  }
+  for (int i = rounds * kInFlight; i < whole; ++i, g += stride) {
+    float v[4];
+    load_whole_group4(x, g, v);
+    f(g, v);
+  }
+  for (g = mine + whole * step; g < groups; g += step) {
+    float v[4];
+    load_group4(x, n, g, aligned, fill, v);
+    f(g, v);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ bool group_aligned(const T* x) {
   return reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0;
