@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/block_reduce.cuh"
 #include "../common/pdl.cuh"
@@ -412,35 +411,6 @@ struct FillingRowScope : RowScope<T, kGather> {
   }
 };
 
-// Lab AOTINFER_LAB_ROW_PIPELINE (row_access.cuh): FillingRowScope whose passes through
-// for_each_group run pipelined through `ring` (nullptr: as FillingRowScope's), for the top-p
-// renorm row kernels. The gather pass (segment_pass) keeps its own loads.
-template <typename T, GatherMode kGather>
-struct PipelinedRowScope : FillingRowScope<T, kGather> {
-  Group4<T>* ring;
-  __device__ PipelinedRowScope(const T* row, std::int64_t length, T* out, bool aligned_out, float value,
-                               Group4<T>* slots)
-      : FillingRowScope<T, kGather>(row, length, out, aligned_out, value), ring(slots) {}
-  template <typename F>
-  __device__ void for_each_group(float fill, F&& f) const {
-    const bool descending = this->next_pass_descending();
-    if (ring != nullptr) {
-      for_each_group4_pipelined<4>(descending, this->x, static_cast<int>(this->n), this->aligned, fill, ring, f);
-    } else {
-      for_each_group4_toward<4>(descending, this->x, static_cast<int>(this->n), this->aligned, fill, f);
-    }
-  }
-};
-
-// The lab's ring: after the gather list (GatherSizes), 16-byte aligned; nullptr without a list
-// (the launcher reserves the ring wherever it reserves a list: launch_renorm_rows).
-template <typename T>
-__device__ Group4<T>* pipeline_ring(const GatherSizes& sizes) {
-  extern __shared__ std::uint64_t gather_smem[];
-  if (sizes.capacity == 0) return nullptr;
-  return reinterpret_cast<Group4<T>*>(gather_smem + ((sizes.segments + sizes.capacity + 1) & ~std::uint64_t{1}));
-}
-
 // The output pass from the list (Threshold::kept_listed): every element gets `dropped`
 // without a read of the row (unless `filled`: FillingRowScope did it), then each warp writes
 // its slice's kept keys (key >= min_key) at their positions, value_of(key). The row is not
@@ -606,15 +576,7 @@ __global__ void __launch_bounds__(kThreads, kRowCtasPerSm(kThreads))
     // Renormalisation: where the search's list holds the kept set (kLists: level 0's list of a
     // top-k search; GatherMode::kSearch: a top-p search's gather list, ListsKeptSet), the
     // output is written from it, otherwise by the pass.
-    using Scope = std::conditional_t<kLabRowPipeline && kGather == GatherMode::kSearch,
-                                     detail::PipelinedRowScope<T, kGather>, detail::FillingRowScope<T, kGather>>;
-    const Scope scope = [&] {
-      if constexpr (std::is_same_v<Scope, detail::FillingRowScope<T, kGather>>) {
-        return Scope(x, n, y, out_aligned, 0.f);
-      } else {
-        return Scope(x, n, y, out_aligned, 0.f, detail::pipeline_ring<T>(p.gather));
-      }
-    }();
+    const detail::FillingRowScope<T, kGather> scope(x, n, y, out_aligned, 0.f);
     const detail::KeptSet kept = detail::prob_filter<kFamily>(scope, n, p.filter, row, true, sh);
     const float factor = detail::renorm_factor(kept);
     if (kept.listed && kept.any) {

@@ -361,8 +361,7 @@ constexpr std::int64_t kKeptListCapacity = 1024;
 // `draws`: a sampler's kernel, whose draw may read the list (with kHeadBound:
 // launch_sample_rows).
 template <auto Kernel>
-GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, bool draws, const char* op,
-                         std::int64_t reserve = 0) {
+GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode gather, bool draws, const char* op) {
   const bool segments = gather == GatherMode::kSearchAndDraw || gather == GatherMode::kKeptSet ||
                         (draws && gather == GatherMode::kHeadBound);
   int per_sm = 0, optin = 0, reserved = 0;
@@ -370,7 +369,7 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode
   finish(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(&optin, device), op, device);
   finish(cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(&reserved, device), op, device);
   const std::int64_t per_cta = std::min<std::int64_t>(optin, per_sm / kRowCtasPerSm(threads) - reserved);
-  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op) - reserve;
+  const std::int64_t budget = per_cta - static_smem_bytes<Kernel>(device, op);
   const std::int64_t seg =
       segments ? SegmentLayout::of((vocab + 3) / 4, RadixShared::kDrawSegments).segments : 0;
   const std::int64_t want = gather == GatherMode::kKeptSet
@@ -381,29 +380,23 @@ GatherSizes gather_sizes(int device, int threads, std::int64_t vocab, GatherMode
   return GatherSizes{static_cast<std::uint32_t>(seg), static_cast<std::uint32_t>(capacity)};
 }
 
-// ring_per_thread (lab AOTINFER_LAB_ROW_PIPELINE): bytes a thread of shared memory after the
-// list, for the kernel's pipeline ring (filter_sample.cuh's pipeline_ring), where it has a list.
 template <auto Kernel, typename Params>
 void launch_row_kernel(Params p, std::int64_t rows, int threads, int device, cudaStream_t stream, GatherMode gather,
-                       const char* op, std::int64_t ring_per_thread = 0) {
-  const std::int64_t ring = ring_per_thread * threads;
+                       const char* op) {
   p.gather = gather != GatherMode::kOff && gather_enabled()
-                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather, std::is_same_v<Params, SampleParams>, op,
-                                        ring ? ring + 8 : 0)
+                 ? gather_sizes<Kernel>(device, threads, p.vocab, gather, std::is_same_v<Params, SampleParams>, op)
                  : GatherSizes{0, 0};
-  const int smem =
-      static_cast<int>(8 * (p.gather.segments + p.gather.capacity) + (ring && p.gather.capacity ? ring + 8 : 0));
+  const int smem = static_cast<int>(8 * (p.gather.segments + p.gather.capacity));
   if (smem > 0) finish(ensure_dynamic_smem<Kernel>(smem, device), op, device);
   Kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(p);
 }
 
 template <auto Big, auto Half, typename Params>
-void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, GatherMode gather, const char* op,
-                 std::int64_t ring_per_thread = 0) {
+void launch_rows(const Params& p, std::int64_t rows, int device, cudaStream_t stream, GatherMode gather, const char* op) {
   if (row_threads(device, rows, op) == kRowThreads) {
-    launch_row_kernel<Big>(p, rows, kRowThreads, device, stream, gather, op, ring_per_thread);
+    launch_row_kernel<Big>(p, rows, kRowThreads, device, stream, gather, op);
   } else {
-    launch_row_kernel<Half>(p, rows, kRowThreads / 2, device, stream, gather, op, ring_per_thread);
+    launch_row_kernel<Half>(p, rows, kRowThreads / 2, device, stream, gather, op);
   }
   finish(cudaGetLastError(), op, device);
 }
@@ -553,10 +546,8 @@ void launch_sample_rows(const SampleParams& p, std::int64_t batch, int device, c
 template <typename T, FilterFamily kFamily>
 void launch_renorm_rows(const RowFilterParams<T>& p, int device, cudaStream_t stream, const char* op) {
   const GatherMode gather = p.vocab >= kRowBeyondL1Vocab ? renorm_gather(kFamily) : GatherMode::kOff;
-  // (Lab AOTINFER_LAB_ROW_PIPELINE: the top-p kernels' ring, four groups a thread.)
-  const std::int64_t ring = kLabRowPipeline && kFamily == FilterFamily::kTopP ? 4 * sizeof(Group4<T>) : 0;
   launch_rows<row_filter_kernel<T, false, kRowThreads, kFamily>, row_filter_kernel<T, false, kRowThreads / 2, kFamily>>(
-      p, p.rows, device, stream, gather, op, ring);
+      p, p.rows, device, stream, gather, op);
 }
 
 // Top-k masking (kMask) and top-k renormalisation. Where rows are beyond L1, level 0 lists the
