@@ -203,9 +203,8 @@ def test_softmax_split_chunk_sizes_match_reference(
     # Every chunk size (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB), on rows whose chunks start off the
     # 16-byte grid (odd vocabularies, sliced rows): the bulk copy takes the aligned interior,
     # threads the head and tail. split_cluster grows a chunk that would leave a row more than
-    # one cluster's chunks, so some of its cases run longer chunks than the pin. The aligned
-    # bf16 case (rows of a multiple of 4 elements) is the one the cluster form may hold partly
-    # in registers.
+    # one cluster's chunks, so some of its cases run longer chunks than the pin. The last case's
+    # rows all start on the 16-byte grid, so bulk copies alone carry its chunks.
     monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     monkeypatch.setenv("AOTINFER_SOFTMAX_SPLIT_CHUNK_KB", chunk_kb)
     logits = _logits(batch, vocab + offset, dtype, seed=vocab + int(chunk_kb))[:, offset:]

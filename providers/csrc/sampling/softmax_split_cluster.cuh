@@ -20,9 +20,7 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/cuda_check.h"
 #include "../common/pdl.cuh"
@@ -49,58 +47,10 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
   return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
 }
 
-// Lab AOTINFER_LAB_SOFTMAX_ONE_WAVE: 2-byte logits keep the first kOneWaveRegGroups groups of
-// four of each thread (3072 elements a CTA) in registers and only the rest of the chunk in
-// shared memory, so that kOneWaveCtasPerSm CTAs fit an SM (26.6 KB of shared memory each
-// instead of 32 KB, at most 32 registers a thread) and 128 rows of 128256 (1024 CTAs) run in
-// one wave instead of 1.39 (dev/NOTES.md item 50: at most 92 clusters of 8 resident). The
-// prediction: the second wave's load-exchange-write chain, latency-bound with few clusters,
-// is most of the fixed ~5.6 us that keeps 128 x 128256 at 69% of copy on the H200 (item 49).
-constexpr int kOneWaveRegGroups = 3;
-constexpr int kOneWaveCtasPerSm = 8;
-constexpr int kOneWaveRegElems = kOneWaveRegGroups * 4 * kSplitThreads;
-
-// The chunk's first `elems` elements (a multiple of 4), group g of them in thread g % kSplitThreads.
-template <typename T, int kGroups>
-struct RegisterGroups {
-  Group4<T> q[kGroups > 0 ? kGroups : 1];
-  int elems;
-
-  // f(k, v, count) over this thread's groups, as for_each_shared_group4.
-  template <typename F>
-  __device__ __forceinline__ void operator()(F&& f) const {
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      const int g = static_cast<int>(threadIdx.x) + i * kSplitThreads;
-      if (4 * g < elems) {
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = load_float(&q[i].v[j]);
-        f(4 * g, v, std::integral_constant<int, 4>{});
-      }
-    }
-  }
-};
-
-// src's first min(n, kGroups * 4 * kSplitThreads) elements rounded down to a group, by vector
-// loads (src 4-element aligned).
-template <typename T, int kGroups>
-__device__ __forceinline__ RegisterGroups<T, kGroups> load_register_groups(const T* src, int n) {
-  RegisterGroups<T, kGroups> r;
-  r.elems = min(n, kGroups * 4 * kSplitThreads) & ~3;
-#pragma unroll
-  for (int i = 0; i < kGroups; ++i) {
-    const int g = static_cast<int>(threadIdx.x) + i * kSplitThreads;
-    if (4 * g < r.elems) r.q[i] = reinterpret_cast<const Group4<T>*>(src)[g];
-  }
-  return r;
-}
-
 namespace detail {
 
-// kRegGroups > 0: the lab's form (above); 0: the whole chunk in shared memory.
-template <typename T, int kRegGroups = 0>
-__global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPerSm : 1)
+template <typename T>
+__global__ void __launch_bounds__(kSplitThreads)
     softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies, clusters; launched on sm_90+ only
   namespace cg = cooperative_groups;
@@ -121,21 +71,7 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPe
   const std::int64_t lo = static_cast<std::int64_t>(rank) * chunk_elems;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
   const float inv_t = p.inv_temperature(row);
-  const T* src = p.logits + row * p.in_row_stride + lo;
-  float* out = p.probs + row * p.out_row_stride + lo;
-  if constexpr (kRegGroups > 0) {
-    const RegisterGroups<T, kRegGroups> regs = load_register_groups<T, kRegGroups>(src, n);
-    const SharedChunk<T> c = copy_chunk_to_shared(src + regs.elems, n - regs.elems, smem, &bar);
-    const float2 st = chunk_stats(c, inv_t, regs);
-    cluster.barrier_wait();
-    if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
-    wait_for_pushes(0u, chunks * sizeof(float2));
-    const float2 m_inv_s = merge_chunk_stats(chunks, [&](int j) { return pushed[j]; });
-    regs([&](int k, float(&v)[4], auto) { write_group_probs<4>(out, true, k, v, inv_t, m_inv_s); });
-    write_chunk_probs(c, inv_t, m_inv_s, out + regs.elems);
-    return;
-  }
-  const SharedChunk<T> c = copy_chunk_to_shared(src, n, smem, &bar);
+  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
   cluster.barrier_wait();
   // Each CTA's pair into its slot of every CTA (cluster_push.cuh's exchange, one use of barrier
@@ -147,7 +83,8 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPe
   // history/ab-softmax-async-push-84c3516-h100.txt).
   if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
   wait_for_pushes(0u, chunks * sizeof(float2));
-  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }), out);
+  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
+                    p.probs + row * p.out_row_stride + lo);
 #endif
 }
 
@@ -161,24 +98,6 @@ cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elem
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
-#ifdef AOTINFER_LAB_SOFTMAX_ONE_WAVE
-  // Register groups need 8-byte-aligned chunks: logits and every row start 4-element aligned
-  // (chunk_elems is a multiple of kSplitMinChunk), probs 16-byte aligned (float4 stores).
-  if constexpr (sizeof(T) == 2) {
-    if (reinterpret_cast<std::uintptr_t>(params.logits) % 8 == 0 && params.in_row_stride % 4 == 0 &&
-        reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 && params.out_row_stride % 4 == 0) {
-      constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kOneWaveRegGroups>;
-      // The carveout all shared memory takes so that kOneWaveCtasPerSm CTAs fit.
-      static const cudaError_t set =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-      AOTINFER_CUDA_TRY(set);
-      const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kOneWaveRegElems, 4)) * sizeof(T) + 16;
-      return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
-                                stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
-                                chunks);
-    }
-  }
-#endif
   // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
   const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
