@@ -13,7 +13,11 @@ line (a line run by each warp once shows the warp count, e.g. 128 for 8 CTAs x 1
 With DEPTH > 0 (nvdisasm -gi), lines are grouped by the outermost DEPTH frames of their
 inlining chain instead (the kernel's phases: which call of the kernel body they serve).
 
-    python dev/sass_lines.py ncu-src.csv[.gz] nvdisasm.txt[.gz] [TOP] [DEPTH] [SOURCE_ROOT]
+With --reasons, each line also shows its samples' main stall reasons (shares of the line's
+samples, the "stall_*" columns: long_sb a global load's result, lg the load/store queue,
+barrier a __syncthreads, ...).
+
+    python dev/sass_lines.py [--reasons] ncu-src.csv[.gz] nvdisasm.txt[.gz] [TOP] [DEPTH] [SOURCE_ROOT]
 """
 
 from __future__ import annotations
@@ -104,12 +108,15 @@ def own(chain: Tuple[str, ...]) -> Tuple[str, ...]:
 
 
 def by_line(kernel: Kernel, code, depth: int = 0):
-    """{where: [warp instructions executed, samples, Counter of execution counts]}, where is
-    the innermost own source line (depth 0) or the outermost `depth` own frames (the kernel's
-    call path: which phase of the kernel the instruction belongs to)."""
+    """{where: [warp instructions executed, samples, Counter of execution counts, Counter of
+    stall reasons' samples]}, where is the innermost own source line (depth 0) or the
+    outermost `depth` own frames (the kernel's call path: which phase of the kernel the
+    instruction belongs to)."""
     start = int(kernel.lines[0].address, 16)
     where_at = {offset: own(chain) for offset, _, chain in code}
-    table: Dict[str, list] = collections.defaultdict(lambda: [0, 0, collections.Counter()])
+    table: Dict[str, list] = collections.defaultdict(
+        lambda: [0, 0, collections.Counter(), collections.Counter()]
+    )
     for line in kernel.lines:
         chain = where_at.get(int(line.address, 16) - start, ("?",))
         where = chain[0] if depth == 0 else " < ".join(short(w) for w in chain[-depth:])
@@ -118,10 +125,21 @@ def by_line(kernel: Kernel, code, depth: int = 0):
         row[1] += line.samples
         if line.executed:
             row[2][line.executed] += 1
+        row[3].update(line.reasons)
     return table
 
 
-def report(kernel: Kernel, functions, top: int, root: str, depth: int = 0) -> str:
+def main_reasons(reasons: collections.Counter, samples: int, top: int = 4) -> str:
+    """The `top` stall reasons of a line's samples, as "long_sb 41%, ..."."""
+    if samples <= 0:
+        return ""
+    shown = [(r.replace("stall_", ""), n) for r, n in reasons.most_common(top) if n > 0]
+    return ", ".join(f"{r} {100 * n / samples:.0f}%" for r, n in shown)
+
+
+def report(
+    kernel: Kernel, functions, top: int, root: str, depth: int = 0, reasons: bool = False
+) -> str:
     name = match(kernel, functions)
     if not name:
         return f"{kernel.name}: no disassembled function has its {len(kernel.lines)} instructions"
@@ -132,31 +150,34 @@ def report(kernel: Kernel, functions, top: int, root: str, depth: int = 0) -> st
         f"{kernel.name}: {executed / 1e6:.3f} M warp instructions, {samples} samples ({name[:60]})"
     ]
     out.append("  instr%  samp%  counts (x instructions)            line")
-    for where, (n, s, counts) in sorted(table.items(), key=lambda kv: -kv[1][0])[:top]:
+    for where, (n, s, counts, why) in sorted(table.items(), key=lambda kv: -kv[1][0])[:top]:
         seen = ",".join(f"{c}x{k}" for c, k in counts.most_common(3))
         text = source_text(where, root) if depth == 0 else ""
         shares = f"{100 * n / executed:5.1f}  {100 * s / samples:5.1f}"
         out.append(f"  {shares}  {seen:34s} {short(where)}  {text}")
+        if reasons and s:
+            out.append(f"                 stalls: {main_reasons(why, s)}")
     return "\n".join(out)
 
 
 def main():
-    csv_path, dis_path = sys.argv[1], sys.argv[2]
-    top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
-    depth = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    args = sys.argv[1:]
+    reasons = "--reasons" in args
+    args = [a for a in args if a != "--reasons"]
+    csv_path, dis_path = args[0], args[1]
+    top = int(args[2]) if len(args) > 2 else 30
+    depth = int(args[3]) if len(args) > 3 else 0
     root = (
-        sys.argv[5]
-        if len(sys.argv) > 5
-        else os.path.join(os.path.dirname(__file__), "..", "providers", "csrc")
+        args[4] if len(args) > 4 else os.path.join(os.path.dirname(__file__), "..", "providers", "csrc")
     )
     with _open(dis_path) as f:
         functions = read_functions(f)
     with _open(csv_path) as f:
         kernels = read_kernels(f)
     for kernel in kernels:
-        print(report(kernel, functions, top, root))
+        print(report(kernel, functions, top, root, reasons=reasons))
         if depth:
-            print(report(kernel, functions, top, root, depth))
+            print(report(kernel, functions, top, root, depth, reasons))
 
 
 if __name__ == "__main__":
