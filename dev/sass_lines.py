@@ -17,7 +17,8 @@ With --reasons, each line also shows its samples' main stall reasons (shares of 
 samples, the "stall_*" columns: long_sb a global load's result, lg the load/store queue,
 barrier a __syncthreads, ...).
 
-    python dev/sass_lines.py [--reasons] ncu-src.csv[.gz] nvdisasm.txt[.gz] [TOP] [DEPTH] [SOURCE_ROOT]
+    python dev/sass_lines.py [--reasons] ncu-src.csv[.gz] nvdisasm.txt[.gz] [TOP] [DEPTH] \
+        [SOURCE_ROOT]
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def main_reasons(reasons: collections.Counter, samples: int, top: int = 4) -> st
     """The `top` stall reasons of a line's samples, as "long_sb 41%, ..."."""
     if samples <= 0:
         return ""
-    shown = [(r.replace("stall_", ""), n) for r, n in reasons.most_common(top) if n > 0]
+    shown = [(r, n) for r, n in reasons.most_common(top) if n > 0]
     return ", ".join(f"{r} {100 * n / samples:.0f}%" for r, n in shown)
 
 
@@ -167,9 +168,8 @@ def main():
     csv_path, dis_path = args[0], args[1]
     top = int(args[2]) if len(args) > 2 else 30
     depth = int(args[3]) if len(args) > 3 else 0
-    root = (
-        args[4] if len(args) > 4 else os.path.join(os.path.dirname(__file__), "..", "providers", "csrc")
-    )
+    default_root = os.path.join(os.path.dirname(__file__), "..", "providers", "csrc")
+    root = args[4] if len(args) > 4 else default_root
     with _open(dis_path) as f:
         functions = read_functions(f)
     with _open(csv_path) as f:

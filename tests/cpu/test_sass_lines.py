@@ -90,3 +90,24 @@ def test_unmatched_kernel_is_named():
     kernel = tool.read_kernels(csv_page())[0]
     text = tool.report(kernel, tool.read_functions([".text._Z1fv:"]), 5, str(ROOT))
     assert "no disassembled function has its 4 instructions" in text
+
+
+def test_reasons_per_line():
+    # The page's stall_* columns: each line's samples by reason, summed per source line and
+    # printed (shares of the line's samples) with --reasons.
+    header = HEADER + ',"stall_long_sb","stall_mio","stall_long_sb (Not Issued)"'
+    reasons = {0: (1, 0), 1: (1, 3), 2: (0, 0), 3: (3, 0)}
+    lines = ['"Kernel Name","void kernel()",', header]
+    lines += [
+        f'"0x{0x7F0000 + 16 * i:x}","      {sass}","{samples}","{executed}",'
+        f'"{reasons[i][0]}","{reasons[i][1]}","9"'
+        for i, (sass, samples, executed) in enumerate(PAGE)
+    ]
+    functions = tool.read_functions(DISASSEMBLY.splitlines())
+    kernel = tool.read_kernels(lines)[0]
+    table = tool.by_line(kernel, functions["_Z6kernelv"])
+    assert table[f"{K}:7"][3] == {"long_sb": 1, "mio": 3}
+    assert tool.main_reasons(table[f"{K}:7"][3], 4) == "mio 75%, long_sb 25%"
+    text = tool.report(kernel, functions, 5, str(ROOT), reasons=True)
+    assert "stalls: long_sb 100%" in text and "stalls: mio 75%, long_sb 25%" in text
+    assert "stalls" not in tool.report(kernel, functions, 5, str(ROOT))
