@@ -142,14 +142,19 @@ def summary(kernel: Kernel, top: int = 12) -> str:
     return "\n".join(out)
 
 
+def reason_shares(reasons: collections.Counter, whole: int, top: int):
+    """[(reason, percent of whole)] for the `top` largest nonzero stall reasons."""
+    whole = max(whole, 1)
+    return [(r, 100 * n / whole) for r, n in reasons.most_common(top) if n]
+
+
 def hot_lines(kernel: Kernel, hot: int) -> str:
     """The kernel's stall reasons as shares of its samples, then its `hot` SASS lines with the
     most samples: address, executions, samples, text and the line's two largest reasons."""
     totals: collections.Counter = collections.Counter()
     for line in kernel.lines:
         totals.update(line.reasons)
-    whole = max(sum(totals.values()), 1)
-    shares = [f"{r} {100 * n / whole:.1f}%" for r, n in totals.most_common(8) if n]
+    shares = [f"{r} {share:.1f}%" for r, share in reason_shares(totals, sum(totals.values()), 8)]
     out = ["  stall reasons: " + " ".join(shares)]
     for line in sorted(kernel.lines, key=lambda x: -x.samples)[:hot]:
         two = sorted(line.reasons.items(), key=lambda x: -x[1])[:2]

@@ -31,7 +31,7 @@ import sys
 from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ncu_source_summary import Kernel, opcode, read_kernels  # noqa: E402
+from ncu_source_summary import Kernel, opcode, read_kernels, reason_shares  # noqa: E402
 
 FUNCTION = re.compile(r"^\.text\.(\S+):$")
 FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
@@ -134,8 +134,7 @@ def main_reasons(reasons: collections.Counter, samples: int, top: int = 4) -> st
     """The `top` stall reasons of a line's samples, as "long_sb 41%, ..."."""
     if samples <= 0:
         return ""
-    shown = [(r, n) for r, n in reasons.most_common(top) if n > 0]
-    return ", ".join(f"{r} {100 * n / samples:.0f}%" for r, n in shown)
+    return ", ".join(f"{r} {share:.0f}%" for r, share in reason_shares(reasons, samples, top))
 
 
 def report(
