@@ -159,21 +159,33 @@ struct MaxNanOp {
 // shuffle step. The stats kernel is issue-bound (Nsight Compute at ca62d3f: IPC 3.3), so
 // instructions are what counts; this and four-element groups together took 128 x 128256 from
 // 45.8 to 38.6 us.
-template <typename T>
-__device__ __forceinline__ float2 chunk_stats(const SharedChunk<T>& c, float inv_t) {
+//
+// `also` visits elements of the chunk held elsewhere (registers): also(f) calls f as
+// for_each_shared_group4 does; the default visits none.
+struct NoOtherElements {
+  template <typename F>
+  __device__ __forceinline__ void operator()(F&&) const {}
+};
+
+template <typename T, typename Also = NoOtherElements>
+__device__ __forceinline__ float2 chunk_stats(const SharedChunk<T>& c, float inv_t, Also&& also = {}) {
   float x_max = -INFINITY;
-  for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
+  const auto fold_max = [&](int, float(&v)[4], auto count) {
 #pragma unroll
     for (int j = 0; j < decltype(count)::value; ++j) x_max = max_nan(x_max, v[j]);
-  });
+  };
+  also(fold_max);
+  for_each_shared_group4(c, fold_max);
   // inv_t > 0 and rounding is monotone: the scaled maximum.
   const float m = block_reduce(x_max, MaxNanOp{}, -INFINITY) * inv_t;
   float sum = 0.f;
   if (m != -INFINITY) {  // only -inf: no terms (x - max would be NaN)
-    for_each_shared_group4(c, [&](int, float(&v)[4], auto count) {
+    const auto fold_sum = [&](int, float(&v)[4], auto count) {
 #pragma unroll
       for (int j = 0; j < decltype(count)::value; ++j) sum += fast_exp2((v[j] * inv_t - m) * kLog2e);
-    });
+    };
+    also(fold_sum);
+    for_each_shared_group4(c, fold_sum);
   }
   sum = block_reduce(sum, SumOp{}, 0.f);
   // A NaN maximum or a NaN sum flags a NaN or +inf logit.
@@ -198,22 +210,29 @@ __device__ __forceinline__ float2 merge_chunk_stats(int chunks, F&& stats_of) {
   return make_float2(acc.m, acc.has_nan ? NAN : 1.f / acc.s);
 }
 
-// Writes the chunk's probabilities exp(x * inv_t - m) * inv_s to out[0 .. c.n): float4
-// streaming stores where out is 16-byte aligned.
+// Writes the probabilities exp(x * inv_t - m) * inv_s of elements k .. k + count - 1 (values
+// v, as for_each_shared_group4 gives them) to out[k ..]: one float4 streaming store for a
+// whole group where out is 16-byte aligned.
+template <int kCount>
+__device__ __forceinline__ void write_group_probs(float* out, bool out_aligned, int k, float (&v)[4], float inv_t,
+                                                  float2 row) {
+  const float m = row.x, inv_s = row.y;
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
+  if (kCount == 4 && out_aligned) {
+    __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
+  }
+}
+
+// Writes the chunk's probabilities to out[0 .. c.n) (write_group_probs).
 template <typename T>
 __device__ __forceinline__ void write_chunk_probs(const SharedChunk<T>& c, float inv_t, float2 row, float* out) {
-  const float m = row.x, inv_s = row.y;
   const bool out_aligned = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   for_each_shared_group4(c, [&](int k, float(&v)[4], auto count) {
-    constexpr int kCount = decltype(count)::value;
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) v[j] = exp2f((v[j] * inv_t - m) * kLog2e) * inv_s;
-    if (kCount == 4 && out_aligned) {
-      __stcs(reinterpret_cast<float4*>(out + k), make_float4(v[0], v[1], v[2], v[3]));
-    } else {
-#pragma unroll
-      for (int j = 0; j < kCount; ++j) out[k + j] = v[j];
-    }
+    write_group_probs<decltype(count)::value>(out, out_aligned, k, v, inv_t, row);
   });
 }
 

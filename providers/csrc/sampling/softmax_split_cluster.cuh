@@ -20,9 +20,13 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "../common/cuda_check.h"
+#include "../common/env_switch.h"
 #include "../common/pdl.cuh"
 #include "cluster_push.cuh"
 #include "softmax_split.cuh"
@@ -47,10 +51,60 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
   return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
 }
 
+// Lab AOTINFER_LAB_SOFTMAX_ONE_WAVE: 2-byte logits keep the first kOneWaveRegGroups groups of
+// four of each thread (3072 elements a CTA) in registers and only the rest of the chunk in
+// shared memory, so that kOneWaveCtasPerSm CTAs fit an SM (26.6 KB of shared memory each
+// instead of 32 KB, at most 32 registers a thread) and 128 rows of 128256 (1024 CTAs) run in
+// one wave instead of 1.39 (dev/NOTES.md item 50: at most 92 clusters of 8 resident). The
+// prediction: the second wave's load-exchange-write chain, latency-bound with few clusters,
+// is most of the fixed ~5.6 us that keeps 128 x 128256 at 69% of copy on the H200 (item 49).
+constexpr int kOneWaveRegGroups = 3;
+constexpr int kOneWaveCtasPerSm = 8;
+constexpr int kOneWaveRegElems = kOneWaveRegGroups * 4 * kSplitThreads;
+
+// The chunk's first `elems` elements (a multiple of 4), group g of them in thread g % kSplitThreads.
+template <typename T, int kGroups>
+struct RegisterGroups {
+  Group4<T> q[kGroups > 0 ? kGroups : 1];
+  int elems;
+
+  // f(k, v, count) over this thread's groups, as for_each_shared_group4.
+  template <typename F>
+  __device__ __forceinline__ void operator()(F&& f) const {
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const int g = static_cast<int>(threadIdx.x) + i * kSplitThreads;
+      if (4 * g < elems) {
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = load_float(&q[i].v[j]);
+        f(4 * g, v, std::integral_constant<int, 4>{});
+      }
+    }
+  }
+};
+
+// src's first min(n, kGroups * 4 * kSplitThreads) elements rounded down to a group, by vector
+// loads (src 4-element aligned).
+template <typename T, int kGroups>
+__device__ __forceinline__ RegisterGroups<T, kGroups> load_register_groups(const T* src, int n) {
+  RegisterGroups<T, kGroups> r;
+  r.elems = min(n, kGroups * 4 * kSplitThreads) & ~3;
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    const int g = static_cast<int>(threadIdx.x) + i * kSplitThreads;
+    if (4 * g < r.elems) r.q[i] = reinterpret_cast<const Group4<T>*>(src)[g];
+  }
+  return r;
+}
+
 namespace detail {
 
-template <typename T>
-__global__ void __launch_bounds__(kSplitThreads)
+// kRegGroups > 0: the lab's form (above); 0: the whole chunk in shared memory. kLabCopy: an
+// instance of its own of the plain form (the lab's "carveout" form sets its shared-memory
+// carveout, a sticky attribute of the function, and must not change the default's).
+template <typename T, int kRegGroups = 0, bool kLabCopy = false>
+__global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPerSm : 1)
     softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies, clusters; launched on sm_90+ only
   namespace cg = cooperative_groups;
@@ -71,7 +125,21 @@ __global__ void __launch_bounds__(kSplitThreads)
   const std::int64_t lo = static_cast<std::int64_t>(rank) * chunk_elems;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(chunk_elems), p.vocab - lo));
   const float inv_t = p.inv_temperature(row);
-  const SharedChunk<T> c = copy_chunk_to_shared(p.logits + row * p.in_row_stride + lo, n, smem, &bar);
+  const T* src = p.logits + row * p.in_row_stride + lo;
+  float* out = p.probs + row * p.out_row_stride + lo;
+  if constexpr (kRegGroups > 0) {
+    const RegisterGroups<T, kRegGroups> regs = load_register_groups<T, kRegGroups>(src, n);
+    const SharedChunk<T> c = copy_chunk_to_shared(src + regs.elems, n - regs.elems, smem, &bar);
+    const float2 st = chunk_stats(c, inv_t, regs);
+    cluster.barrier_wait();
+    if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
+    wait_for_pushes(0u, chunks * sizeof(float2));
+    const float2 m_inv_s = merge_chunk_stats(chunks, [&](int j) { return pushed[j]; });
+    regs([&](int k, float(&v)[4], auto) { write_group_probs<4>(out, true, k, v, inv_t, m_inv_s); });
+    write_chunk_probs(c, inv_t, m_inv_s, out + regs.elems);
+    return;
+  }
+  const SharedChunk<T> c = copy_chunk_to_shared(src, n, smem, &bar);
   const float2 st = chunk_stats(c, inv_t);
   cluster.barrier_wait();
   // Each CTA's pair into its slot of every CTA (cluster_push.cuh's exchange, one use of barrier
@@ -83,8 +151,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   // history/ab-softmax-async-push-84c3516-h100.txt).
   if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
   wait_for_pushes(0u, chunks * sizeof(float2));
-  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }),
-                    p.probs + row * p.out_row_stride + lo);
+  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }), out);
 #endif
 }
 
@@ -98,6 +165,40 @@ cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elem
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
+#ifdef AOTINFER_LAB_SOFTMAX_ONE_WAVE
+  // The lab build picks the form at run time, so that one process compares them shape by
+  // shape: AOTINFER_LAB_SOFTMAX_FORM=regs (the register groups, 8 CTAs an SM), carveout (the
+  // plain form with the maximum shared carveout, to tell that attribute's effect from the
+  // registers'), unset: the plain form as shipped.
+  // Register groups need 8-byte-aligned chunks: logits and every row start 4-element aligned
+  // (chunk_elems is a multiple of kSplitMinChunk), probs 16-byte aligned (float4 stores).
+  const std::string form = env_choice("AOTINFER_LAB_SOFTMAX_FORM", {"regs", "carveout"});
+  if (form == "carveout") {
+    constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, 0, true>;
+    static const cudaError_t set =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    AOTINFER_CUDA_TRY(set);
+    const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
+    return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
+                              stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
+                              chunks);
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (form == "regs" && reinterpret_cast<std::uintptr_t>(params.logits) % 8 == 0 &&
+        params.in_row_stride % 4 == 0 && reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 &&
+        params.out_row_stride % 4 == 0) {
+      constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kOneWaveRegGroups>;
+      // The carveout all shared memory takes so that kOneWaveCtasPerSm CTAs fit.
+      static const cudaError_t set =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      AOTINFER_CUDA_TRY(set);
+      const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kOneWaveRegElems, 4)) * sizeof(T) + 16;
+      return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
+                                stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
+                                chunks);
+    }
+  }
+#endif
   // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
   const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
