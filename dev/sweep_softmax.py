@@ -4,7 +4,7 @@ form (AOTINFER_SOFTMAX_KERNEL=split / split_cluster), at the chunk rule's size a
 chunk sizes (AOTINFER_SOFTMAX_SPLIT_CHUNK_KB), and what auto picks, with % of copy bandwidth.
 
     python dev/sweep_softmax.py [OUT.json [VARIANT ...]]   (GPU machine, provider installed)
-    SWEEP_SHAPES=256x32000,384x32000 python dev/sweep_softmax.py out.json auto regs carveout
+    SWEEP_SHAPES=256x32000,384x32000 python dev/sweep_softmax.py out.json cluster regs
 
 The JSON ({"us": {case: us}, "tokens": {}}) is what dev/ab_provider_builds.sh compares.
 """
@@ -28,16 +28,14 @@ SHAPES = [(b, 128256) for b in (32, 64, 96, 128, 192, 256, 512)] + [
 # SWEEP_SHAPES="BxV,BxV,...": these shapes instead (e.g. grids of chosen CTA counts).
 if os.environ.get("SWEEP_SHAPES"):
     SHAPES = [tuple(int(x) for x in s.split("x")) for s in os.environ["SWEEP_SHAPES"].split(",")]
-# label -> (AOTINFER_SOFTMAX_KERNEL, AOTINFER_SOFTMAX_SPLIT_CHUNK_KB or "" for the rule, and
-# AOTINFER_LAB_SOFTMAX_FORM: the cluster form's lab variants, read only by a provider built
-# with AOTINFER_LAB_SOFTMAX_ONE_WAVE)
+# label -> (AOTINFER_SOFTMAX_KERNEL, AOTINFER_SOFTMAX_SPLIT_CHUNK_KB or "" for the rule);
+# cluster is the one-launch form's plain form, regs its register form.
 VARIANTS = {
-    "auto": ("auto", "", ""),
-    "pair": ("split", "", ""),
-    "cluster": ("split_cluster", "", ""),
-    **{f"cluster{kb}": ("split_cluster", kb, "") for kb in ("8", "16", "32")},
-    "regs": ("auto", "", "regs"),
-    "carveout": ("auto", "", "carveout"),
+    "auto": ("auto", ""),
+    "pair": ("split", ""),
+    "cluster": ("split_cluster", ""),
+    "regs": ("split_cluster_regs", ""),
+    **{f"cluster{kb}": ("split_cluster", kb) for kb in ("8", "16", "32")},
 }
 
 
@@ -58,20 +56,15 @@ def main():
 
         sets = rotations(make, useful)
         cells = []
-        for label, (kernel, kb, form) in variants.items():
+        for label, (kernel, kb) in variants.items():
             os.environ["AOTINFER_SOFTMAX_KERNEL"] = kernel
             os.environ["AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"] = kb
-            os.environ["AOTINFER_LAB_SOFTMAX_FORM"] = form
             us = rotation_graph_us(lambda lg, t: aotinfer.softmax(lg, t), sets)
             results[f"{label} {batch}x{vocab}"] = us
             cells.append(f"{us:7.1f} ({100 * useful / (us * 1e-6) / copy_bw:4.1f})")
         print(f"{batch:>5d}x{vocab:<6d} " + " ".join(f"{c:>15s}" for c in cells), flush=True)
         del sets
-    for name in (
-        "AOTINFER_SOFTMAX_KERNEL",
-        "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB",
-        "AOTINFER_LAB_SOFTMAX_FORM",
-    ):
+    for name in ("AOTINFER_SOFTMAX_KERNEL", "AOTINFER_SOFTMAX_SPLIT_CHUNK_KB"):
         os.environ.pop(name, None)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:

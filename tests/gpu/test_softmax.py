@@ -123,8 +123,11 @@ def test_softmax_rejects_bad_input_before_launch():
 # the split pair at batch 1 and on odd vocabularies (its last chunk is short, and with an
 # unaligned row start it takes the scalar path with 1024-element chunks), the cluster kernel
 # at batch 128, split_cluster at small batches (its 32 KB chunks: 8 per row at 1 x 128256, 2
-# elsewhere) and falling back to the pair (float32 x 151936 would need 76 KB chunks).
-_PINNED_KERNELS = ["rowwise", "cluster", "split", "split_cluster"]
+# elsewhere) and falling back to the pair (float32 x 151936 would need 76 KB chunks);
+# split_cluster_regs is split_cluster's register form (2-byte logits on aligned rows; the
+# others fall back to its plain form).
+_PINNED_KERNELS = ["rowwise", "cluster", "split", "split_cluster", "split_cluster_regs"]
+_SPLIT_KERNELS = ["split", "split_cluster", "split_cluster_regs"]
 
 
 @pytest.mark.parametrize("kernel", _PINNED_KERNELS)
@@ -162,7 +165,7 @@ def test_softmax_pinned_kernels_infinities_and_nan_rows(kernel, monkeypatch):
     torch.testing.assert_close(probs[4], expected[4], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
+@pytest.mark.parametrize("kernel", _SPLIT_KERNELS)
 def test_softmax_split_in_a_cuda_graph_with_new_inputs(kernel, monkeypatch):
     monkeypatch.setenv("AOTINFER_SOFTMAX_KERNEL", kernel)
     batch, vocab = 128, 128256
@@ -186,7 +189,7 @@ def test_softmax_split_in_a_cuda_graph_with_new_inputs(kernel, monkeypatch):
     torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
     reason="the split pair needs sm_90",
 )
-@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
+@pytest.mark.parametrize("kernel", _SPLIT_KERNELS)
 @pytest.mark.parametrize("chunk_kb", ["4", "8", "16", "32"])
 @pytest.mark.parametrize(
     "dtype, batch, vocab, offset",
@@ -224,7 +227,7 @@ def test_softmax_split_chunk_sizes_match_reference(
         (torch.bfloat16, 512, 128256, 0),
     ],
 )
-@pytest.mark.parametrize("kernel", ["split", "split_cluster"])
+@pytest.mark.parametrize("kernel", _SPLIT_KERNELS)
 def test_softmax_split_multi_wave_batches_match_reference(
     kernel, dtype, batch, vocab, offset, monkeypatch
 ):

@@ -61,10 +61,12 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&major, logits.device), "softmax",
                       logits.device);
   const int elems = cluster_softmax_elems(p.vocab);
-  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split|split_cluster pins one kernel (benchmarks
-  // compare them); all but rowwise need sm_90 (the one-CTA-per-row kernel serves otherwise).
-  const std::string pinned =
-      env_choice("AOTINFER_SOFTMAX_KERNEL", {"rowwise", "cluster", "split", "split_cluster", "auto"});
+  // AOTINFER_SOFTMAX_KERNEL=rowwise|cluster|split|split_cluster|split_cluster_regs pins one
+  // kernel (benchmarks compare them; split_cluster_regs: the one-launch form's register form,
+  // split_cluster its plain form); all but rowwise need sm_90 (the one-CTA-per-row kernel
+  // serves otherwise).
+  const std::string pinned = env_choice("AOTINFER_SOFTMAX_KERNEL",
+                                        {"rowwise", "cluster", "split", "split_cluster", "split_cluster_regs", "auto"});
   const bool pinned_one = !pinned.empty() && pinned != "auto";
   // Measured on an H200 (benchmarks/results/history/softmax-3404dd5-ftz-write.md, per call in a
   // graph): the split pair beats the rowwise and cluster kernels at every benchmarked shape of
@@ -72,9 +74,11 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
   // kernel's 9.4; 128 x 128256: 38 against the one-CTA-per-row kernel's 47), so the split
   // kernels serve every long row on sm_90+; the cluster kernel stays as a pinned alternative.
   // Of the two split forms, auto takes the one-launch cluster form where a row's chunks fit
-  // one cluster and its grid has more than kClusterMinCtasPerSm CTAs per SM.
+  // one cluster and its grid has more than kClusterMinCtasPerSm CTAs per SM, in its register
+  // form where register_form_serves says (softmax_split_cluster.cuh).
   const bool want_cluster = pinned == "cluster";
-  const bool want_split = pinned_one ? pinned == "split" || pinned == "split_cluster" : p.vocab >= kSplitMinVocab;
+  const bool pinned_cluster_form = pinned == "split_cluster" || pinned == "split_cluster_regs";
+  const bool want_split = pinned_one ? pinned == "split" || pinned_cluster_form : p.vocab >= kSplitMinVocab;
   if (major >= 9 && elems != 0 && want_cluster) {
     throw_on_cuda_error(softmax_cluster(p, elems, enable_pdl, stream), "softmax", logits.device);
     return;
@@ -87,10 +91,17 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
     const int cluster_chunk = split_cluster_chunk_elems(p.vocab, sizeof(T), pinned_kb);
     const std::int64_t cluster_ctas =
         cluster_chunk == 0 ? 0 : p.rows * ((p.vocab + cluster_chunk - 1) / cluster_chunk);
-    const bool in_clusters = cluster_chunk != 0 && (pinned_one ? pinned == "split_cluster"
+    const bool in_clusters = cluster_chunk != 0 && (pinned_one ? pinned_cluster_form
                                                                 : cluster_ctas > kClusterMinCtasPerSm * sms);
     if (in_clusters) {
-      throw_on_cuda_error(softmax_split_cluster(p, cluster_chunk, enable_pdl, stream), "softmax", logits.device);
+      int threads_per_sm = 0;
+      throw_on_cuda_error(
+          cached_device_attribute<cudaDevAttrMaxThreadsPerMultiProcessor>(&threads_per_sm, logits.device), "softmax",
+          logits.device);
+      const bool registers = pinned_one ? pinned == "split_cluster_regs"
+                                        : register_form_serves(cluster_ctas, sms, threads_per_sm);
+      throw_on_cuda_error(softmax_split_cluster(p, cluster_chunk, registers, enable_pdl, stream), "softmax",
+                          logits.device);
       return;
     }
     const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_kb);

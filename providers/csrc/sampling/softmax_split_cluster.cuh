@@ -22,11 +22,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
 #include "../common/cuda_check.h"
-#include "../common/env_switch.h"
 #include "../common/pdl.cuh"
 #include "cluster_push.cuh"
 #include "softmax_split.cuh"
@@ -51,16 +49,38 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
   return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
 }
 
-// Lab AOTINFER_LAB_SOFTMAX_ONE_WAVE: 2-byte logits keep the first kOneWaveRegGroups groups of
-// four of each thread (3072 elements a CTA) in registers and only the rest of the chunk in
-// shared memory, so that kOneWaveCtasPerSm CTAs fit an SM (26.6 KB of shared memory each
-// instead of 32 KB, at most 32 registers a thread) and 128 rows of 128256 (1024 CTAs) run in
-// one wave instead of 1.39 (dev/NOTES.md item 50: at most 92 clusters of 8 resident). The
-// prediction: the second wave's load-exchange-write chain, latency-bound with few clusters,
-// is most of the fixed ~5.6 us that keeps 128 x 128256 at 69% of copy on the H200 (item 49).
-constexpr int kOneWaveRegGroups = 3;
-constexpr int kOneWaveCtasPerSm = 8;
-constexpr int kOneWaveRegElems = kOneWaveRegGroups * 4 * kSplitThreads;
+// The register form (2-byte logits on 16-byte-aligned rows): each thread keeps the first
+// kRegisterGroups groups of four of its chunk (3072 elements a CTA) in registers, loaded while
+// the bulk copy brings the rest into shared memory (26.6 KB instead of 32 KB a CTA), at most 32
+// registers a thread, so that 8 CTAs fit an SM instead of 6. Built as a lab to put 128 rows of
+// 128256 (1024 CTAs) in one wave (dev/NOTES.md items 99-100); what an H100 sweep then showed
+// (benchmarks/results/history/sweep-softmax-forms-f36d737-h100.txt, both forms in one process,
+// per call in a graph) is a rule by CTAs an SM, with sharp edges at 4 and 8: from 3.6 to 4.0
+// CTAs an SM the register form took 0.87-0.88x the time at vocab 32000 (256 x 32000 21.0 ->
+// 18.3 us) and 0.90-0.98x at 128256, from 7.3 to 8.0 0.93-0.99x (512 x 32000 37.2 -> 35.4,
+// 128 x 128256 37.2 -> 36.9); at 4.1-6.8 it ran 1.01-1.11x slower, at 2.9 and from 8.2 on
+// 0.99-1.01x. Why the edges fall at exactly 4 and 8 (half and all of its 8 CTAs an SM) is not
+// known; the plain form with the same maximum shared carveout ran as the plain form, so the
+// carveout is not it. register_form_serves keeps the form to the two windows measured.
+constexpr int kRegisterGroups = 3;
+constexpr int kRegisterElems = kRegisterGroups * 4 * kSplitThreads;
+// The CTAs an SM the form is built for: 8 where an SM runs 2048 threads (sm_90, sm_100); 6 on
+// the 1536-thread SMs of sm_110 and sm_120, where auto does not take it (register_form_serves'
+// windows were measured at 8; there it is a pinned alternative only).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1100
+constexpr int kRegisterFormCtasPerSm = 6;
+#else
+constexpr int kRegisterFormCtasPerSm = 8;
+#endif
+
+// Whether auto takes the register form for a grid of `ctas` CTAs on `sms` SMs of
+// `threads_per_sm` threads: more than 3.5 and at most 4, or more than 7 and at most 8 CTAs an
+// SM (above), on SMs that hold 8 of its CTAs.
+inline bool register_form_serves(std::int64_t ctas, int sms, int threads_per_sm) {
+  const std::int64_t n = sms;
+  return threads_per_sm >= 8 * kSplitThreads &&
+         ((2 * ctas > 7 * n && ctas <= 4 * n) || (ctas > 7 * n && ctas <= 8 * n));
+}
 
 // The chunk's first `elems` elements (a multiple of 4), group g of them in thread g % kSplitThreads.
 template <typename T, int kGroups>
@@ -100,11 +120,9 @@ __device__ __forceinline__ RegisterGroups<T, kGroups> load_register_groups(const
 
 namespace detail {
 
-// kRegGroups > 0: the lab's form (above); 0: the whole chunk in shared memory. kLabCopy: an
-// instance of its own of the plain form (the lab's "carveout" form sets its shared-memory
-// carveout, a sticky attribute of the function, and must not change the default's).
-template <typename T, int kRegGroups = 0, bool kLabCopy = false>
-__global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPerSm : 1)
+// kRegGroups > 0: the register form (above); 0: the whole chunk in shared memory.
+template <typename T, int kRegGroups = 0>
+__global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kRegisterFormCtasPerSm : 1)
     softmax_chunk_cluster_kernel(const __grid_constant__ SoftmaxParams<T> p, int chunk_elems, int chunks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // bulk copies, clusters; launched on sm_90+ only
   namespace cg = cooperative_groups;
@@ -158,47 +176,32 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kOneWaveCtasPe
 }  // namespace detail
 
 // Launches the kernel on `stream` (sm_90+) with chunk_elems from split_cluster_chunk_elems
-// (at most kMaxClusterChunks chunks per row; cudaErrorInvalidValue otherwise).
+// (at most kMaxClusterChunks chunks per row; cudaErrorInvalidValue otherwise); `registers`:
+// in the register form where the logits allow it (the launcher decides by
+// register_form_serves or a pin).
 template <typename T>
-cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool enable_pdl,
+cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool registers, bool enable_pdl,
                                   cudaStream_t stream) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
-#ifdef AOTINFER_LAB_SOFTMAX_ONE_WAVE
-  // The lab build picks the form at run time, so that one process compares them shape by
-  // shape: AOTINFER_LAB_SOFTMAX_FORM=regs (the register groups, 8 CTAs an SM), carveout (the
-  // plain form with the maximum shared carveout, to tell that attribute's effect from the
-  // registers'), unset: the plain form as shipped.
-  // Register groups need 8-byte-aligned chunks: logits and every row start 4-element aligned
-  // (chunk_elems is a multiple of kSplitMinChunk), probs 16-byte aligned (float4 stores).
-  const std::string form = env_choice("AOTINFER_LAB_SOFTMAX_FORM", {"regs", "carveout"});
-  if (form == "carveout") {
-    constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, 0, true>;
-    static const cudaError_t set =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    AOTINFER_CUDA_TRY(set);
-    const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
-    return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
-                              stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
-                              chunks);
-  }
+  // The register form needs 8-byte-aligned chunks and float4 stores: logits and every row
+  // start 4-element aligned (chunk_elems is a multiple of kSplitMinChunk), probs 16-byte
+  // aligned; elsewhere the plain form serves.
   if constexpr (sizeof(T) == 2) {
-    if (form == "regs" && reinterpret_cast<std::uintptr_t>(params.logits) % 8 == 0 &&
-        params.in_row_stride % 4 == 0 && reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 &&
-        params.out_row_stride % 4 == 0) {
-      constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kOneWaveRegGroups>;
-      // The carveout all shared memory takes so that kOneWaveCtasPerSm CTAs fit.
+    if (registers && reinterpret_cast<std::uintptr_t>(params.logits) % 8 == 0 && params.in_row_stride % 4 == 0 &&
+        reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 && params.out_row_stride % 4 == 0) {
+      constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kRegisterGroups>;
+      // The carveout all shared memory takes, so that 8 CTAs fit (kRegisterFormCtasPerSm).
       static const cudaError_t set =
           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
       AOTINFER_CUDA_TRY(set);
-      const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kOneWaveRegElems, 4)) * sizeof(T) + 16;
+      const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kRegisterElems, 4)) * sizeof(T) + 16;
       return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
                                 stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
                                 chunks);
     }
   }
-#endif
   // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
   const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
