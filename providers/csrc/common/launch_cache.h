@@ -53,4 +53,17 @@ inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
   return err;
 }
 
+// Sets kernel `Kernel`'s preferred shared-memory carveout to the maximum on the current device
+// (`device`), once per device: a function attribute is the device's, not the process's.
+template <auto Kernel>
+inline cudaError_t ensure_max_shared_carveout(int device) {
+  static std::atomic<int> done[kMaxCachedDevices] = {};
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached && done[device].load(std::memory_order_relaxed) != 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (err == cudaSuccess && cached) done[device].store(1, std::memory_order_relaxed);
+  return err;
+}
+
 }  // namespace aotinfer

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "../common/cuda_check.h"
+#include "../common/launch_cache.h"
 #include "../common/pdl.cuh"
 #include "cluster_push.cuh"
 #include "softmax_split.cuh"
@@ -49,7 +50,8 @@ inline int split_cluster_chunk_elems(std::int64_t vocab, int elem_bytes, int pin
   return chunk * elem_bytes <= kSplitMaxChunkBytes ? static_cast<int>(chunk) : 0;
 }
 
-// The register form (2-byte logits on 16-byte-aligned rows): each thread keeps the first
+// The register form (2-byte logits whose rows start 8-byte aligned, fp32 output rows 16-byte
+// aligned; softmax_split_cluster checks): each thread keeps the first
 // kRegisterGroups groups of four of its chunk (3072 elements a CTA) in registers, loaded while
 // the bulk copy brings the rest into shared memory (26.6 KB instead of 32 KB a CTA), at most 32
 // registers a thread, so that 8 CTAs fit an SM instead of 6. Built as a lab to put 128 rows of
@@ -193,9 +195,9 @@ cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elem
         reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 && params.out_row_stride % 4 == 0) {
       constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kRegisterGroups>;
       // The carveout all shared memory takes, so that 8 CTAs fit (kRegisterFormCtasPerSm).
-      static const cudaError_t set =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-      AOTINFER_CUDA_TRY(set);
+      int device = 0;
+      AOTINFER_CUDA_TRY(cudaGetDevice(&device));
+      AOTINFER_CUDA_TRY(ensure_max_shared_carveout<kernel>(device));
       const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kRegisterElems, 4)) * sizeof(T) + 16;
       return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
                                 stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
