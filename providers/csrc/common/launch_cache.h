@@ -40,30 +40,30 @@ inline void lower_to(std::atomic<int>& bound, int value) {
   }
 }
 
-// Raises kernel `Kernel`'s dynamic shared-memory limit on the current device to at least
-// `bytes`, calling the runtime only when a larger value than before is needed there.
-template <auto Kernel>
-inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
+// Raises function attribute `Attr` of kernel `Kernel` on the current device (`device`) to at
+// least `value`, calling the runtime only when a larger value than before is needed there (a
+// function attribute is the device's, not the process's).
+template <auto Kernel, cudaFuncAttribute Attr>
+inline cudaError_t ensure_attribute_at_least(int value, int device) {
   static std::atomic<int> granted[kMaxCachedDevices] = {};
-  if (device < 0 || device >= kMaxCachedDevices)
-    return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (granted[device].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) raise_to(granted[device], bytes);
+  if (device < 0 || device >= kMaxCachedDevices) return cudaFuncSetAttribute(Kernel, Attr, value);
+  if (granted[device].load(std::memory_order_relaxed) >= value) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(Kernel, Attr, value);
+  if (err == cudaSuccess) raise_to(granted[device], value);
   return err;
 }
 
-// Sets kernel `Kernel`'s preferred shared-memory carveout to the maximum on the current device
-// (`device`), once per device: a function attribute is the device's, not the process's.
+// Kernel `Kernel`'s dynamic shared-memory limit on the current device, at least `bytes`.
+template <auto Kernel>
+inline cudaError_t ensure_dynamic_smem(int bytes, int device) {
+  return ensure_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(bytes, device);
+}
+
+// Kernel `Kernel`'s preferred shared-memory carveout on the current device: the maximum.
 template <auto Kernel>
 inline cudaError_t ensure_max_shared_carveout(int device) {
-  static std::atomic<int> done[kMaxCachedDevices] = {};
-  const bool cached = device >= 0 && device < kMaxCachedDevices;
-  if (cached && done[device].load(std::memory_order_relaxed) != 0) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  if (err == cudaSuccess && cached) done[device].store(1, std::memory_order_relaxed);
-  return err;
+  return ensure_attribute_at_least<Kernel, cudaFuncAttributePreferredSharedMemoryCarveout>(
+      cudaSharedmemCarveoutMaxShared, device);
 }
 
 }  // namespace aotinfer

@@ -107,11 +107,11 @@ struct RegisterGroups {
 };
 
 // src's first min(n, kGroups * 4 * kSplitThreads) elements rounded down to a group, by vector
-// loads (src 4-element aligned).
+// loads (src 4-element aligned); none for kGroups = 0 (the plain form).
 template <typename T, int kGroups>
 __device__ __forceinline__ RegisterGroups<T, kGroups> load_register_groups(const T* src, int n) {
   RegisterGroups<T, kGroups> r;
-  r.elems = min(n, kGroups * 4 * kSplitThreads) & ~3;
+  r.elems = kGroups > 0 ? min(n, kGroups * 4 * kSplitThreads) & ~3 : 0;  // (0: a constant)
 #pragma unroll
   for (int i = 0; i < kGroups; ++i) {
     const int g = static_cast<int>(threadIdx.x) + i * kSplitThreads;
@@ -147,20 +147,10 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kRegisterFormC
   const float inv_t = p.inv_temperature(row);
   const T* src = p.logits + row * p.in_row_stride + lo;
   float* out = p.probs + row * p.out_row_stride + lo;
-  if constexpr (kRegGroups > 0) {
-    const RegisterGroups<T, kRegGroups> regs = load_register_groups<T, kRegGroups>(src, n);
-    const SharedChunk<T> c = copy_chunk_to_shared(src + regs.elems, n - regs.elems, smem, &bar);
-    const float2 st = chunk_stats(c, inv_t, regs);
-    cluster.barrier_wait();
-    if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
-    wait_for_pushes(0u, chunks * sizeof(float2));
-    const float2 m_inv_s = merge_chunk_stats(chunks, [&](int j) { return pushed[j]; });
-    regs([&](int k, float(&v)[4], auto) { write_group_probs<4>(out, true, k, v, inv_t, m_inv_s); });
-    write_chunk_probs(c, inv_t, m_inv_s, out + regs.elems);
-    return;
-  }
-  const SharedChunk<T> c = copy_chunk_to_shared(src, n, smem, &bar);
-  const float2 st = chunk_stats(c, inv_t);
+  // The register form's groups (none in the plain form), then the rest of the chunk.
+  const RegisterGroups<T, kRegGroups> regs = load_register_groups<T, kRegGroups>(src, n);
+  const SharedChunk<T> c = copy_chunk_to_shared(src + regs.elems, n - regs.elems, smem, &bar);
+  const float2 st = chunk_stats(c, inv_t, regs);
   cluster.barrier_wait();
   // Each CTA's pair into its slot of every CTA (cluster_push.cuh's exchange, one use of barrier
   // 0). No remote access comes after the pushes have landed, so a CTA exits without another
@@ -171,7 +161,9 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kRegisterFormC
   // history/ab-softmax-async-push-84c3516-h100.txt).
   if (threadIdx.x < chunks) push_async(&pushed[rank], threadIdx.x, st, 0u);
   wait_for_pushes(0u, chunks * sizeof(float2));
-  write_chunk_probs(c, inv_t, merge_chunk_stats(chunks, [&](int j) { return pushed[j]; }), out);
+  const float2 row_stats = merge_chunk_stats(chunks, [&](int j) { return pushed[j]; });
+  regs([&](int k, float(&v)[4], auto) { write_group_probs<4>(out, true, k, v, inv_t, row_stats); });
+  write_chunk_probs(c, inv_t, row_stats, out + regs.elems);
 #endif
 }
 
@@ -187,28 +179,26 @@ cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elem
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
+  auto kernel = detail::softmax_chunk_cluster_kernel<T>;
+  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
+  std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
   // The register form needs 8-byte-aligned chunks and float4 stores: logits and every row
   // start 4-element aligned (chunk_elems is a multiple of kSplitMinChunk), probs 16-byte
   // aligned; elsewhere the plain form serves.
   if constexpr (sizeof(T) == 2) {
     if (registers && reinterpret_cast<std::uintptr_t>(params.logits) % 8 == 0 && params.in_row_stride % 4 == 0 &&
         reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 && params.out_row_stride % 4 == 0) {
-      constexpr auto kernel = detail::softmax_chunk_cluster_kernel<T, kRegisterGroups>;
+      constexpr auto register_form = detail::softmax_chunk_cluster_kernel<T, kRegisterGroups>;
       // The carveout all shared memory takes, so that 8 CTAs fit (kRegisterFormCtasPerSm).
       int device = 0;
       AOTINFER_CUDA_TRY(cudaGetDevice(&device));
-      AOTINFER_CUDA_TRY(ensure_max_shared_carveout<kernel>(device));
-      const std::size_t smem = static_cast<std::size_t>(std::max(chunk_elems - kRegisterElems, 4)) * sizeof(T) + 16;
-      return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
-                                stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems,
-                                chunks);
+      AOTINFER_CUDA_TRY(ensure_max_shared_carveout<register_form>(device));
+      kernel = register_form;
+      smem = static_cast<std::size_t>(std::max(chunk_elems - kRegisterElems, 4)) * sizeof(T) + 16;
     }
   }
-  // + 16: the chunk may start up to 15 bytes into its buffer (SharedChunk's pad).
-  const std::size_t smem = static_cast<std::size_t>(chunk_elems) * sizeof(T) + 16;
-  return launch_in_clusters(detail::softmax_chunk_cluster_kernel<T>, dim3(static_cast<unsigned>(params.rows * chunks)),
-                            dim3(kSplitThreads), smem, stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1),
-                            params, chunk_elems, chunks);
+  return launch_in_clusters(kernel, dim3(static_cast<unsigned>(params.rows * chunks)), dim3(kSplitThreads), smem,
+                            stream, enable_pdl, dim3(static_cast<unsigned>(chunks), 1, 1), params, chunk_elems, chunks);
 }
 
 }  // namespace aotinfer::sampling
