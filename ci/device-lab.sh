@@ -29,4 +29,9 @@ for cmd in "$@"; do
   bash -c "$cmd" 2>&1 | tee "$log" | tail -n 60
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 done
+# OUT_TAR=1: pack everything under $OUT into one out.tgz, since the device tool brings back
+# 8 files at most and a suite plus three benchmarks write more.
+if [ "${OUT_TAR:-0}" = 1 ]; then
+  (cd "$out" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .)
+fi
 exit $rc

@@ -2,7 +2,7 @@
 # On a machine with a GPU: build the provider for the visible GPU (offline, no isolation),
 # install it with the core, run the GPU suite (pytest -m gpu) and write its summary to
 # benchmarks/results/gpu-tests.md (and to $OUT when set, for the device tool).
-#   ci/gpu-test.sh [pytest args...]      (GPU_TESTS=paths narrows the suite)
+#   ci/gpu-test.sh [pytest args...]      (GPU_TESTS=paths narrows the suite; PREBUILT=1 below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,9 +12,17 @@ arch=$(PYTHON=$PY ci/provider-arch.sh)
 if [ -z "$arch" ]; then echo "no aotinfer provider serves this GPU" >&2; exit 1; fi
 
 start=$(date +%s)
-rm -rf "providers/$arch/build"
-$PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
-$PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core
+# PREBUILT=1: install the provider wheel already in dist/ (built elsewhere from this tree for
+# this Python, and carried with the call) instead of building it; the build is ~2 minutes of
+# scarce GPU-machine time. A wheel this Python cannot install falls back to the build.
+if [ "${PREBUILT:-0}" = 1 ] && ls dist/aotinfer_"$arch"-*.whl >/dev/null 2>&1 &&
+   $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core; then
+  echo "installed the prebuilt $(ls dist/aotinfer_"$arch"-*.whl)"
+else
+  rm -rf "providers/$arch/build" dist/aotinfer_"$arch"-*.whl
+  $PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
+  $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core
+fi
 echo "built and installed aotinfer-$arch in $(( $(date +%s) - start )) s"
 (cd /tmp && $PY -m aotinfer show-config)
 
