@@ -605,17 +605,17 @@ def test_run_does_not_sync():
 # ---------------------------------------------------------------- CUDA graphs
 
 
-def captured_run(w, q, cache, out, lse):
-    """A CUDA graph of ``w.run(q, cache, out=out, lse=lse)``, after one warm-up call on a side
-    stream (as torch's capture recipe asks)."""
+def captured_run(w, q, cache, out, lse, **run_kwargs):
+    """A CUDA graph of ``w.run(q, cache, out=out, lse=lse, **run_kwargs)``, after one warm-up
+    call on a side stream (as torch's capture recipe asks)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        w.run(q, cache, out=out, lse=lse)
+        w.run(q, cache, out=out, lse=lse, **run_kwargs)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        w.run(q, cache, out=out, lse=lse)
+        w.run(q, cache, out=out, lse=lse, **run_kwargs)
     return graph
 
 
@@ -735,6 +735,57 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
         got[pin] = (out.float(), lse)
     torch.testing.assert_close(got["on"][0], got["off"][0], rtol=0, atol=TOL[dtype])
     torch.testing.assert_close(got["on"][1], got["off"][1], rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("cluster_merge", ["on", "off"])
+@pytest.mark.parametrize("sinks", [False, True])
+def test_nan_logits_give_nan_output_and_lse(sinks, cluster_merge, decode_kernel, monkeypatch):
+    """A (row, head) with a NaN logit gets a NaN output and a NaN LSE, as the reference gives:
+    a NaN in q (every logit of that head; an unsplit and a split request) or in one key's K
+    (one logit of each head of its group, inside one split of six), merged in the grid or in a
+    cluster when eager and by the merge kernel or in a cluster when captured. (An LSE of -inf
+    there, an empty row's, let the split merges drop the NaN split and return a finite wrong
+    output.) Every other (row, head) matches the oracle."""
+    from aotinfer import _decode_plan
+
+    monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", cluster_merge)
+    real = _decode_plan.plan_work  # pieces of 32 pages: request 1's 188 pages in 6 splits
+    monkeypatch.setattr(
+        _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=32))
+    )
+    q, cache, indptr, indices, last = make_batch([17, 3000, 1, 1000], dtype=torch.bfloat16, seed=23)
+    nan = float("nan")
+    q[0, 3, 5] = nan
+    q[3, 9] = nan
+    key = 2000  # of request 1, in its KV head 2 (query heads 8-11)
+    cache[indices[indptr[1] + key // 16], 0, key % 16, 2, 7] = nan
+    sink_t = torch.randn(32, generator=_gen(4), device=DEV) if sinks else None
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+    w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
+    assert w._plan.split.max_splits == 6
+    o64, l64 = oracle(q, cache, indptr, indices, last, sinks=sink_t)
+    bad = torch.isnan(l64)
+    assert bad.sum() == 6 and bad[1, 8:12].all() and bad[0, 3] and bad[3, 9]
+
+    def verify(out, lse):
+        assert torch.isnan(out[bad]).all() and torch.isnan(lse[bad]).all()
+        good = ~bad
+        assert not torch.isnan(out[good]).any() and not torch.isnan(lse[good]).any()
+        tol = TOL[torch.bfloat16]
+        torch.testing.assert_close(out[good].to(F64), o64[good], rtol=tol, atol=tol)
+        torch.testing.assert_close(lse[good].to(F64), l64[good], rtol=1e-3, atol=1e-3)
+
+    # Poisoned with a finite value: a NaN left unwritten would pass for an expected NaN.
+    out = torch.full_like(q, 3.0)
+    lse = torch.full(q.shape[:2], 3.0, device=DEV)
+    w.run(q, cache, out=out, lse=lse, sinks=sink_t)
+    verify(out, lse)
+    graph = captured_run(w, q, cache, out, lse, sinks=sink_t)
+    out.fill_(3.0)
+    lse.fill_(3.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    verify(out, lse)
 
 
 # ---------------------------------------------------------------- single decode

@@ -262,17 +262,17 @@ __device__ __forceinline__ RowOut<QT> row_out(const DecodeParams<QT, KVT>& p, st
   if (p.splits > 1 && split >= 0) {
     const std::int64_t at = (row * p.splits + split) * p.num_qo_heads + head;
     o.scale = l > 0.f ? 1.f / l : 0.f;
-    o.lse = l > 0.f ? m + log2f(l) : -INFINITY;
+    o.lse = row_lse(m, l);
     o.partial = p.partial_out + at * head_dim;
     o.lse_at = p.partial_lse + at;
     return o;
   }
   // Sinks add exp(sink) to the denominator: in base 2 relative to m, 2^(sink*log2e - m).
   float denom = l;
-  o.lse = l > 0.f ? m + log2f(l) : -INFINITY;
+  o.lse = row_lse(m, l);
   if (p.sinks) {
     const float sink2 = p.sinks[head] * kLog2e;
-    if (l > 0.f) {
+    if (l != 0.f) {  // NaN too: the sink keeps it NaN
       denom = l + exp2f(sink2 - m);
       o.lse = m + log2f(denom);
     } else {

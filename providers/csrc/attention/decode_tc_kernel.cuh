@@ -663,7 +663,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     if (p.cluster_merge) {
       const float inv = ll > 0.f ? 1.f / ll : 0.f;
       *reinterpret_cast<float2*>(red + r * D + c) = make_float2(x * inv, y * inv);
-      if (c == 0) cluster_lse[r] = ll > 0.f ? mm + log2f(ll) : -INFINITY;
+      if (c == 0) cluster_lse[r] = row_lse(mm, ll);
       continue;
     }
     const RowOut<T> ro = row_out(p, b, split, kv_head, row0 + r, D, mm, ll);

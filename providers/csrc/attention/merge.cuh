@@ -35,13 +35,20 @@ struct MergeParams {
 struct MergedRow {
   float inv, lse;
 };
+
+// The base-2 LSE of a row (or state) of largest logit m and denominator l = sum 2^(s - m):
+// -inf for an empty row (l = 0), NaN where a NaN logit made l NaN, as in the reference
+// (reference/attention.py): a test of l > 0 would give such a row an empty row's -inf beside
+// its NaN output, and a cluster merge would then drop the state as empty.
+__device__ __forceinline__ float row_lse(float m, float l) { return l != 0.f ? m + log2f(l) : -INFINITY; }
+
 __device__ __forceinline__ MergedRow merged_row(float m, float denom, const float* sinks, std::int64_t h,
                                                 float v_scale) {
-  MergedRow r{0.f, denom > 0.f ? m + log2f(denom) : -INFINITY};
+  MergedRow r{0.f, row_lse(m, denom)};
   float total = denom;  // in units of 2^m
   if (sinks) {
     const float sink2 = sinks[h] * 1.4426950408889634f;
-    if (denom > 0.f) {
+    if (denom != 0.f) {  // NaN too: the sink keeps it NaN
       total = denom + exp2f(sink2 - m);
       r.lse = m + log2f(total);
     } else {
@@ -175,14 +182,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
         denom += warp_ml[w][1] * f;
         x += warp_acc[w][t] * f;
       }
-      // A NaN or +inf state LSE makes denom NaN (exp2f of NaN, or of inf - inf); merged_row,
-      // shared with the decode kernels' own merges, would give such a row an empty row's LSE
-      // (-inf) beside its NaN v, so the public rule (reference/cascade.py: v and s NaN) is
-      // applied here.
+      // A NaN or +inf state LSE makes denom NaN (exp2f of NaN, or of inf - inf), and the public
+      // rule (reference/cascade.py) makes v and s NaN: merged_row's LSE is NaN then (row_lse),
+      // and v is set NaN here rather than left to x * inv (inv is 0 for a NaN total).
       const bool undefined = isnan(denom);
       const MergedRow mr = merged_row(mx, denom, p.sinks, h, p.v_scale);
       p.v_out[n * p.o_stride_n + h * p.o_stride_h + c0 + t] = from_f32<TOut>(undefined ? NAN : x * mr.inv);
-      if (p.s_out && c0 == 0 && t == 0) p.s_out[n * p.heads + h] = undefined ? NAN : mr.lse;
+      if (p.s_out && c0 == 0 && t == 0) p.s_out[n * p.heads + h] = mr.lse;
     }
     __syncthreads();  // warp_acc is rewritten by the next column pass
   }
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
       cols[0] = 0.f;
       return s[at * p.s_stride_s];
     });
-    p.s_out[n * p.heads + h] = isnan(st.l) ? NAN : merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;
+    p.s_out[n * p.heads + h] = merged_row(st.m, st.l, p.sinks, h, p.v_scale).lse;  // NaN l: NaN
   }
 }
 
