@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_state_in_place_kernel(con
     *va = from_f32<T>(undefined ? NAN : total > 0.f ? x / total : 0.f);
   }
   if (threadIdx.x == 0) {
-    p.s[n * p.s_stride_n + h * p.s_stride_h] = undefined ? NAN : total > 0.f ? m + log2f(total) : -INFINITY;
+    p.s[n * p.s_stride_n + h * p.s_stride_h] = undefined ? NAN : row_lse(m, total);
   }
 }
 

@@ -100,8 +100,8 @@ void run(const TensorView& logits, const TensorView& probs, const TensorView* te
           logits.device);
       const bool registers = pinned_one ? pinned == "split_cluster_regs"
                                         : register_form_serves(cluster_ctas, sms, threads_per_sm);
-      throw_on_cuda_error(softmax_split_cluster(p, cluster_chunk, registers, enable_pdl, stream), "softmax",
-                          logits.device);
+      throw_on_cuda_error(softmax_split_cluster(p, cluster_chunk, registers, enable_pdl, stream, logits.device),
+                          "softmax", logits.device);
       return;
     }
     const int chunk = split_softmax_chunk_elems(p.rows, p.vocab, sizeof(T), sms, pinned_kb);

@@ -169,13 +169,13 @@ __global__ void __launch_bounds__(kSplitThreads, kRegGroups > 0 ? kRegisterFormC
 
 }  // namespace detail
 
-// Launches the kernel on `stream` (sm_90+) with chunk_elems from split_cluster_chunk_elems
-// (at most kMaxClusterChunks chunks per row; cudaErrorInvalidValue otherwise); `registers`:
-// in the register form where the logits allow it (the launcher decides by
-// register_form_serves or a pin).
+// Launches the kernel on `stream` (sm_90+) of the current device `device` with chunk_elems
+// from split_cluster_chunk_elems (at most kMaxClusterChunks chunks per row;
+// cudaErrorInvalidValue otherwise); `registers`: in the register form where the logits allow
+// it (the launcher decides by register_form_serves or a pin).
 template <typename T>
 cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elems, bool registers, bool enable_pdl,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, int device) {
   if (params.rows == 0 || params.vocab == 0) return cudaSuccess;
   const int chunks = static_cast<int>((params.vocab + chunk_elems - 1) / chunk_elems);
   if (chunks > kMaxClusterChunks) return cudaErrorInvalidValue;
@@ -190,8 +190,6 @@ cudaError_t softmax_split_cluster(const SoftmaxParams<T>& params, int chunk_elem
         reinterpret_cast<std::uintptr_t>(params.probs) % 16 == 0 && params.out_row_stride % 4 == 0) {
       constexpr auto register_form = detail::softmax_chunk_cluster_kernel<T, kRegisterGroups>;
       // The carveout all shared memory takes, so that 8 CTAs fit (kRegisterFormCtasPerSm).
-      int device = 0;
-      AOTINFER_CUDA_TRY(cudaGetDevice(&device));
       AOTINFER_CUDA_TRY(ensure_max_shared_carveout<register_form>(device));
       kernel = register_form;
       smem = static_cast<std::size_t>(std::max(chunk_elems - kRegisterElems, 4)) * sizeof(T) + 16;
