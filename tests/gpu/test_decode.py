@@ -837,6 +837,30 @@ def test_single_decode_options(mode, d, dtype, kv_dtype, decode_kernel):
     check(out[None], lse[None], want, dtype, fp8=kv_dtype in FP8)
 
 
+@pytest.mark.parametrize("kv_len", [17, 3000])
+def test_single_decode_nan_q_head(kv_len, decode_kernel):
+    """A NaN in one query head gives that head NaN output and NaN LSE, as the reference does,
+    and every other head the oracle's. kv 17: one tile whose NaN logits sit beside masked ones
+    (the CUDA-core kernel's running max, fmaxf, drops NaN: it once read the row as empty, 0
+    and -inf); kv 3000: the request over several CTAs, merged. single_decode allocates its
+    outputs, so an output-sized block of 3.0 is freed just before the call: the caching
+    allocator hands it back, and an unwritten head could not pass for NaN."""
+    hq, hkv, d = 32, 8, 128
+    g = _gen(kv_len + 5)
+    q = torch.randn(hq, d, generator=g, device=DEV).to(torch.bfloat16)
+    k = torch.randn(kv_len, hkv, d, generator=g, device=DEV).to(torch.bfloat16)
+    v = torch.randn(kv_len, hkv, d, generator=g, device=DEV).to(torch.bfloat16)
+    q[3, 5] = float("nan")
+    o64, l64 = ref.attention(q[None], k, v, compute_dtype=F64)
+    assert torch.isnan(l64[0, 3]) and torch.isnan(o64[0, 3]).all()
+    poison = torch.full((hq, d), 3.0, dtype=torch.bfloat16, device=DEV)
+    del poison
+    out, lse = aotinfer.single_decode_with_kv_cache(q, k, v, return_lse=True)
+    assert torch.isnan(out[3]).all() and torch.isnan(lse[3])
+    good = torch.arange(hq, device=DEV) != 3
+    check(out[None][:, good], lse[None][:, good], (o64[:, good], l64[:, good]), torch.bfloat16)
+
+
 def test_single_decode_non_contiguous_q():
     qkv = torch.randn(32, 3, 128, generator=_gen(0), device=DEV).half()
     k = torch.randn(500, 8, 128, generator=_gen(1), device=DEV).half()
