@@ -844,7 +844,8 @@ def test_single_decode_nan_q_head(kv_len, decode_kernel):
     (the CUDA-core kernel's running max, fmaxf, drops NaN: it once read the row as empty, 0
     and -inf); kv 3000: the request over several CTAs, merged. single_decode allocates its
     outputs, so an output-sized block of 3.0 is freed just before the call: the caching
-    allocator hands it back, and an unwritten head could not pass for NaN."""
+    allocator's best fit for the output, so that an unwritten head most likely reads 3.0, not
+    a NaN left by an earlier test."""
     hq, hkv, d = 32, 8, 128
     g = _gen(kv_len + 5)
     q = torch.randn(hq, d, generator=g, device=DEV).to(torch.bfloat16)
