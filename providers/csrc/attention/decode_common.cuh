@@ -267,19 +267,10 @@ __device__ __forceinline__ RowOut<QT> row_out(const DecodeParams<QT, KVT>& p, st
     o.lse_at = p.partial_lse + at;
     return o;
   }
-  // Sinks add exp(sink) to the denominator: in base 2 relative to m, 2^(sink*log2e - m).
-  float denom = l;
-  o.lse = row_lse(m, l);
-  if (p.sinks) {
-    const float sink2 = p.sinks[head] * kLog2e;
-    if (l != 0.f) {  // NaN too: the sink keeps it NaN
-      denom = l + exp2f(sink2 - m);
-      o.lse = m + log2f(denom);
-    } else {
-      o.lse = sink2;
-    }
-  }
-  o.scale = denom > 0.f ? p.v_scale / denom : 0.f;
+  // The final row: the sink term, v_scale and the LSE rule are the split merges' (merged_row).
+  const MergedRow mr = merged_row(m, l, p.sinks, head, p.v_scale);
+  o.scale = mr.inv;
+  o.lse = mr.lse;
   o.out = p.out + row * p.out_stride_row + head * p.out_stride_head;
   o.lse_at = p.lse ? p.lse + row * p.num_qo_heads + head : nullptr;
   return o;
