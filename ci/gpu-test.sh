@@ -13,9 +13,22 @@ if [ -z "$arch" ]; then echo "no aotinfer provider serves this GPU" >&2; exit 1;
 
 start=$(date +%s)
 # PREBUILT=1: install the provider wheel already in dist/ (built elsewhere from this tree for
-# this Python, and carried with the call) instead of building it; the build is ~2 minutes of
-# scarce GPU-machine time. A wheel this Python cannot install falls back to the build.
-if [ "${PREBUILT:-0}" = 1 ] && ls dist/aotinfer_"$arch"-*.whl >/dev/null 2>&1 &&
+# this Python by ci/prebuild.sh, and carried with the call) instead of building it; the build
+# is ~2 minutes of scarce GPU-machine time. The wheel is used only where its digest
+# (dist/aotinfer_<arch>.digest) matches this tree's provider sources, so that a stale wheel
+# cannot report on sources it was not built from; otherwise, or where this Python cannot
+# install it, the provider is built here.
+prebuilt_matches() {
+  [ -f dist/aotinfer_"$arch".digest ] && ls dist/aotinfer_"$arch"-*.whl >/dev/null 2>&1 || {
+    echo "PREBUILT=1: no wheel with a digest in dist/ (ci/prebuild.sh writes both): building here"; return 1; }
+  local have want
+  have=$(cat dist/aotinfer_"$arch".digest)
+  want=$(ci/provider-digest.sh "$arch")
+  [ "$have" = "$want" ] || {
+    echo "PREBUILT=1: dist/'s wheel was built from provider sources $have, this tree's are $want: building here"
+    return 1; }
+}
+if [ "${PREBUILT:-0}" = 1 ] && prebuilt_matches &&
    $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core; then
   echo "installed the prebuilt $(ls dist/aotinfer_"$arch"-*.whl)"
 else
