@@ -251,11 +251,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
       for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = sm.m[r];
       const float m_new = fmaxf(m_old, mx);
-      // All masked so far: every p is exp2(-inf) = 0 against a base of 0. Not a branch that
-      // skips the exponentials: fmaxf drops NaN, so a row whose visible logits are all NaN (a
-      // NaN in q) has m_new = -inf too, and its NaN must reach l and acc (the tensor-core
-      // kernel's update_row takes the same base).
-      const float base = m_new == -INFINITY ? 0.f : m_new;
+      const float base = softmax_base(m_new);  // (0 while all is masked; NaN still reaches l)
       const float pr = exp2f(x - base);
       const float alpha = exp2f(m_old - base);
       float sum = pr;

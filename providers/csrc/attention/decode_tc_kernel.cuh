@@ -545,7 +545,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     // the scores as probabilities, this lane's share of the row sum; returns the rescale.
     auto update_row = [&](int h, float mx) {
       const float m_new = fmaxf(m[h], mx);
-      const float base = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: every p is 0
+      const float base = softmax_base(m_new);  // all masked so far: every p is 0
       const float alpha = exp2f(m[h] - base);
       m[h] = m_new;
       float sum = 0.f;
@@ -631,7 +631,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     float mm = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kTcWarps; ++w) mm = fmaxf(mm, sml[(w * kRowBlock + r) * 2]);
-    return mm == -INFINITY ? 0.f : mm;
+    return softmax_base(mm);
   };
   float* red = reinterpret_cast<float*>(skv);  // [warp][row][D]
 #pragma unroll

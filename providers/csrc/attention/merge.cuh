@@ -15,6 +15,15 @@ namespace aotinfer::attention {
 
 constexpr int kMergeThreads = 128;
 
+// The base of the exponentials of an online softmax or a merge whose running max is m (both
+// decode kernels, the tensor-core kernel's merge of its warps' rows, the merges here): m
+// itself, or 0 while every logit or state seen is masked or empty (m = -inf), so that
+// p = exp2(x - base) and alpha = exp2(m_old - base) are 0 there without a branch around them.
+// Not a branch that skips the exponentials: fmaxf drops NaN, so a row whose visible logits are
+// all NaN (a NaN in q) keeps m = -inf, and its NaN must still reach l and the output through
+// exp2f(NaN - 0).
+__device__ __forceinline__ float softmax_base(float m) { return m == -INFINITY ? 0.f : m; }
+
 template <typename TIn, typename TOut>
 struct MergeParams {
   const TIn* v;        // (N, S, H, D) with strides below
@@ -82,7 +91,7 @@ struct MergeAccum {
     float mx = m;
 #pragma unroll
     for (int k = 0; k < kMergeBatch; ++k) mx = fmaxf(mx, s[k]);
-    const float base = mx == -INFINITY ? 0.f : mx;
+    const float base = softmax_base(mx);
     const float rescale = exp2f(m - base);  // 0 while nothing was absorbed (m = -inf)
     l *= rescale;
 #pragma unroll
@@ -174,7 +183,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_states_kernel(const __gri
       float mx = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kMergeWarps; ++w) mx = fmaxf(mx, warp_ml[w][0]);
-      const float base = mx == -INFINITY ? 0.f : mx;
+      const float base = softmax_base(mx);
       float denom = 0.f, x = 0.f;
 #pragma unroll
       for (int w = 0; w < kMergeWarps; ++w) {
