@@ -12,6 +12,9 @@ command -v "$PY" >/dev/null || { echo "prebuild: $PY not found (set PYTHON to a 
 mkdir -p dist
 rm -f dist/aotinfer_"$arch"-*.whl dist/aotinfer_"$arch".digest
 digest=$(ci/provider-digest.sh "$arch")
+# The digest names sources only, so the stamped wheel is the default build: lab flags go
+# through dev/build_lab_wheels.sh, never through a stamped wheel.
+unset CMAKE_ARGS
 "$PY" -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
 # Taken before the build and again after it: a source edited meanwhile leaves no stamp.
 [ "$(ci/provider-digest.sh "$arch")" = "$digest" ] || { echo "prebuild: sources changed during the build" >&2; exit 1; }
