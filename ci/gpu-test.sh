@@ -32,8 +32,10 @@ if [ "${PREBUILT:-0}" = 1 ] && prebuilt_matches &&
    $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core; then
   echo "installed the prebuilt $(ls dist/aotinfer_"$arch"-*.whl)"
 else
-  rm -rf "providers/$arch/build" dist/aotinfer_"$arch"-*.whl
-  $PY -m pip wheel -q --no-build-isolation --no-deps "providers/$arch" -w dist
+  # A clean build (no build tree carried from another source), by the one recipe that also
+  # stamps the wheel with its sources' digest.
+  rm -rf "providers/$arch/build"
+  PYTHON=$PY ci/prebuild.sh "$arch"
   $PY -m pip install -q --no-deps --no-build-isolation --force-reinstall dist/aotinfer_"$arch"-*.whl ./core
 fi
 echo "built and installed aotinfer-$arch in $(( $(date +%s) - start )) s"

@@ -2,8 +2,10 @@
 # Builds one provider wheel here for the GPU machine's Python (3.12; the device tool's), so
 # that a device call installs it (ci/gpu-test.sh PREBUILT=1) instead of spending ~2 minutes
 # of scarce GPU time on the build; writes the sources' digest beside it
-# (dist/aotinfer_<arch>.digest, ci/provider-digest.sh), which gpu-test.sh checks.
-#   ci/prebuild.sh [arch]            (default sm90a; PYTHON names a Python 3.12)
+# (dist/aotinfer_<arch>.digest, ci/provider-digest.sh), which gpu-test.sh checks. gpu-test.sh
+# builds through it too where it has no matching wheel.
+#   ci/prebuild.sh [arch]            (default sm90a; PYTHON names the target machine's Python,
+#                                     3.12 for the device tool's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=${1:-sm90a}

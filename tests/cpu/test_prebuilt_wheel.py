@@ -27,7 +27,12 @@ exit 0
 
 def scratch_tree(tmp_path):
     """A tree with the CI scripts and one file in each place a provider is built from."""
-    for name in ("ci/gpu-test.sh", "ci/provider-digest.sh", "ci/provider-arch.sh"):
+    for name in (
+        "ci/gpu-test.sh",
+        "ci/prebuild.sh",
+        "ci/provider-digest.sh",
+        "ci/provider-arch.sh",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     for name in (
