@@ -27,22 +27,19 @@ exit 0
 
 def scratch_tree(tmp_path):
     """A tree with the CI scripts and one file in each place a provider is built from."""
-    for name in (
-        "ci/gpu-test.sh",
-        "ci/prebuild.sh",
-        "ci/provider-digest.sh",
-        "ci/provider-arch.sh",
-    ):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    for name in (
+    scripts = ("ci/gpu-test.sh", "ci/prebuild.sh", "ci/provider-digest.sh", "ci/provider-arch.sh")
+    sources = (
         "CMakeLists.txt",
         "cmake/arches.cmake",
         "providers/csrc/k.cu",
         "providers/sm90a/pyproject.toml",
-    ):
+    )
+    for name in scripts + sources:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(f"// {name}\n")
+        if name in scripts:
+            shutil.copy(ROOT / name, tmp_path / name)  # (keeps the mode: gpu-test.sh runs them)
+        else:
+            (tmp_path / name).write_text(f"// {name}\n")
     (tmp_path / "core").mkdir()
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / WHEEL).touch()
