@@ -38,3 +38,29 @@ def test_provider_rejects_mismatched_views_with_value_error(provider):
     with pytest.raises(ValueError, match="probs must have the shape of logits"):
         workspace = view(torch.empty(64, device="cuda"))
         provider.kernels.softmax(view(logits), view(probs), None, 1.0, workspace, False, stream)
+
+
+@pytest.mark.parametrize("kernel", ["rowwise", "cluster"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_provider_refuses_top_p_renorm_of_two_byte_probs(provider, dtype, kernel, monkeypatch):
+    """top_p_renorm_probs reads probs as float32 (API.md), so the provider builds its top-p
+    renorm kernels for float32 only and names the dtype it was given, before any launch;
+    top-k renorm keeps the 2-byte types on both kernel paths."""
+    from aotinfer._views import view
+    from aotinfer.reference.sampling import FilterMode, renorm_probs
+
+    monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", kernel)
+    stream = torch.cuda.current_stream().cuda_stream
+    probs = torch.softmax(torch.randn(2, 128256, device="cuda"), -1).to(dtype)
+    out = torch.full_like(probs, float("nan"))
+
+    def renorm(mode, k, p):
+        provider.kernels.renorm(view(probs), view(out), int(mode), None, k, None, p, stream)
+
+    with pytest.raises(ValueError, match=r"top-p probs must be float32, got (float16|bfloat16)"):
+        renorm(FilterMode.TOP_P, 0, 0.9)
+    torch.cuda.synchronize()
+    assert out.isnan().all()  # nothing launched
+    renorm(FilterMode.TOP_K, 5, 1.0)
+    want = renorm_probs(probs, FilterMode.TOP_K, 5)
+    torch.testing.assert_close(out.float(), want.float(), rtol=1.6e-2, atol=1e-3)
