@@ -16,7 +16,8 @@ def softmax_variant(logits_dtype: torch.dtype) -> str:
 
 def sampling_variants() -> list:
     """The sampling family (aotinfer._sampling_ops): samplers and chain speculative sampling
-    read float32 (the core casts), renorm / mask / top-k select keep the input's dtype."""
+    read float32 (the core casts), and so does top-p renorm; top-k renorm, mask and top-k
+    select keep the input's dtype (``renorm/float16`` is top-k renorm's)."""
     out = ["sample/float32", "chain_speculative/float32"]
     for family in ("renorm", "top_k_mask", "top_k_select"):
         out += [f"{family}/{name}" for name in _DTYPE_NAMES.values()]
