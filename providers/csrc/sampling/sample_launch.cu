@@ -572,6 +572,12 @@ void launch_top_k_rows(const RowFilterParams<T>& p, int device, cudaStream_t str
   }
 }
 
+// top_p_renorm_probs reads any float dtype as float32 (API.md), as the sampling kernels do, so
+// top-p renorm is built for float32 alone; launch_renorm refuses other probs before either path.
+[[noreturn]] void refuse_top_p_probs(DType dtype) {
+  fail_argument(std::string("renorm: top-p probs must be float32, got ") + dtype_name(dtype));
+}
+
 template <typename T>
 void run_row_filter(bool mask, const TensorView& input, const TensorView& out, const FilterParams& f,
                     cudaStream_t stream) {
@@ -607,12 +613,12 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
     // Top-p renorm gathers (its search mostly runs all three levels); a top-k search mostly
     // stops after level 1, which the gather pass would only replace, at a higher cost.
     if (f.mode == FilterMode::kTopP) {
-      // Top-p renorm reads float32 only (launch_renorm refuses other probs), so the 2-byte
-      // types build no top-p row kernels (4 instances, ~5% of this file's sm_90a SASS).
+      // The 2-byte types build no top-p row kernels (refuse_top_p_probs; 4 instances, ~5% of
+      // this file's sm_90a SASS).
       if constexpr (std::is_same_v<T, float>) {
         launch_renorm_rows<T, FilterFamily::kTopP>(p, input.device, stream, op);
       } else {
-        fail_argument("renorm: top-p probs must be float32");
+        refuse_top_p_probs(input.dtype);
       }
     } else {
       launch_top_k_rows<T, false, FilterFamily::kTopK>(p, input.device, stream, op);
@@ -791,10 +797,7 @@ void launch_renorm(const TensorView& input, const TensorView& out, const FilterA
   if (filter.mode != FilterMode::kTopK && filter.mode != FilterMode::kTopP) {
     fail_argument("renorm: filter must be top-k or top-p");
   }
-  // top_p_renorm_probs reads any float dtype as float32 (API.md), as the sampling kernels do.
-  if (filter.mode == FilterMode::kTopP && input.dtype != DType::kFloat32) {
-    fail_argument(std::string("renorm: top-p probs must be float32, got ") + dtype_name(input.dtype));
-  }
+  if (filter.mode == FilterMode::kTopP && input.dtype != DType::kFloat32) refuse_top_p_probs(input.dtype);
   const FilterParams f = filter_params(filter, input.size(0), input, op);
   dispatch_float(input.dtype, op, "probs", [&](auto tag) {
     run_row_filter<decltype(tag)>(false, input, out, f, reinterpret_cast<cudaStream_t>(stream));
