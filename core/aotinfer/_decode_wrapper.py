@@ -246,8 +246,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._arrivals: Optional[torch.Tensor] = None
         self._kv_layout = kv_layout
         self._layout_code = _u.KV_LAYOUTS[kv_layout]
-        self._use_tensor_cores = bool(use_tensor_cores)
-        self._use_cuda_graph = bool(use_cuda_graph)
+        self._use_tensor_cores = _views.flag("use_tensor_cores", use_tensor_cores)
+        self._use_cuda_graph = _views.flag("use_cuda_graph", use_cuda_graph)
         self._backend = backend
         self._plan: Optional[_Plan] = None
         self._fixed_batch_size = 0
@@ -718,6 +718,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 f"run() got {len(args)} extra positional argument(s); in FlashInfer they feed "
                 "JIT-customised kernels, which aotinfer does not have (pass options by keyword)"
             )
+        if return_lse is not True and return_lse is not False:  # (inline: the fast path's cost)
+            return_lse = _views.flag("return_lse", return_lse)
         if skip_softmax_threshold_scale_factor is not None:
             raise NotImplementedError("skip_softmax_threshold_scale_factor is not supported")
         if kv_cache_sf is not None:

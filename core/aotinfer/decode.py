@@ -121,6 +121,7 @@ def single_decode_with_kv_cache(
     >>> v = torch.randn(2048, 8, 128, dtype=torch.float16, device="cuda")
     >>> out = aotinfer.single_decode_with_kv_cache(q, k, v)
     """
+    return_lse = _views.flag("return_lse", return_lse)
     if _custom_ops.tracing():
         out, lse = _ops.single_decode(
             q, k, v, kv_layout, pos_encoding_mode, use_tensor_cores, q_scale, k_scale, v_scale,

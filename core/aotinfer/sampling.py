@@ -165,7 +165,7 @@ def softmax(
     """
     logits = _logits_matrix("logits", logits)
     scalar, per_row = _temperature(temperature, logits)
-    pdl = None if enable_pdl is None else bool(enable_pdl)
+    pdl = None if enable_pdl is None else _views.flag("enable_pdl", enable_pdl)
     return _ops.softmax(logits, per_row, scalar, pdl)
 
 
@@ -195,7 +195,7 @@ class _Call:
         self.generator = None
         if generator is not None:
             self.generator = _checks.generator_arg(generator, input.device)
-        self.check_nan = bool(check_nan)
+        self.check_nan = _views.flag("check_nan", check_nan)
 
     def nan_check(self, kind: str) -> None:
         """Runs last, after every other check: it is the one that syncs the host."""
@@ -214,6 +214,7 @@ class _Call:
     ) -> Samples:
         """The samples, or ``(samples, valid)`` with ``return_valid`` (eager calls allocate
         ``valid`` only then)."""
+        return_valid = _views.flag("return_valid", return_valid)
         r = self.random
         samples_valid = _ops.sample(
             self.input if input is None else input,

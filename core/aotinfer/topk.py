@@ -10,6 +10,7 @@ import torch
 
 from . import _sampling_checks as _checks
 from . import _sampling_ops as _ops
+from . import _views
 
 __all__ = ["TopKTieBreak", "top_k"]
 
@@ -69,6 +70,7 @@ def top_k(
         fewer than ``k`` other entries.
     """
     x = _checks.matrix("input", input, float32=False)
+    sorted = _views.flag("sorted", sorted)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise ValueError(f"k must be an int in [1, {x.size(1)}], got {k!r}")
     if not 1 <= int(k) <= x.size(1):
@@ -85,7 +87,7 @@ def top_k(
             f"tie_break must be TopKTieBreak.NONE, SMALL or LARGE (0, 1, 2), got {tie_break!r}"
         )
     if tie_break != TopKTieBreak.LARGE:
-        return _ops.top_k_select(x, int(k), bool(sorted))
+        return _ops.top_k_select(x, int(k), sorted)
     # Larger indices first: select on the reversed row, whose lower indices they are.
     values, reversed_indices = _ops.top_k_select(x.flip(-1), int(k), bool(sorted))
     indices = (x.size(1) - 1) - reversed_indices

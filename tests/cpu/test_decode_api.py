@@ -442,6 +442,25 @@ def test_run_cache_errors():
         w.run(q, cache.transpose(-1, -2).contiguous().transpose(-1, -2))
 
 
+def test_bool_flags_given_tensors_of_several_elements_are_named():
+    """bool() of such a tensor raises torch's "ambiguous" RuntimeError, naming no argument;
+    a one-element tensor reads as its truth value, as in Python."""
+    two = torch.tensor([True, False])
+    text = "must be a bool, got a tensor of 2 elements with shape (2,)"
+    for name in ("use_tensor_cores", "use_cuda_graph"):
+        with pytest.raises(ValueError, match=re.escape(f"{name} {text}")):
+            aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), **{name: two})
+    w, q, cache, indptr, indices, last = planned()
+    with pytest.raises(ValueError, match=re.escape(f"return_lse {text}")):
+        w.run(q, cache, return_lse=two)
+    out, lse = w.run(q, cache, return_lse=torch.tensor([True]))
+    close(out, lse, *expected(q, cache, indptr, indices, last))
+    q1, k, v = _randn((8, 64), 1), _randn((20, 2, 64), 2), _randn((20, 2, 64), 3)
+    with pytest.raises(ValueError, match=re.escape(f"return_lse {text}")):
+        aotinfer.single_decode_with_kv_cache(q1, k, v, return_lse=two)
+    assert isinstance(aotinfer.single_decode_with_kv_cache(q1, k, v, return_lse=0), torch.Tensor)
+
+
 def test_run_output_and_option_errors():
     w, q, cache, *_ = planned()
     with pytest.raises(

@@ -475,6 +475,34 @@ def test_top_k_tie_break(sorted_):
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
+def test_bool_flags_given_tensors_of_several_elements_are_named(name, fn, x):
+    """bool() of such a tensor raises torch's "ambiguous" RuntimeError, naming no argument;
+    other values read as their truth value, as FlashInfer reads them. (The samplers from
+    logits have no return_valid, as in FlashInfer.)"""
+    two = torch.tensor([True, False])
+    flags = ("check_nan", "return_valid") if name in PROB_SAMPLERS else ("check_nan",)
+    for flag in flags:
+        with raises(f"{flag} must be a bool, got a tensor of 2 elements with shape (2,)"):
+            fn(x, **{flag: two})
+    assert fn(x, check_nan=np.bool_(True)).shape == (4,)
+    if name in PROB_SAMPLERS:
+        samples, valid = fn(x, return_valid=torch.tensor(True))
+        assert samples.shape == valid.shape == (4,) and bool(valid.all())
+        assert isinstance(fn(x, return_valid=0), torch.Tensor)
+
+
+def test_softmax_and_top_k_flags_given_tensors_of_several_elements_are_named():
+    two = torch.zeros(2, 1, dtype=torch.bool)
+    text = "must be a bool, got a tensor of 2 elements with shape (2, 1)"
+    with raises(f"enable_pdl {text}"):
+        aotinfer.softmax(LOGITS, enable_pdl=two)
+    with raises(f"sorted {text}"):
+        aotinfer.top_k(LOGITS, 3, sorted=two)
+    values, _ = aotinfer.top_k(LOGITS, 3, sorted=torch.tensor([1]))
+    assert bool((values[:, :-1] >= values[:, 1:]).all())
+
+
 def test_sparse_and_nested_tensors_are_refused_naming_the_argument():
     """They failed deep inside torch before ("unsupported memory format option
     Contiguous", aten::clamp not on SparseCPU, "dimension -1 is irregular")."""
