@@ -799,6 +799,66 @@ def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kerne
     assert torch.equal(out, ref.top_k_mask_logits(logits, 5))
 
 
+def row_filter_cluster_bound(vocab, top_p, sms):
+    """sample_launch.cu's row_filter_max_cluster_rows under use_slice_kernels' general bound
+    (rows x 8 <= 4 x SMs): the most rows auto gives the cluster kernels (bounds measured on
+    132 SMs, scaled by the SMs)."""
+    if 49152 < vocab <= 81920:
+        at_132 = 56
+    else:
+        at_132 = 40 if top_p else (28 if vocab <= 49152 else 32)
+    return min(at_132 * sms // 132, 4 * sms // 8)
+
+
+def launched_row_filter_kernels(fn):
+    """Names of the row filter kernels fn launches (torch.profiler's CUDA activity)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages() if "row_filter" in e.key}
+
+
+def row_filter_call(op, rows, vocab, seed):
+    """One row filter call on fresh rows, and the reference's output."""
+    k, p, _ = per_row_params(rows, vocab, seed=seed)
+    if op == "top_k_mask":
+        x = make_logits(rows, vocab, seed=seed)
+        return lambda: aotinfer.top_k_mask_logits(x, k), ref.top_k_mask_logits(x, k)
+    x = make_probs(rows, vocab, seed=seed)
+    if op == "top_k_renorm":
+        return lambda: aotinfer.top_k_renorm_probs(x, k), ref.renorm_probs(x, MODES["top_k"], k)
+    return lambda: aotinfer.top_p_renorm_probs(x, p), ref.renorm_probs(x, MODES["top_p"], 0, p)
+
+
+ROW_FILTER_BOUND_CASES = [
+    ("top_k_mask", 32000),
+    ("top_k_renorm", 65536),
+    ("top_p_renorm", 128256),
+    ("top_k_renorm", 151936),
+]
+
+
+@pytest.mark.parametrize("past", [0, 1], ids=["at", "past"])
+@pytest.mark.parametrize("op,vocab", ROW_FILTER_BOUND_CASES)
+def test_auto_takes_the_row_kernels_past_the_row_filter_bound(op, vocab, past, monkeypatch):
+    """At the bound auto takes the cluster kernels (row_filter_slice_kernel), one row past it
+    the row kernels (row_filter_kernel); the output is the reference's either way."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the cluster kernels run on sm_90+ only")
+    monkeypatch.delenv("AOTINFER_SAMPLING_KERNEL", raising=False)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = row_filter_cluster_bound(vocab, op == "top_p_renorm", sms) + past
+    call, want = row_filter_call(op, rows, vocab, seed=vocab + rows)
+    names = launched_row_filter_kernels(call)
+    assert names and all(("slice_kernel" in n) != past for n in names), (rows, names)
+    out = call()
+    if op == "top_k_mask":
+        assert torch.equal(out, want)
+    else:
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-9)
+        assert torch.equal(out > 0, want > 0)
+
+
 @pytest.mark.parametrize("offset", [3, 5])
 def test_renorm_and_mask_of_unaligned_rows(offset, sampling_kernel):
     # Rows that start off a 16-byte boundary (every group then loads with tail checks) and

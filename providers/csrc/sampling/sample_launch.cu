@@ -240,7 +240,8 @@ std::int64_t multiprocessors(int device, const char* op) {
   return sms;
 }
 
-// `max_rows`: an op's own batch bound below the general one (plain_sampling_max_cluster_rows).
+// `max_rows`: an op's own batch bound below the general one (plain_sampling_max_cluster_rows,
+// row_filter_max_cluster_rows).
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op,
                        std::int64_t max_rows = INT64_MAX) {
   const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
@@ -257,6 +258,11 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms && rows <= max_rows);
 }
 
+// An op's own cluster bound is measured on 132 SMs (H100 and H200) and scales with the SMs:
+// the clusters spread a few rows over every SM where the row kernels leave SMs idle, so where
+// they stop paying depends on the rows per SM (no other SM count has been measured).
+std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return rows_at_132 * sms / 132; }
+
 // Plain sampling reads its row once (top_p_rejection_draw's round 0 with p = 1) and searches
 // nothing, so the clusters' spread over more SMs pays for their barriers over fewer rows than
 // for the other samplers. Measured on an H100, clusters against the row kernels (graph us,
@@ -268,10 +274,34 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
 //   1.10x at 48, 1.13x at 56, 1.35-1.36x at 64.
 // So plain sampling keeps the clusters up to 56 rows where clusters of 4 serve the vocabulary
 // and up to 32 rows above it (57-63 and 33-39 rows unmeasured). The other samplers search, and
-// their clusters won at 40-64 rows but for min-p at 64 x 32000 (0.91x) and top-k at 64 x
-// 128256 (0.91-0.93x), left as they are.
-std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab) {
-  return vocab <= kRejectionBounds.narrow_max_vocab ? 56 : 32;
+// their clusters won at 40-64 rows but for min-p at 64 x 32000 (0.95x) and top-k at 64 x
+// 128256 (0.91-0.93x; again in history/ab-sampling-row-filter-cluster-rows-0ab8ce8-h100.txt),
+// left as they are: top-k at 64 x 32000 ran 1.26-1.30x on the row kernels.
+std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab, std::int64_t sms) {
+  return rows_at_sms(vocab <= kRejectionBounds.narrow_max_vocab ? 56 : 32, sms);
+}
+
+// Renormalisation and top-k masking search cluster-wide at every level (kSearchBounds), and
+// their clusters lose to the row kernels from fewer rows than the general bound's 66. Measured
+// on an H100 (graph us, AOTINFER_SAMPLING_KERNEL auto / rowwise, A B A B in one machine start,
+// flat and peaked rows, 16-64 rows of 32000 to 256000;
+// history/ab-sampling-row-filter-cluster-rows-0ab8ce8-h100.txt), the row kernels' time over the
+// clusters':
+// - up to 28 rows the clusters win everywhere (1.04-2.16x); at 64 rows the row kernels win
+//   everywhere (0.60-0.93x: 64 x 128256 top-k renorm 74.5 -> 50.1 us);
+// - short rows (32000-40960, clusters of 4): from 32 rows the row kernels win the count searches
+//   (mask 0.79-0.97x, top-k renorm 0.86-1.05x), top-p renorm is even to 40 rows (0.98-1.12x)
+//   and then slowly the row kernels' (0.93-1.04x at 48-56);
+// - 50304-81920 (clusters of 4): the clusters win up to 56 rows (1.06-1.38x at 65536 and
+//   81920; 0.93-1.16x at 50304);
+// - 100352-256000 (clusters of 8): the clusters win at 32 rows (0.96-1.40x), then lose the count
+//   searches from 36 (0.72-1.07x) while top-p renorm keeps them to 40 (1.00-1.23x) and is
+//   about even at 44-48 (0.92-1.12x).
+// So the bounds below, at 132 SMs; 29-31, 41-43 and 57-63 rows are unmeasured.
+constexpr std::int64_t kRowFilterShortRowsVocab = 49152;
+std::int64_t row_filter_max_cluster_rows(std::int64_t vocab, bool top_p, std::int64_t sms) {
+  if (vocab > kRowFilterShortRowsVocab && vocab <= kSearchBounds.narrow_max_vocab) return rows_at_sms(56, sms);
+  return rows_at_sms(top_p ? 40 : (vocab <= kRowFilterShortRowsVocab ? 28 : 32), sms);
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -594,7 +624,9 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
-  if (use_slice_kernels(input.device, p.rows, p.vocab, op)) {
+  const std::int64_t max_cluster_rows =
+      row_filter_max_cluster_rows(p.vocab, !mask && f.mode == FilterMode::kTopP, multiprocessors(input.device, op));
+  if (use_slice_kernels(input.device, p.rows, p.vocab, op, max_cluster_rows)) {
     constexpr SliceBounds kBounds = kSearchBounds;  // every row filter searches cluster-wide
     const int smem = shared_memory_limit(input.device, op);
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kNarrowSliceCtas>, row_filter_slice_kernel<T, true, kSliceCtas>,
@@ -718,7 +750,8 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool rejection =
       plain || (filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection());
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  const std::int64_t max_cluster_rows = plain ? plain_sampling_max_cluster_rows(p.vocab) : INT64_MAX;
+  const std::int64_t max_cluster_rows =
+      plain ? plain_sampling_max_cluster_rows(p.vocab, multiprocessors(input.device, op)) : INT64_MAX;
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op, max_cluster_rows)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
     // top-k and for the two-search filters, at any batch, where the slice fits beside the list
