@@ -799,14 +799,16 @@ def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kerne
     assert torch.equal(out, ref.top_k_mask_logits(logits, 5))
 
 
-def row_filter_cluster_bound(vocab, top_p, sms):
+def row_filter_cluster_bound(op, vocab, sms):
     """sample_launch.cu's row_filter_max_cluster_rows under use_slice_kernels' general bound
     (rows x 8 <= 4 x SMs): the most rows auto gives the cluster kernels (bounds measured on
     132 SMs, scaled by the SMs)."""
-    if 49152 < vocab <= 81920:
-        at_132 = 56
+    if vocab > 81920:
+        at_132 = {"top_k_mask": 38, "top_k_renorm": 34, "top_p_renorm": 45}[op]
+    elif vocab > 49152:
+        at_132 = 62
     else:
-        at_132 = 40 if top_p else (28 if vocab <= 49152 else 32)
+        at_132 = 40 if op == "top_p_renorm" else 30
     return min(at_132 * sms // 132, 4 * sms // 8)
 
 
@@ -832,7 +834,9 @@ def row_filter_call(op, rows, vocab, seed):
 
 ROW_FILTER_BOUND_CASES = [
     ("top_k_mask", 32000),
+    ("top_p_renorm", 40960),
     ("top_k_renorm", 65536),
+    ("top_k_mask", 128256),
     ("top_p_renorm", 128256),
     ("top_k_renorm", 151936),
 ]
@@ -847,7 +851,7 @@ def test_auto_takes_the_row_kernels_past_the_row_filter_bound(op, vocab, past, m
         pytest.skip("the cluster kernels run on sm_90+ only")
     monkeypatch.delenv("AOTINFER_SAMPLING_KERNEL", raising=False)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = row_filter_cluster_bound(vocab, op == "top_p_renorm", sms) + past
+    rows = row_filter_cluster_bound(op, vocab, sms) + past
     call, want = row_filter_call(op, rows, vocab, seed=vocab + rows)
     names = launched_row_filter_kernels(call)
     assert names and all(("slice_kernel" in n) != past for n in names), (rows, names)

@@ -283,25 +283,32 @@ std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab, std::int64_t sm
 
 // Renormalisation and top-k masking search cluster-wide at every level (kSearchBounds), and
 // their clusters lose to the row kernels from fewer rows than the general bound's 66. Measured
-// on an H100 (graph us, AOTINFER_SAMPLING_KERNEL auto / rowwise, A B A B in one machine start,
-// flat and peaked rows, 16-64 rows of 32000 to 256000;
-// history/ab-sampling-row-filter-cluster-rows-0ab8ce8-h100.txt), the row kernels' time over the
-// clusters':
+// on an H100, the row kernels' graph time over the clusters' (AOTINFER_SAMPLING_KERNEL rowwise
+// against auto / cluster, A B A B in one machine start, flat and peaked rows, 16-64 rows of
+// 32000-256000; history/ab-sampling-row-filter-cluster-rows-0ab8ce8-h100.txt):
 // - up to 28 rows the clusters win everywhere (1.04-2.16x); at 64 rows the row kernels win
 //   everywhere (0.60-0.93x: 64 x 128256 top-k renorm 74.5 -> 50.1 us);
-// - short rows (32000-40960, clusters of 4): from 32 rows the row kernels win the count searches
-//   (mask 0.79-0.97x, top-k renorm 0.86-1.05x), top-p renorm is even to 40 rows (0.98-1.12x)
-//   and then slowly the row kernels' (0.93-1.04x at 48-56);
-// - 50304-81920 (clusters of 4): the clusters win up to 56 rows (1.06-1.38x at 65536 and
-//   81920; 0.93-1.16x at 50304);
-// - 100352-256000 (clusters of 8): the clusters win at 32 rows (0.96-1.40x), then lose the count
-//   searches from 36 (0.72-1.07x) while top-p renorm keeps them to 40 (1.00-1.23x) and is
-//   about even at 44-48 (0.92-1.12x).
-// So the bounds below, at 132 SMs; 29-31, 41-43 and 57-63 rows are unmeasured.
+// - clusters of 4 (vocab <= 81920) take a step up once their rows pass what the card holds at
+//   once: at 31 rows of 32000-40960 (the count searches 1.04-1.25x at 30, 0.92-1.07x at 31)
+//   and at 63 rows of 50304-81920 (1.01-1.18x at 62 but at 50304 0.91-1.02x; 0.76-0.97x at
+//   63); short rows' top-p renorm stays about even from 31 to 48 rows (0.93-1.12x);
+// - clusters of 8 (above 81920) lose smoothly after their step at 29-32 rows: the row kernels
+//   even out at about 38 rows for the mask (0.91-1.02x at 256000, 1.00-1.01x at 128256), 34
+//   for top-k renorm (0.94-1.05x) and 44-46 for top-p renorm (0.94-1.21x; 1.19x at 44 rows of
+//   256000, 0.99x at 46).
+// So these bounds at 132 SMs; 41-47 rows of short rows' top-p renorm are unmeasured.
+enum class RowFilterKind { kMask, kTopKRenorm, kTopPRenorm };
 constexpr std::int64_t kRowFilterShortRowsVocab = 49152;
-std::int64_t row_filter_max_cluster_rows(std::int64_t vocab, bool top_p, std::int64_t sms) {
-  if (vocab > kRowFilterShortRowsVocab && vocab <= kSearchBounds.narrow_max_vocab) return rows_at_sms(56, sms);
-  return rows_at_sms(top_p ? 40 : (vocab <= kRowFilterShortRowsVocab ? 28 : 32), sms);
+std::int64_t row_filter_max_cluster_rows(std::int64_t vocab, RowFilterKind kind, std::int64_t sms) {
+  std::int64_t at_132 = 0;
+  if (vocab > kSearchBounds.narrow_max_vocab) {
+    at_132 = kind == RowFilterKind::kMask ? 38 : kind == RowFilterKind::kTopKRenorm ? 34 : 45;
+  } else if (vocab > kRowFilterShortRowsVocab) {
+    at_132 = 62;
+  } else {
+    at_132 = kind == RowFilterKind::kTopPRenorm ? 40 : 30;
+  }
+  return rows_at_sms(at_132, sms);
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -624,8 +631,10 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   const char* op = mask ? "top_k_mask_logits" : "renorm";
   DeviceGuard guard(input.device);
   finish(guard.status(), op, input.device);
-  const std::int64_t max_cluster_rows =
-      row_filter_max_cluster_rows(p.vocab, !mask && f.mode == FilterMode::kTopP, multiprocessors(input.device, op));
+  const RowFilterKind kind = mask                          ? RowFilterKind::kMask
+                             : f.mode == FilterMode::kTopP ? RowFilterKind::kTopPRenorm
+                                                           : RowFilterKind::kTopKRenorm;
+  const std::int64_t max_cluster_rows = row_filter_max_cluster_rows(p.vocab, kind, multiprocessors(input.device, op));
   if (use_slice_kernels(input.device, p.rows, p.vocab, op, max_cluster_rows)) {
     constexpr SliceBounds kBounds = kSearchBounds;  // every row filter searches cluster-wide
     const int smem = shared_memory_limit(input.device, op);
