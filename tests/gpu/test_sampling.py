@@ -18,6 +18,7 @@ a kernel forgets to write shows up.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -799,25 +800,49 @@ def test_top_k_mask_logits_matches_reference(vocab, batch, dtype, sampling_kerne
     assert torch.equal(out, ref.top_k_mask_logits(logits, 5))
 
 
-def row_filter_cluster_bound(op, vocab, sms):
-    """sample_launch.cu's row_filter_max_cluster_rows under use_slice_kernels' general bound
-    (rows x 8 <= 4 x SMs): the most rows auto gives the cluster kernels (bounds measured on
-    132 SMs, scaled by the SMs)."""
-    if vocab > 81920:
+ROW_FILTERS = ("top_k_mask", "top_k_renorm", "top_p_renorm")
+
+
+def cluster_bound(op, vocab, sms):
+    """sample_launch.cu's row_filter_max_cluster_rows / sampler_max_cluster_rows under
+    use_slice_kernels' general bound (rows x 8 <= 4 x SMs): the most rows auto gives the
+    cluster kernels (bounds measured on 132 SMs, scaled by the SMs)."""
+    general = 4 * sms // 8
+    narrow = vocab <= 81920
+    if op in ROW_FILTERS and vocab > 81920:
         at_132 = {"top_k_mask": 38, "top_k_renorm": 34, "top_p_renorm": 45}[op]
-    elif vocab > 49152:
-        at_132 = 62
+    elif op in ROW_FILTERS:
+        at_132 = 62 if vocab > 49152 else (40 if op == "top_p_renorm" else 30)
+    elif op == "min_p":
+        at_132 = 62 if narrow else 60
+    elif op == "top_k" and not narrow:
+        at_132 = 44 if vocab > 163840 else 60
+    elif op in ("joint", "top_k_first") and vocab > 131072:
+        at_132 = 48
     else:
-        at_132 = 40 if op == "top_p_renorm" else 30
-    return min(at_132 * sms // 132, 4 * sms // 8)
+        return general
+    return min(at_132 * sms // 132, general)
 
 
-def launched_row_filter_kernels(fn):
-    """Names of the row filter kernels fn launches (torch.profiler's CUDA activity)."""
+def launched_sampling_kernels(fn):
+    """Names of the row filter and sampler kernels fn launches (torch.profiler's CUDA
+    activity): the clusters' are *_slice_kernel, the row kernels' row_filter_kernel and
+    sample_kernel."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return {e.key for e in prof.key_averages() if "row_filter" in e.key}
+    return {e.key for e in prof.key_averages() if "row_filter" in e.key or "sample_" in e.key}
+
+
+SEEDED = {"seed": 11, "offset": 3}
+BOUND_SAMPLERS = {
+    "min_p": lambda x: aotinfer.min_p_sampling_from_probs(x, 0.1, **SEEDED),
+    "top_k": lambda x: aotinfer.top_k_sampling_from_probs(x, 50, **SEEDED),
+    "joint": lambda x: aotinfer.top_k_top_p_sampling_from_probs(
+        x, 50, 0.9, filter_apply_order="joint", **SEEDED
+    ),
+    "top_k_first": lambda x: aotinfer.top_k_top_p_sampling_from_probs(x, 50, 0.9, **SEEDED),
+}
 
 
 def row_filter_call(op, rows, vocab, seed):
@@ -832,31 +857,45 @@ def row_filter_call(op, rows, vocab, seed):
     return lambda: aotinfer.top_p_renorm_probs(x, p), ref.renorm_probs(x, MODES["top_p"], 0, p)
 
 
-ROW_FILTER_BOUND_CASES = [
+BOUND_CASES = [
     ("top_k_mask", 32000),
     ("top_p_renorm", 40960),
     ("top_k_renorm", 65536),
     ("top_k_mask", 128256),
     ("top_p_renorm", 128256),
     ("top_k_renorm", 151936),
+    ("min_p", 32000),
+    ("min_p", 128256),
+    ("top_k", 128256),
+    ("top_k", 256000),
+    ("joint", 151936),
+    ("top_k_first", 200064),
 ]
 
 
 @pytest.mark.parametrize("past", [0, 1], ids=["at", "past"])
-@pytest.mark.parametrize("op,vocab", ROW_FILTER_BOUND_CASES)
-def test_auto_takes_the_row_kernels_past_the_row_filter_bound(op, vocab, past, monkeypatch):
-    """At the bound auto takes the cluster kernels (row_filter_slice_kernel), one row past it
-    the row kernels (row_filter_kernel); the output is the reference's either way."""
+@pytest.mark.parametrize("op,vocab", BOUND_CASES)
+def test_auto_takes_the_row_kernels_past_an_ops_cluster_bound(op, vocab, past, monkeypatch):
+    """At the op's bound auto takes the cluster kernels (*_slice_kernel), one row past it the
+    row kernels; the output is the reference's (row filters) or the pinned family's tokens
+    (samplers: both families draw the same token for a seed)."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the cluster kernels run on sm_90+ only")
     monkeypatch.delenv("AOTINFER_SAMPLING_KERNEL", raising=False)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = row_filter_cluster_bound(op, vocab, sms) + past
-    call, want = row_filter_call(op, rows, vocab, seed=vocab + rows)
-    names = launched_row_filter_kernels(call)
+    rows = cluster_bound(op, vocab, sms) + past
+    if op in ROW_FILTERS:
+        call, want = row_filter_call(op, rows, vocab, seed=vocab + rows)
+    else:
+        x = make_probs(rows, vocab, seed=vocab + rows)
+        call = functools.partial(BOUND_SAMPLERS[op], x)
+    names = launched_sampling_kernels(call)
     assert names and all(("slice_kernel" in n) != past for n in names), (rows, names)
     out = call()
-    if op == "top_k_mask":
+    if op not in ROW_FILTERS:
+        monkeypatch.setenv("AOTINFER_SAMPLING_KERNEL", "rowwise" if past else "cluster")
+        assert torch.equal(out, call())
+    elif op == "top_k_mask":
         assert torch.equal(out, want)
     else:
         torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-9)

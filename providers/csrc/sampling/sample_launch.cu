@@ -240,7 +240,7 @@ std::int64_t multiprocessors(int device, const char* op) {
   return sms;
 }
 
-// `max_rows`: an op's own batch bound below the general one (plain_sampling_max_cluster_rows,
+// `max_rows`: an op's own batch bound below the general one (sampler_max_cluster_rows,
 // row_filter_max_cluster_rows).
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op,
                        std::int64_t max_rows = INT64_MAX) {
@@ -273,12 +273,27 @@ std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return ro
 // - vocab 128256 (clusters of 8): 0.35-0.60x at 1-16 rows, 0.92x at 32, but 1.04x at 40,
 //   1.10x at 48, 1.13x at 56, 1.35-1.36x at 64.
 // So plain sampling keeps the clusters up to 56 rows where clusters of 4 serve the vocabulary
-// and up to 32 rows above it (57-63 and 33-39 rows unmeasured). The other samplers search, and
-// their clusters won at 40-64 rows but for min-p at 64 x 32000 (0.95x) and top-k at 64 x
-// 128256 (0.91-0.93x; again in history/ab-sampling-row-filter-cluster-rows-0ab8ce8-h100.txt),
-// left as they are: top-k at 64 x 32000 ran 1.26-1.30x on the row kernels.
-std::int64_t plain_sampling_max_cluster_rows(std::int64_t vocab, std::int64_t sms) {
-  return rows_at_sms(vocab <= kRejectionBounds.narrow_max_vocab ? 56 : 32, sms);
+// and up to 32 rows above it (57-63 and 33-39 rows unmeasured).
+// The other samplers search, and their clusters win over more rows. Measured on an H100, the
+// row kernels' graph time over the clusters' at 40-66 rows of 32000-256000 (cluster against
+// rowwise, A B A B in one machine start; history/ab-sampling-sampler-cluster-rows-a57285a-
+// h100.txt): top-p 1.12-1.60x everywhere (256000: 0.98-1.08x from 60 rows); top-k, joint and
+// top-k then top-p 1.18-2.17x up to 81920 (clusters of 4); above it
+// - top-k 1.03-1.10x at 60 rows of 128256-151936, 0.91-0.99x from 62; at 200064-256000
+//   1.00-1.12x at 40-44 rows, 0.84-0.93x from 48 (0.69-0.77x at 64);
+// - joint and top-k then top-p 1.01-1.21x at 48 rows of 151936-256000, 0.91-0.99x from 52
+//   (1.0-1.1x at 64-66 rows of 128256);
+// - min-p (which draws, clusters of 4 to 81920) 1.09-1.23x to 62 rows, 0.93x at 64 rows of
+//   32000 (1.00x at 65536); above 81920 0.98-1.15x to 60, 0.87-1.02x from 62.
+// So these bounds at 132 SMs, under the general 66.
+std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t vocab, std::int64_t sms) {
+  const bool narrow = vocab <= kDrawBounds.narrow_max_vocab;  // 81920, the clusters of 4's bound
+  const bool two_searches = mode == FilterMode::kJoint || mode == FilterMode::kTopKThenTopP;
+  if (plain) return rows_at_sms(narrow ? 56 : 32, sms);
+  if (mode == FilterMode::kMinP) return rows_at_sms(narrow ? 62 : 60, sms);
+  if (mode == FilterMode::kTopK && !narrow) return rows_at_sms(vocab > 163840 ? 44 : 60, sms);
+  if (two_searches && vocab > 131072) return rows_at_sms(48, sms);
+  return INT64_MAX;  // the general bound
 }
 
 // Renormalisation and top-k masking search cluster-wide at every level (kSearchBounds), and
@@ -760,7 +775,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
       plain || (filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection());
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
   const std::int64_t max_cluster_rows =
-      plain ? plain_sampling_max_cluster_rows(p.vocab, multiprocessors(input.device, op)) : INT64_MAX;
+      sampler_max_cluster_rows(filter.mode, plain, p.vocab, multiprocessors(input.device, op));
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op, max_cluster_rows)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
     // top-k and for the two-search filters, at any batch, where the slice fits beside the list
