@@ -813,12 +813,12 @@ def cluster_bound(op, vocab, sms):
         at_132 = {"top_k_mask": 38, "top_k_renorm": 34, "top_p_renorm": 45}[op]
     elif op in ROW_FILTERS:
         at_132 = 62 if vocab > 49152 else (40 if op == "top_p_renorm" else 30)
-    elif op == "min_p":
+    elif op == "min_p" and (narrow or vocab > 131072):
         at_132 = 62 if narrow else 60
     elif op == "top_k" and not narrow:
-        at_132 = 44 if vocab > 163840 else 60
+        at_132 = 47 if vocab > 163840 else 60
     elif op in ("joint", "top_k_first") and vocab > 131072:
-        at_132 = 48
+        at_132 = 51
     else:
         return general
     return min(at_132 * sms // 132, general)
@@ -865,7 +865,7 @@ BOUND_CASES = [
     ("top_p_renorm", 128256),
     ("top_k_renorm", 151936),
     ("min_p", 32000),
-    ("min_p", 128256),
+    ("min_p", 200064),
     ("top_k", 128256),
     ("top_k", 256000),
     ("joint", 151936),

@@ -277,22 +277,24 @@ std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return ro
 // The other samplers search, and their clusters win over more rows. Measured on an H100, the
 // row kernels' graph time over the clusters' at 40-66 rows of 32000-256000 (cluster against
 // rowwise, A B A B in one machine start; history/ab-sampling-sampler-cluster-rows-a57285a-
-// h100.txt): top-p 1.12-1.60x everywhere (256000: 0.98-1.08x from 60 rows); top-k, joint and
-// top-k then top-p 1.18-2.17x up to 81920 (clusters of 4); above it
+// h100.txt, then auto at 859b796 against cluster, ab-sampling-sampler-bounds-859b796-h100.txt):
+// top-p 1.12-1.60x everywhere (256000: 0.98-1.08x from 60 rows); top-k, joint and top-k then
+// top-p 1.18-2.17x up to 81920 (clusters of 4); above it
 // - top-k 1.03-1.10x at 60 rows of 128256-151936, 0.91-0.99x from 62; at 200064-256000
-//   1.00-1.12x at 40-44 rows, 0.84-0.93x from 48 (0.69-0.77x at 64);
-// - joint and top-k then top-p 1.01-1.21x at 48 rows of 151936-256000, 0.91-0.99x from 52
+//   1.00-1.12x at 40-45 rows, 0.84-0.93x from 48 (0.69-0.77x at 64);
+// - joint and top-k then top-p 1.05-1.20x at 49 rows of 151936-256000, 0.91-0.99x from 52
 //   (1.0-1.1x at 64-66 rows of 128256);
 // - min-p (which draws, clusters of 4 to 81920) 1.09-1.23x to 62 rows, 0.93x at 64 rows of
-//   32000 (1.00x at 65536); above 81920 0.98-1.15x to 60, 0.87-1.02x from 62.
-// So these bounds at 132 SMs, under the general 66.
+//   32000 (1.00x at 65536); 1.02-1.05x to 66 rows of 128256; above 131072 0.98-1.15x to 60,
+//   0.87-0.96x from 61.
+// So these bounds at 132 SMs, under the general 66 (46-47 and 50-51 rows unmeasured there).
 std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t vocab, std::int64_t sms) {
   const bool narrow = vocab <= kDrawBounds.narrow_max_vocab;  // 81920, the clusters of 4's bound
   const bool two_searches = mode == FilterMode::kJoint || mode == FilterMode::kTopKThenTopP;
   if (plain) return rows_at_sms(narrow ? 56 : 32, sms);
-  if (mode == FilterMode::kMinP) return rows_at_sms(narrow ? 62 : 60, sms);
-  if (mode == FilterMode::kTopK && !narrow) return rows_at_sms(vocab > 163840 ? 44 : 60, sms);
-  if (two_searches && vocab > 131072) return rows_at_sms(48, sms);
+  if (mode == FilterMode::kMinP && (narrow || vocab > 131072)) return rows_at_sms(narrow ? 62 : 60, sms);
+  if (mode == FilterMode::kTopK && !narrow) return rows_at_sms(vocab > 163840 ? 47 : 60, sms);
+  if (two_searches && vocab > 131072) return rows_at_sms(51, sms);
   return INT64_MAX;  // the general bound
 }
 
