@@ -89,7 +89,7 @@ def top_k(
     if tie_break != TopKTieBreak.LARGE:
         return _ops.top_k_select(x, int(k), sorted)
     # Larger indices first: select on the reversed row, whose lower indices they are.
-    values, reversed_indices = _ops.top_k_select(x.flip(-1), int(k), bool(sorted))
+    values, reversed_indices = _ops.top_k_select(x.flip(-1), int(k), sorted)
     indices = (x.size(1) - 1) - reversed_indices
     if not sorted:  # back to ascending index order
         values, indices = values.flip(-1), indices.flip(-1)

@@ -474,7 +474,6 @@ def test_top_k_tie_break(sorted_):
 # sparse and nested tensors; get_seed_and_offset's device (session 49)
 
 
-@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize("name,fn,x", ALL_SAMPLERS, ids=SAMPLER_IDS)
 def test_bool_flags_given_tensors_of_several_elements_are_named(name, fn, x):
     """bool() of such a tensor raises torch's "ambiguous" RuntimeError, naming no argument;
@@ -503,6 +502,7 @@ def test_softmax_and_top_k_flags_given_tensors_of_several_elements_are_named():
     assert bool((values[:, :-1] >= values[:, 1:]).all())
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_sparse_and_nested_tensors_are_refused_naming_the_argument():
     """They failed deep inside torch before ("unsupported memory format option
     Contiguous", aten::clamp not on SparseCPU, "dimension -1 is irregular")."""

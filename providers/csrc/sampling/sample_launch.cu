@@ -277,7 +277,8 @@ std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return ro
 // The other samplers search, and their clusters win over more rows. Measured on an H100, the
 // row kernels' graph time over the clusters' at 40-66 rows of 32000-256000 (cluster against
 // rowwise, A B A B in one machine start; history/ab-sampling-sampler-cluster-rows-a57285a-
-// h100.txt, then auto at 859b796 against cluster, ab-sampling-sampler-bounds-859b796-h100.txt):
+// h100.txt, and auto against cluster at 45-52 rows, ab-sampling-sampler-bounds-859b796-h100.txt
+// and -7798d9e-h100.txt):
 // top-p 1.12-1.60x everywhere (256000: 0.98-1.08x from 60 rows); top-k, joint and top-k then
 // top-p 1.18-2.17x up to 81920 (clusters of 4); above it
 // - top-k 1.03-1.10x at 60 rows of 128256-151936, 0.91-0.99x from 62; at 200064-256000
@@ -287,9 +288,11 @@ std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return ro
 // - min-p (which draws, clusters of 4 to 81920) 1.09-1.23x to 62 rows, 0.93x at 64 rows of
 //   32000 (1.00x at 65536); 1.02-1.05x to 66 rows of 128256; above 131072 0.98-1.15x to 60,
 //   0.87-0.96x from 61.
-// So these bounds at 132 SMs, under the general 66 (46-47 and 50-51 rows unmeasured there).
+// So these bounds at 132 SMs, under the general 66 (at 52 rows of 256000 the two-search filters
+// ran 1.02-1.04x the clusters' time: their step falls a few rows later there).
 std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t vocab, std::int64_t sms) {
-  const bool narrow = vocab <= kDrawBounds.narrow_max_vocab;  // 81920, the clusters of 4's bound
+  // 81920: clusters of 4 serve min-p and plain sampling up to here (top-k's lists to 65536).
+  const bool narrow = vocab <= kDrawBounds.narrow_max_vocab;
   const bool two_searches = mode == FilterMode::kJoint || mode == FilterMode::kTopKThenTopP;
   if (plain) return rows_at_sms(narrow ? 56 : 32, sms);
   if (mode == FilterMode::kMinP && (narrow || vocab > 131072)) return rows_at_sms(narrow ? 62 : 60, sms);
