@@ -240,10 +240,15 @@ std::int64_t multiprocessors(int device, const char* op) {
   return sms;
 }
 
-// `max_rows`: an op's own batch bound below the general one (sampler_max_cluster_rows,
-// row_filter_max_cluster_rows).
+// An op's own cluster bound below the general one (sampler_max_cluster_rows,
+// row_filter_max_cluster_rows), in rows at 132 SMs (H100 and H200), where it was measured. It
+// scales with the SMs: the clusters spread a few rows over every SM where the row kernels leave
+// SMs idle, so where they stop paying depends on the rows per SM (no other SM count has been
+// measured).
+constexpr std::int64_t kNoOwnBound = INT64_MAX;
+
 bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const char* op,
-                       std::int64_t max_rows = INT64_MAX) {
+                       std::int64_t max_rows_at_132_sms = kNoOwnBound) {
   const std::string want = env_choice("AOTINFER_SAMPLING_KERNEL", {"rowwise", "cluster", "auto"});
   if (want == "rowwise" || vocab == 0) return false;
   int major = 0;
@@ -255,13 +260,9 @@ bool use_slice_kernels(int device, std::int64_t rows, std::int64_t vocab, const 
   // top-k / top-p from 88 / 140 us to 39 / 49 us (graph); at batch 128 (four waves of
   // clusters, two CTAs per SM) they lose, 228 / 286 us against 125 / 173 us. So they serve
   // batches whose clusters fit in about two waves.
-  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms && rows <= max_rows);
+  const bool own_bound_holds = max_rows_at_132_sms == kNoOwnBound || rows <= max_rows_at_132_sms * sms / 132;
+  return want == "cluster" || (vocab >= kSliceMinVocab && rows * kSliceCtas <= 4 * sms && own_bound_holds);
 }
-
-// An op's own cluster bound is measured on 132 SMs (H100 and H200) and scales with the SMs:
-// the clusters spread a few rows over every SM where the row kernels leave SMs idle, so where
-// they stop paying depends on the rows per SM (no other SM count has been measured).
-std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return rows_at_132 * sms / 132; }
 
 // Plain sampling reads its row once (top_p_rejection_draw's round 0 with p = 1) and searches
 // nothing, so the clusters' spread over more SMs pays for their barriers over fewer rows than
@@ -290,15 +291,15 @@ std::int64_t rows_at_sms(std::int64_t rows_at_132, std::int64_t sms) { return ro
 //   0.87-0.96x from 61.
 // So these bounds at 132 SMs, under the general 66 (at 52 rows of 256000 the two-search filters
 // ran 1.02-1.04x the clusters' time: their step falls a few rows later there).
-std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t vocab, std::int64_t sms) {
+std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t vocab) {
   // 81920: clusters of 4 serve min-p and plain sampling up to here (top-k's lists to 65536).
   const bool narrow = vocab <= kDrawBounds.narrow_max_vocab;
   const bool two_searches = mode == FilterMode::kJoint || mode == FilterMode::kTopKThenTopP;
-  if (plain) return rows_at_sms(narrow ? 56 : 32, sms);
-  if (mode == FilterMode::kMinP && (narrow || vocab > 131072)) return rows_at_sms(narrow ? 62 : 60, sms);
-  if (mode == FilterMode::kTopK && !narrow) return rows_at_sms(vocab > 163840 ? 47 : 60, sms);
-  if (two_searches && vocab > 131072) return rows_at_sms(51, sms);
-  return INT64_MAX;  // the general bound
+  if (plain) return narrow ? 56 : 32;
+  if (mode == FilterMode::kMinP && (narrow || vocab > 131072)) return narrow ? 62 : 60;
+  if (mode == FilterMode::kTopK && !narrow) return vocab > 163840 ? 47 : 60;
+  if (two_searches && vocab > 131072) return 51;
+  return kNoOwnBound;
 }
 
 // Renormalisation and top-k masking search cluster-wide at every level (kSearchBounds), and
@@ -319,16 +320,12 @@ std::int64_t sampler_max_cluster_rows(FilterMode mode, bool plain, std::int64_t 
 // So these bounds at 132 SMs; 41-47 rows of short rows' top-p renorm are unmeasured.
 enum class RowFilterKind { kMask, kTopKRenorm, kTopPRenorm };
 constexpr std::int64_t kRowFilterShortRowsVocab = 49152;
-std::int64_t row_filter_max_cluster_rows(std::int64_t vocab, RowFilterKind kind, std::int64_t sms) {
-  std::int64_t at_132 = 0;
+std::int64_t row_filter_max_cluster_rows(std::int64_t vocab, RowFilterKind kind) {
   if (vocab > kSearchBounds.narrow_max_vocab) {
-    at_132 = kind == RowFilterKind::kMask ? 38 : kind == RowFilterKind::kTopKRenorm ? 34 : 45;
-  } else if (vocab > kRowFilterShortRowsVocab) {
-    at_132 = 62;
-  } else {
-    at_132 = kind == RowFilterKind::kTopPRenorm ? 40 : 30;
+    return kind == RowFilterKind::kMask ? 38 : kind == RowFilterKind::kTopKRenorm ? 34 : 45;
   }
-  return rows_at_sms(at_132, sms);
+  if (vocab > kRowFilterShortRowsVocab) return 62;
+  return kind == RowFilterKind::kTopPRenorm ? 40 : 30;
 }
 
 // AOTINFER_SAMPLING_ROW_THREADS: the pinned size of the one-CTA-per-row kernels (256, 512 or
@@ -654,8 +651,7 @@ void run_row_filter(bool mask, const TensorView& input, const TensorView& out, c
   const RowFilterKind kind = mask                          ? RowFilterKind::kMask
                              : f.mode == FilterMode::kTopP ? RowFilterKind::kTopPRenorm
                                                            : RowFilterKind::kTopKRenorm;
-  const std::int64_t max_cluster_rows = row_filter_max_cluster_rows(p.vocab, kind, multiprocessors(input.device, op));
-  if (use_slice_kernels(input.device, p.rows, p.vocab, op, max_cluster_rows)) {
+  if (use_slice_kernels(input.device, p.rows, p.vocab, op, row_filter_max_cluster_rows(p.vocab, kind))) {
     constexpr SliceBounds kBounds = kSearchBounds;  // every row filter searches cluster-wide
     const int smem = shared_memory_limit(input.device, op);
     finish(mask ? launch_slices<row_filter_slice_kernel<T, true, kNarrowSliceCtas>, row_filter_slice_kernel<T, true, kSliceCtas>,
@@ -779,8 +775,7 @@ void launch_sample(const TensorView& input, bool input_is_logits, const TensorVi
   const bool rejection =
       plain || (filter.mode == FilterMode::kTopP && !input_is_logits && top_p_draws_by_rejection());
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  const std::int64_t max_cluster_rows =
-      sampler_max_cluster_rows(filter.mode, plain, p.vocab, multiprocessors(input.device, op));
+  const std::int64_t max_cluster_rows = sampler_max_cluster_rows(filter.mode, plain, p.vocab);
   if (!input_is_logits && use_slice_kernels(input.device, batch, p.vocab, op, max_cluster_rows)) {
     // Each CTA lists its own top k into rank 0 in one exchange (cluster_local_top_k.cuh): for
     // top-k and for the two-search filters, at any batch, where the slice fits beside the list
