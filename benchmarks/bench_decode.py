@@ -57,13 +57,18 @@ def lengths(batch, kv, skewed, g):
     return [4 * kv] + ls
 
 
-def paged_setup(lens, g):
-    pages = [(n + PAGE - 1) // PAGE for n in lens]
+def paged_setup(lens, g, page=PAGE, hkv=HKV, d=D, dtype=DT, layout="NHD"):
+    """A paged cache (pages in random order) holding requests of ``lens`` tokens, and its
+    CSR table: (cache, indptr, indices, last_page_len), the table int32 on the GPU."""
+    pages = [(n + page - 1) // page for n in lens]
     total = sum(pages)
     perm = torch.randperm(total, generator=g).to(torch.int32)
     indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32)
-    last = torch.tensor([n - PAGE * (p - 1) for n, p in zip(lens, pages)], dtype=torch.int32)
-    cache = torch.randn(total, 2, PAGE, HKV, D, dtype=DT, device="cuda")
+    last = torch.tensor([n - page * (p - 1) for n, p in zip(lens, pages)], dtype=torch.int32)
+    inner = (page, hkv, d) if layout == "NHD" else (hkv, page, d)
+    # fp8 has no randn: draw in bf16 and convert (the 16-bit caches keep their old values).
+    cache = torch.randn(total, 2, *inner, dtype=dtype if dtype.itemsize > 1 else DT, device="cuda")
+    cache = cache.to(dtype)
     return cache, indptr.cuda(), perm.cuda(), last.cuda()
 
 
