@@ -40,6 +40,7 @@ CONFIGS = [
     ("TP shard 16/1", dict(hq=16, hkv=1)),
     ("Llama-3.2-1B d64", dict(d=64)),
     ("Gemma-7B 16/16 d256", dict(hq=16, hkv=16, d=256)),
+    ("Gemma-3-12B 16/8 d256", dict(hq=16, hkv=8, d=256)),
     ("Gemma-2-9B 16/8 d256 cap 50", dict(hq=16, hkv=8, d=256, soft_cap=50.0)),
     ("page 1", dict(page=1)),
     ("page 64", dict(page=64)),
@@ -66,7 +67,9 @@ def timed_wrapper(mod, cfg, table, caches, q, **kw):
     return rotation_graph_us(lambda c: w.run(q, c), caches)
 
 
-def bench_case(name, cfg, batch, kv, fi, copy_bw):
+def case_inputs(cfg, batch, kv):
+    """One case's inputs, seeded by its shape: (table, caches, q, bytes moved), ``caches``
+    the cache and enough random copies (1-tuples) that a rotation overflows the L2."""
     g = torch.Generator().manual_seed(batch * 7 + kv)
     torch.manual_seed(batch * 7 + kv)
     lens = [kv] * batch
@@ -75,8 +78,12 @@ def bench_case(name, cfg, batch, kv, fi, copy_bw):
     )
     caches = [(cache,)] + [(torch.randn_like(cache),) for _ in range(set_count(cache.nbytes) - 1)]
     q = torch.randn(batch, cfg["hq"], cfg["d"], dtype=DT, device="cuda")
-    table = (indptr, indices, last)
     nbytes = batch * kv * cfg["hkv"] * cfg["d"] * 2 * 2 + 2 * q.nbytes
+    return (indptr, indices, last), caches, q, nbytes
+
+
+def bench_case(name, cfg, batch, kv, fi, copy_bw):
+    table, caches, q, nbytes = case_inputs(cfg, batch, kv)
     row = {"config": name, "batch": batch, "kv": kv}
     row.update({k: cfg[k] for k in ("hq", "hkv", "d", "page", "layout")})
     row["aotinfer_graph_us"] = timed_wrapper(aotinfer, cfg, table, caches, q)

@@ -108,7 +108,22 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-WAVES = 2
+WAVES = 2  # resident CTAs per multiprocessor at head dim 128, the cost model's fit
+# CTAs of the tensor-core kernel resident on one multiprocessor by head dim, with 16-bit KV
+# (decode_tc_kernel.cuh: its shared memory at depths 4 / 3 / 3, 67.5 / 101.5 / 201.5 KB a
+# CTA of the 227 KB an H100 / H200 SM gives, and its __launch_bounds__ 3 / 2 / 1): the
+# planners' rounds hold resident * num_sms CTAs. With the d128 figure at d256, 16/8 heads at
+# 16 x 1024 were cut into 256 CTAs, two rounds of the one CTA an SM that fits there
+# (bench_decode_configs.py). fp8 KV and d128's 2-stage streams take the same figures,
+# though their smaller rings would fit a third CTA at d128: the d128 fit is kept there.
+RESIDENT_CTAS = {64: 3, 128: 2, 256: 1}
+
+
+def resident_ctas(head_dim: int) -> int:
+    """CTAs of the decode kernel resident on one multiprocessor at ``head_dim``
+    (``RESIDENT_CTAS``; WAVES for a head dim it does not list)."""
+    return RESIDENT_CTAS.get(head_dim, WAVES)
+
 MIN_CHUNK_TOKENS = 128
 GRID_CTAS_PER_SM = 32
 ROW_BLOCK = 16  # query rows per CTA (kRowBlock in decode_common.cuh)
@@ -202,6 +217,7 @@ def plan_splits(
     num_kv_heads: int,
     num_sms: int,
     max_splits_allowed: int,
+    resident: int = WAVES,
 ) -> SplitPlan:
     """The cost model of the module docstring.
 
@@ -214,15 +230,17 @@ def plan_splits(
         CUDA-graph mode).
     max_splits_allowed : int
         What the workspace holds (:func:`splits_that_fit`).
+    resident : int
+        CTAs resident on one multiprocessor (:func:`resident_ctas`).
     """
     max_pages = max(max_pages, 1)
     units = max(batch * num_kv_heads, 1)
     cap = min(max_splits_allowed, max(1, (GRID_CTAS_PER_SM * num_sms) // units))
-    chunk = _ceil_div(max(total_pages, 1) * num_kv_heads, WAVES * num_sms)
+    slots = resident * num_sms
+    chunk = _ceil_div(max(total_pages, 1) * num_kv_heads, slots)
     chunk = max(chunk, _ceil_div(MIN_CHUNK_TOKENS, page_size), _ceil_div(max_pages, cap), 1)
     splits = _ceil_div(max_pages, chunk)
     if splits > 2:
-        slots = WAVES * num_sms
 
         def cost(s: int) -> int:
             c = _ceil_div(max_pages, s)
@@ -395,13 +413,15 @@ def plan_work(
     num_sms: int,
     max_splits_allowed: int,
     force_chunk: Optional[int] = None,
+    resident: int = WAVES,
 ) -> SplitPlan:
     """The work-list plan of the module docstring for requests of ``pages`` pages (host
-    int tensor). ``force_chunk`` skips the cost model and the runs (dev/sweep_decode_plan.py
-    measures each candidate with it)."""
+    int tensor), with ``resident`` CTAs on a multiprocessor (:func:`resident_ctas`).
+    ``force_chunk`` skips the cost model and the runs (dev/sweep_decode_plan.py measures
+    each candidate with it)."""
     host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
-    slots = WAVES * num_sms
+    slots = resident * num_sms
     allowed = max(max_splits_allowed, 1)
     max_pages = max(max(host, default=1), 1)
     if force_chunk is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
@@ -110,6 +111,14 @@ class _Plan:
     out_strides: Tuple[int, ...] = ()
     lse_shape: Tuple[int, ...] = ()
     lse_strides: Tuple[int, ...] = ()
+
+
+def _resident(head_dim: int) -> int:
+    # LAB (removed after its A/B): AOTINFER_LAB_PLAN_WAVES=1 plans every head dim with the
+    # d128 figure, as before.
+    if os.environ.get("AOTINFER_LAB_PLAN_WAVES") == "1":
+        return _plan.WAVES
+    return _plan.resident_ctas(head_dim)
 
 
 def _merges_in_grid(batch: int) -> bool:
@@ -370,6 +379,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 page_size=page_size,
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
+                resident=_resident(head_dim),
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
@@ -382,6 +392,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
+            resident=_resident(head_dim),
         )
 
     def plan(

@@ -363,3 +363,24 @@ def test_fixed_split_size_within_the_grids_z_dimension():
     assert dp.plan_fixed(65535, 1, 10**6).max_splits == 65535
     with pytest.raises(ValueError, match="into 65536 splits, but the kernels launch at most 65535"):
         dp.plan_fixed(65536, 1, 10**6)
+
+
+def test_resident_ctas_by_head_dim():
+    # The tensor-core kernel's shared memory fits 3 / 2 / 1 CTAs an SM at d64 / d128 / d256.
+    assert [dp.resident_ctas(d) for d in (64, 128, 256)] == [3, 2, 1]
+    assert dp.resident_ctas(96) == dp.WAVES  # a head dim the table does not list
+
+
+def test_rounds_hold_the_resident_ctas():
+    # 16/8 heads at d256 (one CTA an SM), 16 x 1024: one round of 132 slots holds the 128
+    # unsplit CTAs, so the plan does not split into 256 (two rounds there); with the d128
+    # figure (264 slots) it split them.
+    pages = torch.full((16,), 64, dtype=torch.int32)
+    kw = dict(num_kv_heads=8, row_blocks=1, page_size=16, num_sms=SMS, max_splits_allowed=64)
+    assert dp.plan_work(pages, resident=1, **kw).max_splits == 1
+    assert dp.plan_work(pages, resident=2, **kw).max_splits == 2
+    # The grid plan too: 1 x 4096 at 16 KV heads takes half the splits at one CTA an SM.
+    grid = dict(batch=1, max_pages=256, total_pages=256, page_size=16, num_kv_heads=16)
+    one = dp.plan_splits(num_sms=SMS, max_splits_allowed=64, resident=1, **grid)
+    two = dp.plan_splits(num_sms=SMS, max_splits_allowed=64, resident=2, **grid)
+    assert one.max_splits * 16 <= SMS < two.max_splits * 16

@@ -277,6 +277,22 @@ def test_soft_cap(dtype, cap, decode_kernel):
     check(out, lse, oracle(q, cache, indptr, indices, last, logits_soft_cap=cap), dtype)
 
 
+@pytest.mark.parametrize("d,hq,hkv", [(64, 32, 8), (256, 16, 8)])
+@pytest.mark.parametrize("cap", [1.0, 50.0])
+def test_soft_cap_at_other_head_dims(d, hq, hkv, cap, decode_kernel):
+    """The cap's exp2 form (decode_common.cuh soft_capped) at d64 and at Gemma-2's shape
+    (16/8 heads, d256, cap 50): large logits (q_scale 4) that the cap folds, tiles both
+    whole and cut by a request's end."""
+    dtype = torch.float16
+    q, cache, indptr, indices, last = make_batch(
+        [17, 512, 2048], dtype=dtype, hq=hq, hkv=hkv, d=d, q_scale=4.0
+    )
+    out, lse = run_wrapper(
+        q, cache, indptr, indices, last, dtype=dtype, hq=hq, hkv=hkv, d=d, logits_soft_cap=cap
+    )
+    check(out, lse, oracle(q, cache, indptr, indices, last, logits_soft_cap=cap), dtype)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("window", [0, 15, 127, 4000])
 def test_window_equals_decoding_the_last_keys(layout, window, decode_kernel):

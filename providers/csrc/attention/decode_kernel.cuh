@@ -232,7 +232,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
         const std::int64_t gr = row0 + r, qi = gr / p.group;
         const std::int64_t pos = kv_len - p.q_len + qi;
         float s = dot[i] * p.sm_scale;
-        if (p.soft_cap > 0.f) s = p.soft_cap * tanhf(s / p.soft_cap);
+        if (p.soft_cap > 0.f) s = soft_capped(s, p.soft_cap, soft_cap_k(p.soft_cap));
         if (p.pos_encoding == 2) {
           const std::int64_t head = kv_head * p.group + gr % p.group;
           s += p.alibi_slopes[head] * static_cast<float>(j - pos);

@@ -219,8 +219,10 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
   }
   const KeyRange rg = key_range(p, work);
 
-  const bool plain_scores = !(p.soft_cap > 0.f) && p.pos_encoding != 2;
+  const bool capped = p.soft_cap > 0.f;
+  const bool plain_scores = !capped && p.pos_encoding != 2;
   const float scale_log2 = p.sm_scale * kLog2e;
+  const float cap_k = soft_cap_k(p.soft_cap);
   // bf16 q with fp8 KV runs as f16 q times 2^-s (below): the scores get q_up = 2^s back.
   constexpr bool kRescaledQ = kFp8 && !std::is_same_v<T, __half>;
   float q_up = 1.f;
@@ -513,7 +515,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
     }
     // Scale, cap, bias, mask; base 2. A tile every row sees whole (the common case: inside
     // the range, before every row's position, inside the window) without cap or ALiBi is
-    // one multiply per score.
+    // one multiply per score; with the cap alone, the cap and two multiplies.
     const std::int64_t j0 = tile_start(i);
     const bool whole = j0 + kTcTileKeys <= rg.k_end && j0 + kTcTileKeys - 1 <= pos_lo &&
                        (p.window_left < 0 || pos_hi - j0 <= p.window_left);
@@ -523,6 +525,12 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] *= scale_log2;
       }
+    } else if (whole && capped && p.pos_encoding != 2) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = soft_capped(s[n][e] * p.sm_scale, p.soft_cap, cap_k) * kLog2e;
+      }
     } else {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -531,7 +539,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
           const int h = e >> 1;
           const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
           float x = s[n][e] * p.sm_scale;
-          if (p.soft_cap > 0.f) x = p.soft_cap * tanhf(x / p.soft_cap);
+          if (capped) x = soft_capped(x, p.soft_cap, cap_k);
           if (p.pos_encoding == 2) x += slope[h] * static_cast<float>(j - pos[h]);
           const bool visible =
               whole || (j < rg.k_end && j <= pos[h] && (p.window_left < 0 || pos[h] - j <= p.window_left));

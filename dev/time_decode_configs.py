@@ -1,0 +1,56 @@
+"""CUDA-graph times of bench_decode_configs.py's cases (ours only), for A/B runs (a lab tool,
+not a benchmark of record): JSON {"us": {case: us}, "tokens": {case: checksum}} for
+dev/compare_graph_times.py (the checksum is the output's sum; builds that split or round
+differently differ there: compare the times).
+
+    python3 dev/time_decode_configs.py OUT.json [config-name-prefix ...]   (GPU machine)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_common import rotation_graph_us  # noqa: E402
+from bench_decode_configs import BASE, CONFIGS, DT, SHAPES, case_inputs  # noqa: E402
+
+import aotinfer  # noqa: E402
+
+
+def main() -> None:
+    out_path, prefixes = sys.argv[1], sys.argv[2:]
+    us, sums = {}, {}
+    for name, axes in CONFIGS:
+        if prefixes and not any(name.startswith(p) for p in prefixes):
+            continue
+        cfg = {**BASE, **axes}
+        for batch, kv in SHAPES:
+            table, caches, q, _ = case_inputs(cfg, batch, kv)
+            w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
+                torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), cfg["layout"]
+            )
+            w.plan(
+                *table,
+                cfg["hq"],
+                cfg["hkv"],
+                cfg["d"],
+                cfg["page"],
+                logits_soft_cap=cfg["soft_cap"],
+                q_data_type=DT,
+                kv_data_type=DT,
+            )
+            case = f"{name} {batch}x{kv}"
+            us[case] = rotation_graph_us(lambda c, w=w, q=q: w.run(q, c), caches)
+            sums[case] = round(float(w.run(q, caches[0][0]).double().sum()), 2)
+            del caches
+            torch.cuda.empty_cache()
+    with open(out_path, "w") as f:
+        json.dump({"us": us, "tokens": sums}, f)
+
+
+if __name__ == "__main__":
+    main()
