@@ -4,6 +4,8 @@ dev/compare_graph_times.py (the checksum is the output's sum; builds that split 
 differently differ there: compare the times).
 
     python3 dev/time_decode_configs.py OUT.json [config-name-prefix ...]   (GPU machine)
+
+LAB_SHAPES="4x4096 8x1024" replaces the benchmark's (batch x kv) shapes.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import aotinfer  # noqa: E402
 def main() -> None:
     out_path, prefixes = sys.argv[1], sys.argv[2:]
     us, sums = {}, {}
+    shapes = SHAPES
+    if os.environ.get("LAB_SHAPES"):
+        shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ["LAB_SHAPES"].split()]
     for name, axes in CONFIGS:
         if prefixes and not any(name.startswith(p) for p in prefixes):
             continue
         cfg = {**BASE, **axes}
-        for batch, kv in SHAPES:
+        for batch, kv in shapes:
             table, caches, q, _ = case_inputs(cfg, batch, kv)
             w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
                 torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), cfg["layout"]

@@ -113,10 +113,10 @@ class _Plan:
     lse_strides: Tuple[int, ...] = ()
 
 
-def _resident(head_dim: int) -> int:
+def _resident(head_dim: int, batch: int) -> int:
     # LAB (removed after its A/B): AOTINFER_LAB_PLAN_WAVES=1 plans every head dim with the
     # d128 figure, as before.
-    if os.environ.get("AOTINFER_LAB_PLAN_WAVES") == "1":
+    if os.environ.get("AOTINFER_LAB_PLAN_WAVES") == "1" or batch == 1:
         return _plan.WAVES
     return _plan.resident_ctas(head_dim)
 
@@ -379,7 +379,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 page_size=page_size,
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
-                resident=_resident(head_dim),
+                resident=_resident(head_dim, batch),
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
@@ -392,7 +392,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
-            resident=_resident(head_dim),
+            resident=_resident(head_dim, batch),
         )
 
     def plan(

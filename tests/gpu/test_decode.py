@@ -447,7 +447,7 @@ def test_request_zero_with_a_page_table_that_does_not_start_at_zero(lens):
     [
         (128, 32, 1, None),
         (64, 32, 2, None),
-        (256, 64, 4, None),
+        (256, 32, 4, None),  # 8 units: 16 groups at d256's 132 slots, for the 9 requests
         (128, 32, 1, torch.float8_e4m3fn),  # the fp8 ring of the tensor-core kernel
     ],
 )
