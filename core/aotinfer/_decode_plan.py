@@ -90,7 +90,12 @@ KV head, and a merge combines their partial states):
      buffers.
 
 ``WAVES * num_sms`` is the number of CTAs resident at once: the tensor-core kernel at head
-dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). ``MIN_CHUNK_TOKENS`` is 128, two
+dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). Both planners take that count as
+``resident`` (default ``WAVES``): the wrapper passes :func:`resident_ctas`, three at d64 and
+one at d256, for batches of two or more (a single request keeps ``WAVES``: the wrapper's
+``_resident`` says why). Measured on an H100 against ``WAVES`` everywhere
+(history/ab-decode-plan-resident-h100.txt): d64 64 x 4096 0.93x, 16 x 1024 0.95x; d256 16/8
+heads 16 x 1024 0.85x, 2-8 requests 0.82-0.97x; d128 unchanged. ``MIN_CHUNK_TOKENS`` is 128, two
 16-key tiles per warp: short requests still spread over the card (batch 1, kv 1024: 8
 splits x 8 heads), and the merge of their partial rows costs less than the idle SMs would.
 Measured on an H200 at batch 1, kv 1024 (dev/sweep_decode.py, per call in a 10-call graph):
@@ -123,6 +128,7 @@ def resident_ctas(head_dim: int) -> int:
     """CTAs of the decode kernel resident on one multiprocessor at ``head_dim``
     (``RESIDENT_CTAS``; WAVES for a head dim it does not list)."""
     return RESIDENT_CTAS.get(head_dim, WAVES)
+
 
 MIN_CHUNK_TOKENS = 128
 GRID_CTAS_PER_SM = 32

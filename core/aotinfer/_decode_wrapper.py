@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
@@ -114,11 +113,13 @@ class _Plan:
 
 
 def _resident(head_dim: int, batch: int) -> int:
-    # LAB (removed after its A/B): AOTINFER_LAB_PLAN_WAVES=1 plans every head dim with the
-    # d128 figure, as before.
-    if os.environ.get("AOTINFER_LAB_PLAN_WAVES") == "1" or batch == 1:
-        return _plan.WAVES
-    return _plan.resident_ctas(head_dim)
+    """The resident CTAs per multiprocessor the planners assume: the kernel's at this head
+    dim (_decode_plan.resident_ctas), but the d128 figure for a single request. One
+    request's pieces are latency-bound (a CTA alone on an SM streams slowly), so cutting
+    them finer than one round pays there: H100, resident figure against the d128 one
+    (history/ab-decode-plan-resident-h100.txt), batch 1 x 4096 1.15x slower at 16/16 heads
+    d256 and 1.03x at d64, batches of 2-64 0.82-1.00x at d64 and d256."""
+    return _plan.WAVES if batch == 1 else _plan.resident_ctas(head_dim)
 
 
 def _merges_in_grid(batch: int) -> bool:

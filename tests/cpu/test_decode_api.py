@@ -907,7 +907,8 @@ def test_provider_path_runs_of_entries(monkeypatch, lens):
     blocks per KV head, a window and the LSE: the simulated provider gets an (items, entries,
     4) list whose runs cover every page once, and the result matches the reference."""
     monkeypatch.setenv("AOTINFER_DECODE_WORK_RUNS", "always")
-    fake = decode_contract.install(monkeypatch, num_sms=64)  # 8 groups of 16 CTAs a wave
+    # 43 SMs x 3 resident CTAs at d64 = 129 slots: 8 groups of 16 CTAs a wave
+    fake = decode_contract.install(monkeypatch, num_sms=43)
     hq, hkv, q_len = 64, 8, 4
     q, cache, indptr, indices, last = make_batch(lens, hq=hq, hkv=hkv, q_len=q_len, seed=len(lens))
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)

@@ -384,3 +384,19 @@ def test_rounds_hold_the_resident_ctas():
     one = dp.plan_splits(num_sms=SMS, max_splits_allowed=64, resident=1, **grid)
     two = dp.plan_splits(num_sms=SMS, max_splits_allowed=64, resident=2, **grid)
     assert one.max_splits * 16 <= SMS < two.max_splits * 16
+
+
+@pytest.mark.parametrize("batch, splits", [(1, 16), (16, 1)])
+def test_wrapper_plans_d256_batches_with_one_resident_cta(batch, splits):
+    # Gemma-3's 16/8 heads at d256: 16 x 1024 plans for one CTA an SM (128 unsplit CTAs,
+    # one round), one request of 4096 keeps the d128 figure (16 splits).
+    import aotinfer
+
+    kv = 4096 if batch == 1 else 1024
+    pages = kv // 16
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8))
+    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages
+    indices = torch.arange(batch * pages, dtype=torch.int32)
+    last = torch.full((batch,), 16, dtype=torch.int32)
+    w.plan(indptr, indices, last, 16, 8, 256, 16, q_data_type=torch.bfloat16)
+    assert w._plan.split.max_splits == splits
