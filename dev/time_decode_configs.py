@@ -5,7 +5,9 @@ differently differ there: compare the times).
 
     python3 dev/time_decode_configs.py OUT.json [config-name-prefix ...]   (GPU machine)
 
-LAB_SHAPES="4x4096 8x1024" replaces the benchmark's (batch x kv) shapes.
+LAB_SHAPES="4x4096 8x1024" replaces the benchmark's (batch x kv) shapes; LAB_CHUNKS="auto 4 8"
+times each case with the planner's own chunk ("auto") and with each forced chunk (pages a
+piece; plan_work's force_chunk), as cases "<case> chunk=<c>" (the split plan printed).
 """
 
 from __future__ import annotations
@@ -21,12 +23,35 @@ from bench_common import rotation_graph_us  # noqa: E402
 from bench_decode_configs import BASE, CONFIGS, DT, SHAPES, case_inputs  # noqa: E402
 
 import aotinfer  # noqa: E402
+from aotinfer import _decode_plan as dp  # noqa: E402
+
+REAL_PLAN_WORK = dp.plan_work
+
+
+def planned(w, cfg, table, chunk):
+    """w.plan() for cfg, with plan_work's chunk forced unless ``chunk`` is "auto"."""
+    if chunk != "auto":
+        dp.plan_work = lambda *a, **k: REAL_PLAN_WORK(*a, **dict(k, force_chunk=int(chunk)))
+    try:
+        w.plan(
+            *table,
+            cfg["hq"],
+            cfg["hkv"],
+            cfg["d"],
+            cfg["page"],
+            logits_soft_cap=cfg["soft_cap"],
+            q_data_type=DT,
+            kv_data_type=DT,
+        )
+    finally:
+        dp.plan_work = REAL_PLAN_WORK
 
 
 def main() -> None:
     out_path, prefixes = sys.argv[1], sys.argv[2:]
     us, sums = {}, {}
     shapes = SHAPES
+    chunks = os.environ.get("LAB_CHUNKS", "auto").split()
     if os.environ.get("LAB_SHAPES"):
         shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ["LAB_SHAPES"].split()]
     for name, axes in CONFIGS:
@@ -38,19 +63,18 @@ def main() -> None:
             w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(
                 torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), cfg["layout"]
             )
-            w.plan(
-                *table,
-                cfg["hq"],
-                cfg["hkv"],
-                cfg["d"],
-                cfg["page"],
-                logits_soft_cap=cfg["soft_cap"],
-                q_data_type=DT,
-                kv_data_type=DT,
-            )
-            case = f"{name} {batch}x{kv}"
-            us[case] = rotation_graph_us(lambda c, w=w, q=q: w.run(q, c), caches)
-            sums[case] = round(float(w.run(q, caches[0][0]).double().sum()), 2)
+            for chunk in chunks:
+                planned(w, cfg, table, chunk)
+                case = f"{name} {batch}x{kv}" + (f" chunk={chunk}" if chunks != ["auto"] else "")
+                us[case] = rotation_graph_us(lambda c, w=w, q=q: w.run(q, c), caches)
+                sums[case] = round(float(w.run(q, caches[0][0]).double().sum()), 2)
+                split = w._plan.split
+                print(
+                    f"{case}: {us[case]:.1f} us, chunk_pages {split.chunk_pages}, "
+                    f"max_splits {split.max_splits}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             del caches
             torch.cuda.empty_cache()
     with open(out_path, "w") as f:
