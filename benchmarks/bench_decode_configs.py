@@ -50,10 +50,8 @@ SHAPES = [(1, 4096), (16, 1024), (64, 4096)]  # (batch, kv), uniform lengths
 DT = torch.bfloat16
 
 
-def timed_wrapper(mod, cfg, table, caches, q, **kw):
-    """Graph microseconds of mod's wrapper (aotinfer or FlashInfer) planned for cfg."""
-    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    w = mod.BatchDecodeWithPagedKVCacheWrapper(ws, cfg["layout"], **kw)
+def plan_for(w, cfg, table):
+    """w.plan() of a wrapper (ours or FlashInfer's) for cfg on the case's page table."""
     w.plan(
         *table,
         cfg["hq"],
@@ -64,6 +62,13 @@ def timed_wrapper(mod, cfg, table, caches, q, **kw):
         q_data_type=DT,
         kv_data_type=DT,
     )
+
+
+def timed_wrapper(mod, cfg, table, caches, q, **kw):
+    """Graph microseconds of mod's wrapper (aotinfer or FlashInfer) planned for cfg."""
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = mod.BatchDecodeWithPagedKVCacheWrapper(ws, cfg["layout"], **kw)
+    plan_for(w, cfg, table)
     return rotation_graph_us(lambda c: w.run(q, c), caches)
 
 

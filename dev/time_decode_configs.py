@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from bench_common import rotation_graph_us  # noqa: E402
-from bench_decode_configs import BASE, CONFIGS, DT, SHAPES, case_inputs  # noqa: E402
+from bench_decode_configs import BASE, CONFIGS, SHAPES, case_inputs, plan_for  # noqa: E402
 
 import aotinfer  # noqa: E402
 from aotinfer import _decode_plan as dp  # noqa: E402
@@ -33,16 +33,7 @@ def planned(w, cfg, table, chunk):
     if chunk != "auto":
         dp.plan_work = lambda *a, **k: REAL_PLAN_WORK(*a, **dict(k, force_chunk=int(chunk)))
     try:
-        w.plan(
-            *table,
-            cfg["hq"],
-            cfg["hkv"],
-            cfg["d"],
-            cfg["page"],
-            logits_soft_cap=cfg["soft_cap"],
-            q_data_type=DT,
-            kv_data_type=DT,
-        )
+        plan_for(w, cfg, table)
     finally:
         dp.plan_work = REAL_PLAN_WORK
 
