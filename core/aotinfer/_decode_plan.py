@@ -92,8 +92,8 @@ KV head, and a merge combines their partial states):
 ``WAVES * num_sms`` is the number of CTAs resident at once: the tensor-core kernel at head
 dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). Both planners take that count as
 ``resident`` (default ``WAVES``): the wrapper passes :func:`resident_ctas`, three at d64 and
-one at d256, for batches of two or more (a single request keeps ``WAVES``: the wrapper's
-``_resident`` says why). Measured on an H100 against ``WAVES`` everywhere
+one at d256, for batches of two or more (a single request keeps ``WAVES``:
+:func:`planned_resident` says why). Measured on an H100 against ``WAVES`` everywhere
 (history/ab-decode-plan-resident-h100.txt): d64 64 x 4096 0.93x, 16 x 1024 0.95x; d256 16/8
 heads 16 x 1024 0.85x, 2-8 requests 0.82-0.97x; d128 unchanged. ``MIN_CHUNK_TOKENS`` is 128, two
 16-key tiles per warp: short requests still spread over the card (batch 1, kv 1024: 8
@@ -128,6 +128,16 @@ def resident_ctas(head_dim: int) -> int:
     """CTAs of the decode kernel resident on one multiprocessor at ``head_dim``
     (``RESIDENT_CTAS``; WAVES for a head dim it does not list)."""
     return RESIDENT_CTAS.get(head_dim, WAVES)
+
+
+def planned_resident(head_dim: int, batch: int) -> int:
+    """The resident CTAs the planners are given for a batch: the kernel's at this head dim
+    (:func:`resident_ctas`), but the d128 figure for a single request. One request's pieces
+    are latency-bound (a CTA alone on an SM streams slowly), so cutting them finer than one
+    round pays there: H100, resident figure against the d128 one
+    (history/ab-decode-plan-resident-h100.txt), batch 1 x 4096 1.15x slower at 16/16 heads
+    d256 and 1.03x at d64, batches of 2-64 0.82-1.00x at d64 and d256."""
+    return WAVES if batch == 1 else resident_ctas(head_dim)
 
 
 MIN_CHUNK_TOKENS = 128

@@ -112,16 +112,6 @@ class _Plan:
     lse_strides: Tuple[int, ...] = ()
 
 
-def _resident(head_dim: int, batch: int) -> int:
-    """The resident CTAs per multiprocessor the planners assume: the kernel's at this head
-    dim (_decode_plan.resident_ctas), but the d128 figure for a single request. One
-    request's pieces are latency-bound (a CTA alone on an SM streams slowly), so cutting
-    them finer than one round pays there: H100, resident figure against the d128 one
-    (history/ab-decode-plan-resident-h100.txt), batch 1 x 4096 1.15x slower at 16/16 heads
-    d256 and 1.03x at d64, batches of 2-64 0.82-1.00x at d64 and d256."""
-    return _plan.WAVES if batch == 1 else _plan.resident_ctas(head_dim)
-
-
 def _merges_in_grid(batch: int) -> bool:
     """Whether a split decode merges inside its grid (the provider's ``arrivals``; a work
     list needs it) rather than in a merge kernel. Not for a single request, whose CTAs all
@@ -380,7 +370,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 page_size=page_size,
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
-                resident=_resident(head_dim, batch),
+                resident=_plan.planned_resident(head_dim, batch),
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
@@ -393,7 +383,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
-            resident=_resident(head_dim, batch),
+            resident=_plan.planned_resident(head_dim, batch),
         )
 
     def plan(
