@@ -26,7 +26,7 @@ from bench_common import (
     try_import_flashinfer,
     write_results,
 )
-from bench_decode import paged_setup, set_count
+from bench_decode import finish_row, paged_setup, set_count
 
 import aotinfer
 
@@ -87,7 +87,7 @@ def case_inputs(cfg, batch, kv):
     return (indptr, indices, last), caches, q, nbytes
 
 
-def bench_case(name, cfg, batch, kv, fi, copy_bw):
+def bench_case(name, cfg, batch, kv, fi, copy_bw, rows):
     table, caches, q, nbytes = case_inputs(cfg, batch, kv)
     row = {"config": name, "batch": batch, "kv": kv}
     row.update({k: cfg[k] for k in ("hq", "hkv", "d", "page", "layout")})
@@ -101,10 +101,7 @@ def bench_case(name, cfg, batch, kv, fi, copy_bw):
         fi_times = [row[k] for k in ("fi_tc_graph_us", "fi_graph_us") if isinstance(row[k], float)]
         if fi_times:
             row["vs FI best"] = min(fi_times) / row["aotinfer_graph_us"]
-    row["TB/s"] = nbytes / (row["aotinfer_graph_us"] * 1e-6) / 1e12
-    row["% copy"] = 100 * nbytes / (row["aotinfer_graph_us"] * 1e-6) / copy_bw
-    print(row, flush=True)
-    return row
+    finish_row(row, nbytes, copy_bw, rows)
 
 
 def main() -> None:
@@ -114,7 +111,7 @@ def main() -> None:
         type=float,
         default=float("inf"),
         help="stop starting new configurations after this many seconds (the results so far "
-        "are written after every case)",
+        "are written after every configuration)",
     )
     args = parser.parse_args()
     start = time.monotonic()
@@ -130,7 +127,7 @@ def main() -> None:
             break
         cfg = {**BASE, **axes}
         for batch, kv in SHAPES:
-            rows.append(bench_case(name, cfg, batch, kv, fi, copy_bw))
+            bench_case(name, cfg, batch, kv, fi, copy_bw, rows)
             torch.cuda.empty_cache()
         write_results("decode-configs", env, rows, cols, notes=__doc__.split("\n\n")[1])
 
