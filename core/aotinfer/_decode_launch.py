@@ -65,6 +65,30 @@ def num_sms(device: torch.device) -> int:
     return _sm_counts[index]
 
 
+_cc_majors = {}
+
+
+def cc_major(device: torch.device) -> int:
+    """Compute capability major of a CUDA device, read once per device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _cc_majors:
+        _cc_majors[index] = torch.cuda.get_device_capability(index)[0]
+    return _cc_majors[index]
+
+
+ENV_CLUSTER_MERGE = "AOTINFER_DECODE_CLUSTER_MERGE"
+
+
+def cluster_merge_on() -> bool:
+    """``AOTINFER_DECODE_CLUSTER_MERGE=on|off`` (README switch table; default on), which the
+    provider reads too: whether split requests may merge in thread-block clusters on sm_90+
+    (cluster_merge.cuh). Off pins the merge kernel / in-grid merge for tests and A/B runs."""
+    value = os.environ.get(ENV_CLUSTER_MERGE, "")
+    if value not in ("", "on", "off"):
+        raise ValueError(f"{ENV_CLUSTER_MERGE} must be on or off, got {value!r}")
+    return value != "off"
+
+
 ENV_PREPARED = "AOTINFER_DECODE_PREPARED"
 
 

@@ -165,6 +165,7 @@ REFINE_SIZES = 4
 RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
+MAX_CLUSTER_SPLITS = 8  # the splits one cluster merges (kMaxClusterSplits in cluster_merge.cuh)
 MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
 ALIGN = 256  # bytes between carved buffers
 
@@ -492,6 +493,22 @@ def plan_work(
         work=torch.tensor([x for it in items for x in it[1:]], dtype=torch.int32).view(-1, 4),
         split_counts=torch.tensor(counts, dtype=torch.int32),
     )
+
+
+def uniform_grid(work: SplitPlan, pages: torch.Tensor) -> Optional[SplitPlan]:
+    """The grid form of a work-list plan whose requests all have the same length and are cut
+    into 2..``MAX_CLUSTER_SPLITS`` pieces (uniform batches), or None. The provider merges the
+    splits of a grid plan in thread-block clusters on sm_90+ (cluster_merge.cuh) when its
+    CTAs fit in one round; a work list always merges in its grid. The grid's pieces are
+    ``ceil(p / n)`` pages with a shorter last one where the work list's differ by at most a
+    page (``max_splits`` is recounted, so no split is empty)."""
+    if work.work is None or work.work.dim() != 2 or not 2 <= work.max_splits <= MAX_CLUSTER_SPLITS:
+        return None
+    lo, hi = torch.aminmax(pages)
+    if int(lo) != int(hi):
+        return None
+    chunk = _ceil_div(int(hi), work.max_splits)
+    return SplitPlan(chunk_pages=chunk, max_splits=_ceil_div(int(hi), chunk))
 
 
 def plan_fixed(max_pages: int, chunk_pages: int, max_splits_allowed: int) -> SplitPlan:

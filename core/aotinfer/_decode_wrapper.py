@@ -374,6 +374,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
+            if self._clusters_merge():
+                return _plan.uniform_grid(work, pages) or work
             return work
         return _plan.plan_splits(
             batch=batch,
@@ -385,6 +387,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             max_splits_allowed=allowed,
             resident=_plan.planned_resident(head_dim, batch),
         )
+
+    def _clusters_merge(self) -> bool:
+        """Whether the provider merges a grid plan's splits in thread-block clusters (sm_90+,
+        unless AOTINFER_DECODE_CLUSTER_MERGE=off): then a uniform batch takes the grid form of
+        its work list (_decode_plan.uniform_grid)."""
+        if self.device.type != "cuda":  # (the CPU tests' simulated provider keeps work lists)
+            return False
+        return _launch.cc_major(self.device) >= 9 and _launch.cluster_merge_on()
 
     def plan(
         self,

@@ -1406,3 +1406,31 @@ def test_num_sms_reads_each_devices_count_once(monkeypatch):
     devices = [torch.device("cuda", 0), torch.device("cuda"), torch.device("cuda", 1)]
     assert [_decode_launch.num_sms(d) for d in devices * 2] == [100, 101, 101] * 2
     assert reads == [0, 1]
+
+
+@pytest.mark.parametrize("clusters", [True, False])
+def test_uniform_batches_take_the_grid_form_where_clusters_merge(clusters, monkeypatch):
+    """Where the provider merges grid splits in clusters (sm_90+, _clusters_merge), plan()
+    gives a uniform batch cut into 2..8 pieces the grid form of its work list
+    (_decode_plan.uniform_grid); elsewhere, and for a skewed batch, the work list. The
+    results are the same (the simulated provider runs both)."""
+    fake = decode_contract.install(monkeypatch)
+    monkeypatch.setattr(
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper, "_clusters_merge", lambda self: clusters
+    )
+    from aotinfer import _decode_plan
+
+    real = _decode_plan.plan_work
+    monkeypatch.setattr(
+        _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=2))
+    )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    for lens in ([100, 100, 100], [100, 17, 100]):
+        q, cache, indptr, indices, last = make_batch(lens)
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+        split = w._plan.split
+        assert (split.work is None) == (clusters and lens[0] == lens[1])
+        assert split.max_splits == 4  # 7 pages in pieces of 2 (the grid: 2, 2, 2, 1)
+        out, lse = w.run(q, cache, return_lse=True)
+        close(out, lse, *expected(q, cache, indptr, indices, last))
+        assert fake.calls[-1][1]["max_splits"] == 4

@@ -400,3 +400,39 @@ def test_wrapper_plans_d256_batches_with_one_resident_cta(batch, splits):
     last = torch.full((batch,), 16, dtype=torch.int32)
     w.plan(indptr, indices, last, 16, 8, 256, 16, q_data_type=torch.bfloat16)
     assert w._plan.split.max_splits == splits
+
+
+@pytest.mark.parametrize(
+    "pages, force, splits, chunk",
+    [
+        ([64] * 16, 8, 8, 8),  # 16/1 heads, 16 x 1024: eight pieces of 8 pages
+        ([63] * 5, 16, 4, 16),  # pieces of 16, 16, 16, 15 pages
+        ([10] * 3, 3, 4, 3),  # 3, 3, 3 and 1 pages
+        ([1024] * 2, 512, 2, 512),
+    ],
+)
+def test_uniform_grid_of_a_uniform_batch(pages, force, splits, chunk):
+    kw = dict(num_kv_heads=1, row_blocks=1, page_size=16, num_sms=SMS, max_splits_allowed=64)
+    host = torch.tensor(pages, dtype=torch.int32)
+    work = dp.plan_work(host, force_chunk=force, **kw)
+    grid = dp.uniform_grid(work, host)
+    assert grid.work is None and (grid.max_splits, grid.chunk_pages) == (splits, chunk)
+    # no split is empty, and the splits cover every page
+    assert (grid.max_splits - 1) * grid.chunk_pages < pages[0] <= grid.max_splits * grid.chunk_pages
+
+
+def test_uniform_grid_declines_what_clusters_cannot_merge(monkeypatch):
+    kw = dict(num_kv_heads=1, row_blocks=1, page_size=16, num_sms=SMS, max_splits_allowed=64)
+
+    def grid(pages, **extra):
+        host = torch.tensor(pages, dtype=torch.int32)
+        return dp.uniform_grid(dp.plan_work(host, **dict(kw, **extra)), host)
+
+    assert grid([64, 64, 63], force_chunk=8) is None  # lengths differ
+    assert grid([64] * 4, force_chunk=64) is None  # one piece each: nothing to merge
+    assert grid([64] * 4, force_chunk=4) is None  # 16 pieces: beyond a portable cluster
+    monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
+    assert grid([64] * 4) is None  # runs of entries (a 3-D work list)
+    # a plan without a work list (CUDA-graph mode's grid) is not a work list to convert
+    grid_plan = dp.SplitPlan(chunk_pages=8, max_splits=8)
+    assert dp.uniform_grid(grid_plan, torch.tensor([64, 64])) is None

@@ -761,6 +761,54 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
     torch.testing.assert_close(got["on"][1], got["off"][1], rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "hq, hkv, d, batch, q_len, chunk, sinks",
+    [
+        (16, 1, 128, 16, 1, 8, False),  # a TP shard: 16 query rows a CTA, 8 splits
+        (32, 8, 128, 6, 1, 16, True),  # 4 splits
+        (32, 8, 64, 5, 2, 32, False),  # 2 splits, two query rows a request
+        (16, 8, 256, 3, 1, 11, True),  # 6 splits
+        (32, 8, 128, 40, 1, 16, False),  # 1280 CTAs: beyond one round, the in-grid merge
+    ],
+)
+def test_uniform_batch_in_grid_form_matches_the_oracle(
+    hq, hkv, d, batch, q_len, chunk, sinks, monkeypatch
+):
+    """A uniform batch cut into 2..8 pieces takes the grid form of its work list on sm_90+
+    (_decode_plan.uniform_grid), whose splits the provider merges in thread-block clusters
+    where the grid fits in one round, else in the grid; pinned off, the work list. Eager and
+    captured, every form matches the oracle."""
+    from aotinfer import _decode_plan
+
+    real = _decode_plan.plan_work  # 63 pages a request, pieces of `chunk` pages
+    monkeypatch.setattr(
+        _decode_plan, "plan_work", lambda *a, **k: real(*a, **dict(k, force_chunk=chunk))
+    )
+    dtype = torch.bfloat16
+    q, cache, indptr, indices, last = make_batch(
+        [1000] * batch, hq=hq, hkv=hkv, d=d, dtype=dtype, q_len=q_len, seed=batch + d
+    )
+    sink_t = torch.randn(hq, generator=_gen(5), device=DEV) if sinks else None
+    want = oracle(q, cache, indptr, indices, last, q_len=q_len, sinks=sink_t)
+    for pin in ("on", "off"):
+        monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=dtype, q_len_per_req=q_len)
+        grid_form = pin == "on" and torch.cuda.get_device_capability()[0] >= 9
+        assert (w._plan.split.work is None) == grid_form
+        assert w._plan.split.max_splits == -(-63 // chunk)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+        w.run(q, cache, out=out, lse=lse, sinks=sink_t)
+        check(out, lse, want, dtype)
+        graph = captured_run(w, q, cache, out, lse, sinks=sink_t)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, lse, want, dtype)
+
+
 @pytest.mark.parametrize("cluster_merge", ["on", "off"])
 @pytest.mark.parametrize("sinks", [False, True])
 def test_nan_logits_give_nan_output_and_lse(sinks, cluster_merge, decode_kernel, monkeypatch):

@@ -72,9 +72,10 @@ struct DecodeParams {
   float v_scale;
   const float* sinks;
   int stages;  // tensor-core kernel: per-warp pipeline depth (2..4), chosen by the launcher
-  // Tensor-core kernel, one request split without a work list (sm_90+): the grid runs in
-  // clusters of the splits, which merge through distributed shared memory
-  // (cluster_merge.cuh); partial_out, partial_lse and arrivals are then unused.
+  // Tensor-core kernel, a split grid plan without a work list (sm_90+; one request, or a
+  // grid that fits in one round): the grid runs in clusters of the splits, which merge
+  // through distributed shared memory (cluster_merge.cuh); partial_out, partial_lse and
+  // arrivals are then unused.
   int cluster_merge;
 };
 
