@@ -18,13 +18,13 @@ constexpr int kRowBlock = 16;  // query rows per CTA (GQA group x q_len_per_req,
 constexpr float kLog2e = 1.4426950408889634f;
 
 // A logit under the soft cap, cap * tanh(x / cap), written as cap - 2 cap / (2^(x k) + 1)
-// with k = 2 log2(e) / cap (soft_cap_k): one exp2 and one fast division, where tanhf and an
-// IEEE division took dozens of instructions and branches per score. The d256 tensor-core
-// kernel runs one warp per scheduler, so nothing hides them: Gemma-2's shape (16/8 heads,
-// d256, cap 50) ran at 0.69-0.88x FlashInfer (history/decode-configs-47b22c8-h100.md),
-// 0.87-1.00x after. Absolute error about 2 cap x 2^-22 (2.4e-5 at cap 50: a logit's weight
-// moves by 2.4e-5 relative, far below the bf16 output's 2^-9); +-inf give +-cap (the
-// division of an infinite 2^(x k) + 1 is 0), NaN stays NaN.
+// with k = 2 log2(e) / cap (soft_cap_k, once a CTA): one exp2 and one fast division, where
+// tanhf and an IEEE division took dozens of instructions and branches per score. The d256
+// tensor-core kernel runs one warp per scheduler, so nothing hides them: Gemma-2's shape
+// (16/8 heads, d256, cap 50) ran at 0.69-0.88x FlashInfer (history/decode-configs-47b22c8-
+// h100.md), 0.87-1.00x after. Absolute error about 2 cap x 2^-22 (2.4e-5 at cap 50: a
+// logit's weight moves by 2.4e-5 relative, far below the bf16 output's 2^-9); +-inf give
+// +-cap (the division of an infinite 2^(x k) + 1 is 0), NaN stays NaN.
 __host__ __device__ inline float soft_cap_k(float cap) { return cap > 0.f ? 2.f * kLog2e / cap : 0.f; }
 __device__ __forceinline__ float soft_capped(float x, float cap, float k) {
   return cap - __fdividef(2.f * cap, exp2f(x * k) + 1.f);
@@ -72,10 +72,9 @@ struct DecodeParams {
   float v_scale;
   const float* sinks;
   int stages;  // tensor-core kernel: per-warp pipeline depth (2..4), chosen by the launcher
-  // Tensor-core kernel, a split grid plan without a work list (sm_90+; one request, or a
-  // grid that fits in one round): the grid runs in clusters of the splits, which merge
-  // through distributed shared memory (cluster_merge.cuh); partial_out, partial_lse and
-  // arrivals are then unused.
+  // Tensor-core kernel, one request split without a work list (sm_90+): the grid runs in
+  // clusters of the splits, which merge through distributed shared memory
+  // (cluster_merge.cuh); partial_out, partial_lse and arrivals are then unused.
   int cluster_merge;
 };
 

@@ -82,6 +82,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
 
   const KeyRange rg = key_range(p, work);
   const std::int64_t kv_len = rg.kv_len, page_begin = rg.page_begin, k_begin = rg.k_begin, k_end = rg.k_end;
+  const float cap_k = soft_cap_k(p.soft_cap);
 
   // Load the CTA's query rows as float (RoPE applied at their positions).
   for (int idx = tid; idx < kRowBlock * D; idx += blockDim.x) {
@@ -232,7 +233,7 @@ __device__ __forceinline__ void decode_piece(const DecodeParams<QT, KVT>& p, con
         const std::int64_t gr = row0 + r, qi = gr / p.group;
         const std::int64_t pos = kv_len - p.q_len + qi;
         float s = dot[i] * p.sm_scale;
-        if (p.soft_cap > 0.f) s = soft_capped(s, p.soft_cap, soft_cap_k(p.soft_cap));
+        if (p.soft_cap > 0.f) s = soft_capped(s, p.soft_cap, cap_k);
         if (p.pos_encoding == 2) {
           const std::int64_t head = kv_head * p.group + gr % p.group;
           s += p.alibi_slopes[head] * static_cast<float>(j - pos);
