@@ -10,6 +10,9 @@
 // cluster barriers and one round of DSMEM loads replace them. Measured on an H200 (CUDA
 // graph of 10 calls over rotating caches, A B A B against the merge kernel): batch 1 x 1024
 // (8 splits) 8.8 -> 8.1 us per call (dev/NOTES.md item 42).
+// Batches too (launch_prepared_decode, use_cluster_merge): a grid plan whose CTAs fit in one
+// round, which the core gives uniform batches (_decode_plan.uniform_grid); there the last
+// split's CTA would otherwise merge alone, one L2 round trip per few quads of its rows.
 #pragma once
 
 #include <cooperative_groups.h>
