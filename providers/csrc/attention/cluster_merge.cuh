@@ -59,7 +59,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeParams<QT, K
       cols[0] = y.x, cols[1] = y.y, cols[2] = y.z, cols[3] = y.w;
       return x;
     });
-    store_merged_quad(p, w, r, c, st);
+    store_merged(p, w, r, c, st);
   }
   cluster.sync();  // no CTA exits (freeing its shared memory) while another still reads it
 #endif

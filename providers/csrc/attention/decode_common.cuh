@@ -289,18 +289,18 @@ __device__ __forceinline__ RowOut<QT> row_out(const DecodeParams<QT, KVT>& p, st
   return o;
 }
 
-// The end of a split request's merge (in the grid, or in a cluster): columns c..c+3 of the
-// CTA's query row r from the merged state st, scaled by v_scale / (denominator + sink), and
-// the row's LSE once (c == 0).
-template <typename QT, typename KVT>
-__device__ __forceinline__ void store_merged_quad(const DecodeParams<QT, KVT>& p, const CtaWork& w, int r, int c,
-                                                  const MergeAccum<4>& st) {
+// The end of a split request's merge (in the grid, or in a cluster): columns c..c+V-1 of
+// the CTA's query row r from the merged state st, scaled by v_scale / (denominator + sink),
+// and the row's LSE once (c == 0).
+template <int V, typename QT, typename KVT>
+__device__ __forceinline__ void store_merged(const DecodeParams<QT, KVT>& p, const CtaWork& w, int r, int c,
+                                             const MergeAccum<V>& st) {
   const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
   const std::int64_t row = w.b * p.q_len + qi;
   const MergedRow mr = merged_row(st.m, st.l, p.sinks, head, p.v_scale);
   QT* out = p.out + row * p.out_stride_row + head * p.out_stride_head + c;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = from_f32<QT>(st.acc[i] * mr.inv);
+  for (int i = 0; i < V; ++i) out[i] = from_f32<QT>(st.acc[i] * mr.inv);
   if (p.lse && c == 0) p.lse[row * p.num_qo_heads + head] = mr.lse;
 }
 

@@ -45,24 +45,30 @@ __device__ __forceinline__ void merge_if_last_split(const DecodeParams<QT, KVT>&
   if (!__syncthreads_or(last)) return;
   __threadfence();  // the other CTAs' partial rows are read after their counts
 
-  // Each thread merges 4 columns of one query row over the splits, kMergeBatch splits per
-  // memory round trip (MergeAccum: loads first, then the arithmetic).
-  const int quads = head_dim / 4;
-  for (int idx = threadIdx.x; idx < w.rows * quads; idx += blockDim.x) {
-    const int r = idx / quads, c = (idx % quads) * 4;
+  // Each thread merges 8 columns of one query row over the splits, kMergeBatch splits per
+  // memory round trip (MergeAccum: loads first, then the arithmetic). Eight, not four: this
+  // CTA merges alone while the others have left, so its round trips are the tail of the
+  // request; a CTA of 16 query rows (a GQA group of 16) at d128 takes two rounds of them
+  // per thread instead of four.
+  constexpr int kCols = 8;
+  const int octs = head_dim / kCols;
+  for (int idx = threadIdx.x; idx < w.rows * octs; idx += blockDim.x) {
+    const int r = idx / octs, c = (idx % octs) * kCols;
     const std::int64_t gr = w.row0 + r, qi = gr / p.group, head = w.kv_head * p.group + gr % p.group;
     const std::int64_t row = w.b * p.q_len + qi;
     const std::int64_t first = (row * p.splits) * p.num_qo_heads + head;  // split 0's (row, head)
     // An empty split (window, or past the request's end) has LSE -inf: absorb skips it.
-    MergeAccum<4> st;
-    st.absorb_states(std::int64_t{0}, std::int64_t{1}, splits, [&](std::int64_t split, float (&cols)[4]) {
+    MergeAccum<kCols> st;
+    st.absorb_states(std::int64_t{0}, std::int64_t{1}, splits, [&](std::int64_t split, float (&cols)[kCols]) {
       const std::int64_t at = first + split * p.num_qo_heads;
       const float x = __ldcg(p.partial_lse + at);
-      const float4 y = __ldcg(reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c));
-      cols[0] = y.x, cols[1] = y.y, cols[2] = y.z, cols[3] = y.w;
+      const float4* y = reinterpret_cast<const float4*>(p.partial_out + at * head_dim + c);
+      const float4 y0 = __ldcg(y), y1 = __ldcg(y + 1);
+      cols[0] = y0.x, cols[1] = y0.y, cols[2] = y0.z, cols[3] = y0.w;
+      cols[4] = y1.x, cols[5] = y1.y, cols[6] = y1.z, cols[7] = y1.w;
       return x;
     });
-    store_merged_quad(p, w, r, c, st);
+    store_merged(p, w, r, c, st);
   }
 }
 
