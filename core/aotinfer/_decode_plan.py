@@ -495,14 +495,21 @@ def plan_work(
     )
 
 
-def uniform_grid(work: SplitPlan, pages: torch.Tensor) -> Optional[SplitPlan]:
-    """The grid form of a work-list plan whose requests all have the same length and are cut
-    into 2..``MAX_CLUSTER_SPLITS`` pieces (uniform batches), or None. The provider merges the
-    splits of a grid plan in thread-block clusters on sm_90+ (cluster_merge.cuh) when its
-    CTAs fit in one round; a work list always merges in its grid. The grid's pieces are
-    ``ceil(p / n)`` pages with a shorter last one where the work list's differ by at most a
-    page (``max_splits`` is recounted, so no split is empty)."""
+def uniform_grid(
+    work: SplitPlan, pages: torch.Tensor, units: int, slots: int
+) -> Optional[SplitPlan]:
+    """The grid form of a work-list plan whose requests all have the same length, are cut
+    into 2..``MAX_CLUSTER_SPLITS`` pieces of ``units`` CTAs each, and fill at most one round
+    of ``slots`` resident CTAs (uniform batches of a few long requests), or None. The
+    provider merges the splits of such a grid in thread-block clusters on sm_90+
+    (cluster_merge.cuh; its own count of the round decides), where a work list always
+    merges in its grid: the last split's CTA merging alone. Beyond one round the work list
+    stays (the clusters' gain there is unmeasured). The grid's pieces are ``ceil(p / n)``
+    pages with a shorter last one, where the work list's differ by at most a page
+    (``max_splits`` is recounted, so no split is empty)."""
     if work.work is None or work.work.dim() != 2 or not 2 <= work.max_splits <= MAX_CLUSTER_SPLITS:
+        return None
+    if len(pages) * units * work.max_splits > slots:
         return None
     lo, hi = torch.aminmax(pages)
     if int(lo) != int(hi):

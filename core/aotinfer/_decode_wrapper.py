@@ -363,19 +363,22 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if opts["fixed_split_size"] is not None:
             return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
         if not self._use_cuda_graph:
+            blocks = _plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads)
+            resident = _plan.planned_resident(head_dim, batch)
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
-                row_blocks=_plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads),
+                row_blocks=blocks,
                 page_size=page_size,
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
-                resident=_plan.planned_resident(head_dim, batch),
+                resident=resident,
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
             if self._clusters_merge():
-                return _plan.uniform_grid(work, pages) or work
+                slots = resident * self._num_sms()
+                return _plan.uniform_grid(work, pages, num_kv_heads * blocks, slots) or work
             return work
         return _plan.plan_splits(
             batch=batch,

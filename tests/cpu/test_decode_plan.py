@@ -415,7 +415,7 @@ def test_uniform_grid_of_a_uniform_batch(pages, force, splits, chunk):
     kw = dict(num_kv_heads=1, row_blocks=1, page_size=16, num_sms=SMS, max_splits_allowed=64)
     host = torch.tensor(pages, dtype=torch.int32)
     work = dp.plan_work(host, force_chunk=force, **kw)
-    grid = dp.uniform_grid(work, host)
+    grid = dp.uniform_grid(work, host, units=1, slots=2 * SMS)
     assert grid.work is None and (grid.max_splits, grid.chunk_pages) == (splits, chunk)
     # no split is empty, and the splits cover every page
     assert (grid.max_splits - 1) * grid.chunk_pages < pages[0] <= grid.max_splits * grid.chunk_pages
@@ -426,13 +426,15 @@ def test_uniform_grid_declines_what_clusters_cannot_merge(monkeypatch):
 
     def grid(pages, **extra):
         host = torch.tensor(pages, dtype=torch.int32)
-        return dp.uniform_grid(dp.plan_work(host, **dict(kw, **extra)), host)
+        return dp.uniform_grid(dp.plan_work(host, **dict(kw, **extra)), host, 1, 2 * SMS)
 
     assert grid([64, 64, 63], force_chunk=8) is None  # lengths differ
     assert grid([64] * 4, force_chunk=64) is None  # one piece each: nothing to merge
     assert grid([64] * 4, force_chunk=4) is None  # 16 pieces: beyond a portable cluster
+    assert grid([64] * 34, force_chunk=8) is None  # 264 CTAs fit one round, 34 x 8 do not
+    assert grid([64] * 33, force_chunk=8) is not None
     monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
     assert grid([64] * 4) is None  # runs of entries (a 3-D work list)
     # a plan without a work list (CUDA-graph mode's grid) is not a work list to convert
     grid_plan = dp.SplitPlan(chunk_pages=8, max_splits=8)
-    assert dp.uniform_grid(grid_plan, torch.tensor([64, 64])) is None
+    assert dp.uniform_grid(grid_plan, torch.tensor([64, 64]), 1, 2 * SMS) is None

@@ -767,16 +767,16 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
         (16, 1, 128, 16, 1, 8, False),  # a TP shard: 16 query rows a CTA, 8 splits
         (32, 8, 128, 6, 1, 16, True),  # 4 splits
         (32, 8, 64, 5, 2, 32, False),  # 2 splits, two query rows a request
-        (16, 8, 256, 3, 1, 11, True),  # 6 splits
-        (32, 8, 128, 40, 1, 16, False),  # 1280 CTAs: beyond one round, the in-grid merge
+        (16, 8, 256, 2, 1, 11, True),  # 6 splits
+        (32, 8, 128, 40, 1, 16, False),  # 1280 CTAs: beyond one round, the work list
     ],
 )
 def test_uniform_batch_in_grid_form_matches_the_oracle(
     hq, hkv, d, batch, q_len, chunk, sinks, monkeypatch
 ):
-    """A uniform batch cut into 2..8 pieces takes the grid form of its work list on sm_90+
-    (_decode_plan.uniform_grid), whose splits the provider merges in thread-block clusters
-    where the grid fits in one round, else in the grid; pinned off, the work list. Eager and
+    """A uniform batch cut into 2..8 pieces whose CTAs fit in one round takes the grid form
+    of its work list on sm_90+ (_decode_plan.uniform_grid), whose splits the provider merges
+    in thread-block clusters; pinned off, or beyond one round, the work list. Eager and
     captured, every form matches the oracle."""
     from aotinfer import _decode_plan
 
@@ -794,7 +794,9 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
         monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
         w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
         w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=dtype, q_len_per_req=q_len)
-        grid_form = pin == "on" and torch.cuda.get_device_capability()[0] >= 9
+        sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+        one_round = batch * hkv * -(-63 // chunk) <= _decode_plan.resident_ctas(d) * sms
+        grid_form = pin == "on" and torch.cuda.get_device_capability()[0] >= 9 and one_round
         assert (w._plan.split.work is None) == grid_form
         assert w._plan.split.max_splits == -(-63 // chunk)
         out = torch.full_like(q, float("nan"))
