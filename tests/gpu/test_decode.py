@@ -792,7 +792,7 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
     want = oracle(q, cache, indptr, indices, last, q_len=q_len, sinks=sink_t)
     for pin in ("on", "off"):
         monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
-        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
         w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=dtype, q_len_per_req=q_len)
         sms = torch.cuda.get_device_properties(DEV).multi_processor_count
         one_round = batch * hkv * -(-63 // chunk) <= _decode_plan.resident_ctas(d) * sms

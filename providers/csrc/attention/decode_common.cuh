@@ -16,6 +16,7 @@ namespace aotinfer::attention {
 
 constexpr int kRowBlock = 16;  // query rows per CTA (GQA group x q_len_per_req, blocked); MMA M
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kClustersIfResident = 2;  // DecodeParams::cluster_merge: clusters if they all fit
 
 // A logit under the soft cap, cap * tanh(x / cap), written as cap - 2 cap / (2^(x k) + 1)
 // with k = 2 log2(e) / cap (soft_cap_k, once a CTA): one exp2 and one fast division, where
@@ -72,9 +73,11 @@ struct DecodeParams {
   float v_scale;
   const float* sinks;
   int stages;  // tensor-core kernel: per-warp pipeline depth (2..4), chosen by the launcher
-  // Tensor-core kernel, one request split without a work list (sm_90+): the grid runs in
+  // Tensor-core kernel, a split grid plan without a work list (sm_90+): the grid runs in
   // clusters of the splits, which merge through distributed shared memory
-  // (cluster_merge.cuh); partial_out, partial_lse and arrivals are then unused.
+  // (cluster_merge.cuh); partial_out, partial_lse and arrivals are then unused. The host
+  // sets kClustersIfResident for a batch; the launcher turns it into 1 where every cluster
+  // of the grid is resident at once and 0 (the in-grid merge) where not, before the launch.
   int cluster_merge;
 };
 

@@ -72,20 +72,21 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool kv_dtype_ok, PosEncod
   return env_choice("AOTINFER_DECODE_KERNEL", {"cuda_cores", "tensor_cores", "auto"}) != "cuda_cores";
 }
 
-// Whether a split decode merges its splits inside thread-block clusters (cluster_merge.cuh):
-// the tensor-core kernel on sm_90+, a grid plan (no work list) of 2..kMaxClusterSplits splits,
-// and either one request (batch 1 x 1024 at d128: 8 splits, 8.8 -> 8.1 us) or a grid whose
-// CTAs all fit in one round (`one_round`). It replaces the merge kernel (or the in-grid
-// merge) there. Why one round: a cluster's CTAs wait for each other at its end, so the
-// empty splits of a CUDA-graph plan (sized for the longest request the buffers allow) would
-// hold their slots while later CTAs wait; the core gives uniform batches a grid plan for
-// this (_decode_plan.uniform_grid).
+// Whether a split decode merges its splits inside thread-block clusters (cluster_merge.cuh),
+// as DecodeParams::cluster_merge: the tensor-core kernel on sm_90+, a grid plan (no work
+// list) of 2..kMaxClusterSplits splits; one request always (batch 1 x 1024 at d128: 8 splits,
+// 8.8 -> 8.1 us), a batch only where every cluster of its grid is resident at once
+// (kClustersIfResident: the launcher asks cudaOccupancyMaxActiveClusters), which the core
+// gives uniform batches a grid plan for (_decode_plan.uniform_grid). Why resident: a
+// cluster's CTAs share one GPC and wait for each other at its end, so a grid of clusters
+// that overflows the GPCs' slots runs a second round (H100, 256 CTAs in clusters of 8: 1.25x
+// slower than the in-grid merge), and the empty splits of a CUDA-graph plan would hold
+// their slots while later CTAs wait.
 // AOTINFER_DECODE_CLUSTER_MERGE=off|on (default on) pins it off for tests and A/B runs.
-bool use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list,
-                       bool one_round) {
-  if (cc_major < 9 || !tensor_cores || work_list || splits < 2 || splits > kMaxClusterSplits) return false;
-  if (batch != 1 && !one_round) return false;
-  return env_switch_on("AOTINFER_DECODE_CLUSTER_MERGE");
+int use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list) {
+  if (cc_major < 9 || !tensor_cores || work_list || splits < 2 || splits > kMaxClusterSplits) return 0;
+  if (!env_switch_on("AOTINFER_DECODE_CLUSTER_MERGE")) return 0;
+  return batch == 1 ? 1 : kClustersIfResident;
 }
 
 template <typename TIn, typename TOut>
@@ -156,8 +157,6 @@ struct PreparedDecode {
   std::int64_t keys_per_cta = 0;   // the most keys one CTA streams (sets the pipeline depth)
   std::size_t cuda_core_smem = 0;  // the CUDA-core kernel's shared memory per block
   int smem_limit = 0;
-  int smem_per_sm = 0;
-  int num_sms = 0;
   int cc_major = 0;
   bool work_list = false;
   bool arrivals = false;
@@ -333,9 +332,6 @@ std::shared_ptr<const PreparedDecode> prepare_batch_decode(const DecodeArgs& a) 
                       q.device);
   throw_on_cuda_error(cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(&p->cc_major, q.device), kOp,
                       q.device);
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(&p->smem_per_sm, q.device),
-                      kOp, q.device);
-  throw_on_cuda_error(cached_device_attribute<cudaDevAttrMultiProcessorCount>(&p->num_sms, q.device), kOp, q.device);
   r.pdl = p->cc_major >= 9;
   // Keys one CTA streams at most: a split's chunk (with a work list, the largest item's pages),
   // or (unsplit) the planned longest request (chunk_pages is the longest request's page count
@@ -383,16 +379,13 @@ void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::u
                 std::to_string(p.cuda_core_smem / 1024) + " KB of shared memory per block; this GPU allows " +
                 std::to_string(p.smem_limit / 1024) + " KB");
   }
-  const std::int64_t ctas = static_cast<std::int64_t>(p.grid.x) * p.grid.z;
-  const bool one_round =
-      tensor_cores && ctas <= static_cast<std::int64_t>(p.num_sms) *
-                                  tc_ctas_per_sm(static_cast<int>(D), r.stages, is_fp8(p.kv_dtype) ? 1 : 2, p.smem_per_sm);
-  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list, one_round) ? 1 : 0;
+  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list);
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_decode_d64(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 128) err = launch_decode_d128(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 256) err = launch_decode_d256(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   throw_on_cuda_error(err, kOp, device);
+  // (A batch's kClustersIfResident may become the in-grid merge: a batch has arrivals.)
   if (p.splits > 1 && !p.arrivals && !r.cluster_merge) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
     const std::int64_t rows = p.rows, Hq = p.num_qo_heads, splits = p.splits;

@@ -63,10 +63,11 @@
 //   before the first call: the merge is done by the last split of each (request, row block,
 //   KV head) to finish, which leaves its counter at 0 again (last_split_merge.cuh); no merge
 //   kernel is launched. Without arrivals (and without a work list) a merge kernel follows.
-// - One request (B = 1) split into 2..8 pieces without a work list, on sm_90+ with the
-//   tensor-core kernel: the splits run as one thread-block cluster per (row block, KV head)
-//   and merge through distributed shared memory (cluster_merge.cuh); no merge kernel, and
-//   partial_out, partial_lse and arrivals are left untouched (still required as above).
+// - A request split into 2..8 pieces without a work list, on sm_90+ with the tensor-core
+//   kernel, where B = 1 or every cluster of the grid is resident at once: the splits run as
+//   one thread-block cluster per (request, row block, KV head) and merge through distributed
+//   shared memory (cluster_merge.cuh); no merge kernel, and partial_out, partial_lse and
+//   arrivals are left untouched (still required as above).
 //   AOTINFER_DECODE_CLUSTER_MERGE=off turns this off.
 #pragma once
 

@@ -83,17 +83,6 @@ __host__ __device__ constexpr std::size_t tc_smem_bytes(int d, int stages, int k
   return tc_q_bytes(d) + tc_ml_bytes() + tc_pid_bytes() + (kv > merge ? kv : merge);
 }
 
-// Blocks per multiprocessor the kernel is compiled for (__launch_bounds__): its registers
-// are held to what that many CTAs of 128 threads leave each.
-__host__ __device__ constexpr int tc_min_blocks(int d) { return d <= 64 ? 3 : (d <= 128 ? 2 : 1); }
-
-// CTAs of the kernel resident on one multiprocessor with `smem_per_sm` bytes of shared
-// memory (each CTA also takes the 1 KB the runtime reserves per block on sm_80+).
-__host__ __device__ constexpr int tc_ctas_per_sm(int d, int stages, int kv_size, int smem_per_sm) {
-  const std::size_t by_smem = static_cast<std::size_t>(smem_per_sm) / (tc_smem_bytes(d, stages, kv_size) + 1024);
-  return by_smem < static_cast<std::size_t>(tc_min_blocks(d)) ? static_cast<int>(by_smem) : tc_min_blocks(d);
-}
-
 namespace tc {
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a tile (swizzled, see above).
@@ -703,7 +692,7 @@ __device__ __forceinline__ void decode_tc_piece(const DecodeParams<T, KVT>& p, c
 }
 
 template <typename T, typename KVT, int D>
-__global__ void __launch_bounds__(kTcThreads, tc_min_blocks(D))
+__global__ void __launch_bounds__(kTcThreads, D <= 64 ? 3 : (D <= 128 ? 2 : 1))
     decode_tc_kernel(const __grid_constant__ DecodeParams<T, KVT> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   for_each_work_entry(p, [&](const CtaWork& work) { decode_tc_piece<T, KVT, D>(p, work); });

@@ -66,4 +66,37 @@ inline cudaError_t ensure_max_shared_carveout(int device) {
       cudaSharedmemCarveoutMaxShared, device);
 }
 
+// cudaOccupancyMaxActiveClusters of kernel `Kernel` (its dynamic shared-memory limit already
+// raised to `smem`) in clusters of `cluster_z` CTAs along z of `block` threads with `smem`
+// bytes each: the clusters resident at once on `device`. Remembered per (device, cluster
+// size) with the smem it was asked for; another smem asks again.
+template <auto Kernel>
+inline cudaError_t cached_max_active_clusters(int* clusters, dim3 block, int smem, unsigned cluster_z, int device) {
+  constexpr unsigned kSizes = 9;  // cluster sizes 0..8 (portable clusters)
+  static std::atomic<long long> cache[kMaxCachedDevices][kSizes] = {};  // (smem + 1) << 32 | clusters
+  const bool cached = device >= 0 && device < kMaxCachedDevices && cluster_z < kSizes;
+  if (cached) {
+    const long long v = cache[device][cluster_z].load(std::memory_order_relaxed);
+    if ((v >> 32) == static_cast<long long>(smem) + 1) {
+      *clusters = static_cast<int>(v & 0xffffffff);
+      return cudaSuccess;
+    }
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(1, 1, cluster_z);
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = cluster_z;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaOccupancyMaxActiveClusters(clusters, Kernel, &config);
+  if (err == cudaSuccess && cached)
+    cache[device][cluster_z].store((static_cast<long long>(smem) + 1) << 32 | *clusters, std::memory_order_relaxed);
+  return err;
+}
+
 }  // namespace aotinfer
