@@ -81,10 +81,13 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool kv_dtype_ok, PosEncod
 // cluster's CTAs share one GPC and wait for each other at its end, so a grid of clusters
 // that overflows the GPCs' slots runs a second round (H100, 256 CTAs in clusters of 8: 1.25x
 // slower than the in-grid merge), and the empty splits of a CUDA-graph plan would hold
-// their slots while later CTAs wait.
+// their slots while later CTAs wait. A batch needs `arrivals` for that: where its clusters do
+// not fit, the grid merges in itself (without arrivals the merge kernel follows instead).
 // AOTINFER_DECODE_CLUSTER_MERGE=off|on (default on) pins it off for tests and A/B runs.
-int use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list) {
+int use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list,
+                      bool arrivals) {
   if (cc_major < 9 || !tensor_cores || work_list || splits < 2 || splits > kMaxClusterSplits) return 0;
+  if (batch != 1 && !arrivals) return 0;
   if (!env_switch_on("AOTINFER_DECODE_CLUSTER_MERGE")) return 0;
   return batch == 1 ? 1 : kClustersIfResident;
 }
@@ -379,13 +382,13 @@ void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::u
                 std::to_string(p.cuda_core_smem / 1024) + " KB of shared memory per block; this GPU allows " +
                 std::to_string(p.smem_limit / 1024) + " KB");
   }
-  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list);
+  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list, p.arrivals);
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_decode_d64(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 128) err = launch_decode_d128(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 256) err = launch_decode_d256(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   throw_on_cuda_error(err, kOp, device);
-  // (A batch's kClustersIfResident may become the in-grid merge: a batch has arrivals.)
+  // (A batch's kClustersIfResident may become the in-grid merge: it has arrivals then.)
   if (p.splits > 1 && !p.arrivals && !r.cluster_merge) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
     const std::int64_t rows = p.rows, Hq = p.num_qo_heads, splits = p.splits;
