@@ -768,6 +768,7 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
         (32, 8, 128, 6, 1, 16, True),  # 4 splits
         (32, 8, 64, 5, 2, 32, False),  # 2 splits, two query rows a request
         (16, 8, 256, 2, 1, 11, True),  # 6 splits
+        (32, 8, 128, 4, 1, 8, False),  # 32 clusters of 8: beyond an H100's GPCs, the grid merges
         (32, 8, 128, 40, 1, 16, False),  # 1280 CTAs: beyond one round, the work list
     ],
 )
@@ -776,8 +777,8 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
 ):
     """A uniform batch cut into 2..8 pieces whose CTAs fit in one round takes the grid form
     of its work list on sm_90+ (_decode_plan.uniform_grid), whose splits the provider merges
-    in thread-block clusters; pinned off, or beyond one round, the work list. Eager and
-    captured, every form matches the oracle."""
+    in thread-block clusters where they all fit at once, else in the grid; pinned off, or
+    beyond one round, the work list. Eager and captured, every form matches the oracle."""
     from aotinfer import _decode_plan
 
     real = _decode_plan.plan_work  # 63 pages a request, pieces of `chunk` pages
