@@ -166,6 +166,7 @@ RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 MAX_CLUSTER_SPLITS = 8  # the splits one cluster merges (kMaxClusterSplits in cluster_merge.cuh)
+CLUSTER_SLOT_SHARE = 0.875  # of the resident slots that clusters of 3-8 CTAs fill (uniform_grid)
 MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
 ALIGN = 256  # bytes between carved buffers
 
@@ -499,22 +500,31 @@ def uniform_grid(
     work: SplitPlan, pages: torch.Tensor, units: int, slots: int
 ) -> Optional[SplitPlan]:
     """The grid form of a work-list plan whose requests all have the same length, are cut
-    into 2..``MAX_CLUSTER_SPLITS`` pieces of ``units`` CTAs each, and fill at most one round
-    of ``slots`` resident CTAs (uniform batches of a few long requests), or None. The
-    provider merges the splits of such a grid in thread-block clusters on sm_90+
-    (cluster_merge.cuh; its own count of the round decides), where a work list always
-    merges in its grid: the last split's CTA merging alone. Beyond one round the work list
-    stays (the clusters' gain there is unmeasured). The grid's pieces are ``ceil(p / n)``
-    pages with a shorter last one, where the work list's differ by at most a page
-    (``max_splits`` is recounted, so no split is empty)."""
-    if work.work is None or work.work.dim() != 2 or not 2 <= work.max_splits <= MAX_CLUSTER_SPLITS:
+    into 2..``MAX_CLUSTER_SPLITS`` pieces of ``units`` CTAs each, and whose clusters of
+    pieces all fit at once in the ``slots`` resident CTAs (uniform batches of a few long
+    requests), or None. The provider merges the splits of such a grid in thread-block
+    clusters on sm_90+ (cluster_merge.cuh), where a work list always merges in its grid: the
+    last split's CTA merging alone (H100, history/ab-decode-cluster-batch-gated-h100.md: 16/1
+    heads at 16 x 1024 0.87x, 64/8 0.93x, 32/8 0.97x).
+
+    A cluster's CTAs share one GPC, and GPCs whose slots are not a multiple of the cluster
+    size leave some idle: on an H100 at d128, clusters of 2 fill all 264 slots, of 4 only 248
+    and of 8 only 240 (dev/cluster_occupancy.cu). So clusters of 3 or more are held to
+    ``CLUSTER_SLOT_SHARE`` of the slots. The provider asks the occupancy API itself and
+    merges in the grid where they do not fit; this keeps such batches on their work list
+    (their grid form then ran 1.00-1.03x of it: no gain to take). The grid's pieces are
+    ``ceil(p / n)`` pages with a shorter last one, where the work list's differ by at most a
+    page (``max_splits`` is recounted, so no split is empty)."""
+    splits = work.max_splits
+    if work.work is None or work.work.dim() != 2 or not 2 <= splits <= MAX_CLUSTER_SPLITS:
         return None
-    if len(pages) * units * work.max_splits > slots:
+    room = slots if splits == 2 else int(slots * CLUSTER_SLOT_SHARE)
+    if len(pages) * units * splits > room:
         return None
     lo, hi = torch.aminmax(pages)
     if int(lo) != int(hi):
         return None
-    chunk = _ceil_div(int(hi), work.max_splits)
+    chunk = _ceil_div(int(hi), splits)
     return SplitPlan(chunk_pages=chunk, max_splits=_ceil_div(int(hi), chunk))
 
 

@@ -409,6 +409,7 @@ def test_wrapper_plans_d256_batches_with_one_resident_cta(batch, splits):
         ([63] * 5, 16, 4, 16),  # pieces of 16, 16, 16, 15 pages
         ([10] * 3, 3, 4, 3),  # 3, 3, 3 and 1 pages
         ([1024] * 2, 512, 2, 512),
+        ([64] * 128, 32, 2, 32),  # 32/8 heads at 16 x 1024 (units of 8): 256 CTAs
     ],
 )
 def test_uniform_grid_of_a_uniform_batch(pages, force, splits, chunk):
@@ -431,8 +432,12 @@ def test_uniform_grid_declines_what_clusters_cannot_merge(monkeypatch):
     assert grid([64, 64, 63], force_chunk=8) is None  # lengths differ
     assert grid([64] * 4, force_chunk=64) is None  # one piece each: nothing to merge
     assert grid([64] * 4, force_chunk=4) is None  # 16 pieces: beyond a portable cluster
-    assert grid([64] * 34, force_chunk=8) is None  # 264 CTAs fit one round, 34 x 8 do not
-    assert grid([64] * 33, force_chunk=8) is not None
+    # clusters of 8 fill 7/8 of the 264 slots (231 CTAs): 28 x 8 fit, 29 x 8 do not; clusters
+    # of 2 fill them all (132 x 2)
+    assert grid([64] * 28, force_chunk=8) is not None
+    assert grid([64] * 29, force_chunk=8) is None
+    assert grid([64] * 132, force_chunk=32) is not None
+    assert grid([64] * 133, force_chunk=32) is None
     monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
     assert grid([64] * 4) is None  # runs of entries (a 3-D work list)
     # a plan without a work list (CUDA-graph mode's grid) is not a work list to convert

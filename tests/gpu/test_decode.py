@@ -768,7 +768,7 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
         (32, 8, 128, 6, 1, 16, True),  # 4 splits
         (32, 8, 64, 5, 2, 32, False),  # 2 splits, two query rows a request
         (16, 8, 256, 2, 1, 11, True),  # 6 splits
-        (32, 8, 128, 4, 1, 8, False),  # 32 clusters of 8: beyond an H100's GPCs, the grid merges
+        (32, 8, 128, 4, 1, 8, False),  # 32 clusters of 8: beyond 7/8 of the slots, the work list
         (32, 8, 128, 40, 1, 16, False),  # 1280 CTAs: beyond one round, the work list
     ],
 )
@@ -796,7 +796,9 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
         w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
         w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=dtype, q_len_per_req=q_len)
         sms = torch.cuda.get_device_properties(DEV).multi_processor_count
-        one_round = batch * hkv * -(-63 // chunk) <= _decode_plan.resident_ctas(d) * sms
+        splits, slots = -(-63 // chunk), _decode_plan.resident_ctas(d) * sms
+        room = slots if splits == 2 else int(slots * _decode_plan.CLUSTER_SLOT_SHARE)
+        one_round = batch * hkv * splits <= room
         grid_form = pin == "on" and torch.cuda.get_device_capability()[0] >= 9 and one_round
         assert (w._plan.split.work is None) == grid_form
         assert w._plan.split.max_splits == -(-63 // chunk)
@@ -810,6 +812,26 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
         graph.replay()
         torch.cuda.synchronize()
         check(out, lse, want, dtype)
+
+
+@pytest.mark.parametrize("batch", [2, 4, 9])
+def test_fixed_split_batch_merges_in_clusters_that_fit_or_in_the_grid(batch, monkeypatch):
+    """A batch with fixed_split_size runs the grid plan, whose splits (8 here) the provider
+    merges in clusters where every cluster fits at once (cudaOccupancyMaxActiveClusters; 16
+    clusters of 8 on an H100 or H200) and in the grid where not (32 or 72 clusters of 8 there):
+    every form, and the pin off, matches the oracle."""
+    q, cache, indptr, indices, last = make_batch([1000] * batch, dtype=torch.bfloat16, seed=batch)
+    want = oracle(q, cache, indptr, indices, last)
+    for pin in ("on", "off"):
+        monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16,
+               fixed_split_size=8)  # fmt: skip
+        assert w._plan.split.work is None and w._plan.split.max_splits == 8
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+        w.run(q, cache, out=out, lse=lse)
+        check(out, lse, want, torch.bfloat16)
 
 
 @pytest.mark.parametrize("cluster_merge", ["on", "off"])
