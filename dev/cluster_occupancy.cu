@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "attention/decode_tc_kernel.cuh"
+#include "common/launch_cache.h"
 
 __global__ void shaped(int* sink) {
   extern __shared__ int smem[];
@@ -19,7 +20,6 @@ int main() {
   using aotinfer::attention::tc_smem_bytes;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  cudaFuncSetAttribute(shaped, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   const int shapes[][3] = {{64, 4, 2}, {128, 3, 2}, {128, 2, 2}, {256, 3, 2}, {128, 3, 1}};
   for (const auto& s : shapes) {
     const int smem = static_cast<int>(tc_smem_bytes(s[0], s[1], s[2]));
@@ -29,19 +29,9 @@ int main() {
     std::printf("d%d depth %d kv %d B (%d B smem): %d CTAs an SM, %d slots;", s[0], s[1], s[2], smem, per_sm,
                 per_sm * sms);
     for (unsigned z : {2u, 4u, 8u}) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1, 1, z);
-      cfg.blockDim = dim3(128);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attr;
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = 1;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = z;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, shaped, &cfg);
+      int clusters = 0;  // the provider's own query (launch_cache.h)
+      const cudaError_t err =
+          aotinfer::cached_max_active_clusters<shaped>(&clusters, dim3(128), smem, z, /*device=*/0);
       std::printf("  clusters of %u: %d (%d CTAs)%s", z, clusters, clusters * z,
                   err == cudaSuccess ? "" : cudaGetErrorString(err));
     }
