@@ -824,7 +824,7 @@ def test_fixed_split_batch_merges_in_clusters_that_fit_or_in_the_grid(batch, mon
     want = oracle(q, cache, indptr, indices, last)
     for pin in ("on", "off"):
         monkeypatch.setenv("AOTINFER_DECODE_CLUSTER_MERGE", pin)
-        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
         w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16,
                fixed_split_size=8)  # fmt: skip
         assert w._plan.split.work is None and w._plan.split.max_splits == 8
