@@ -775,10 +775,11 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
 def test_uniform_batch_in_grid_form_matches_the_oracle(
     hq, hkv, d, batch, q_len, chunk, sinks, monkeypatch
 ):
-    """A uniform batch cut into 2..8 pieces whose CTAs fit in one round takes the grid form
-    of its work list on sm_90+ (_decode_plan.uniform_grid), whose splits the provider merges
-    in thread-block clusters where they all fit at once, else in the grid; pinned off, or
-    beyond one round, the work list. Eager and captured, every form matches the oracle."""
+    """A uniform batch cut into 2..8 pieces whose CTAs fit in the resident slots (7/8 of them
+    for clusters of 3-8) takes the grid form of its work list on sm_90+
+    (_decode_plan.uniform_grid), whose splits the provider merges in thread-block clusters
+    where they all fit at once, else in the grid; pinned off, or beyond those slots, the work
+    list. Eager and captured, every form matches the oracle."""
     from aotinfer import _decode_plan
 
     real = _decode_plan.plan_work  # 63 pages a request, pieces of `chunk` pages
