@@ -5,6 +5,7 @@ tensors). Nothing here validates: callers have checked every argument.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import NamedTuple, Optional, Tuple
 
@@ -54,26 +55,32 @@ capturing = _views.stream_capturing
 provider_kernels = kernels_for
 
 
-_sm_counts = {}
+@functools.cache
+def _device_properties(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def num_sms(device: torch.device) -> int:
     """Multiprocessors of a CUDA device, read once per device."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _sm_counts:
-        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _sm_counts[index]
-
-
-_cc_majors = {}
+    return _device_properties(_index(device)).multi_processor_count
 
 
 def cc_major(device: torch.device) -> int:
     """Compute capability major of a CUDA device, read once per device."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _cc_majors:
-        _cc_majors[index] = torch.cuda.get_device_capability(index)[0]
-    return _cc_majors[index]
+    return _device_properties(_index(device)).major
+
+
+def _switch_on(name: str) -> bool:
+    """An on|off switch of the README's table (unset or empty: on); another value is a
+    ValueError that names it."""
+    value = os.environ.get(name, "")
+    if value not in ("", "on", "off"):
+        raise ValueError(f"{name} must be on or off, got {value!r}")
+    return value != "off"
 
 
 ENV_CLUSTER_MERGE = "AOTINFER_DECODE_CLUSTER_MERGE"
@@ -83,10 +90,7 @@ def cluster_merge_on() -> bool:
     """``AOTINFER_DECODE_CLUSTER_MERGE=on|off`` (README switch table; default on), which the
     provider reads too: whether split requests may merge in thread-block clusters on sm_90+
     (cluster_merge.cuh). Off pins the merge kernel / in-grid merge for tests and A/B runs."""
-    value = os.environ.get(ENV_CLUSTER_MERGE, "")
-    if value not in ("", "on", "off"):
-        raise ValueError(f"{ENV_CLUSTER_MERGE} must be on or off, got {value!r}")
-    return value != "off"
+    return _switch_on(ENV_CLUSTER_MERGE)
 
 
 ENV_PREPARED = "AOTINFER_DECODE_PREPARED"
@@ -97,10 +101,7 @@ def prepared_launches_on() -> bool:
     plan(): whether the wrapper's run() launches through the provider's prepared call
     (``kernels.prepare_batch_decode``, checked once per plan) or passes every view to
     ``kernels.batch_decode`` on each call. Off is for A/B runs of host time in one process."""
-    value = os.environ.get(ENV_PREPARED, "")
-    if value not in ("", "on", "off"):
-        raise ValueError(f"{ENV_PREPARED} must be on or off, got {value!r}")
-    return value != "off"
+    return _switch_on(ENV_PREPARED)
 
 
 def half_strides(strides: tuple) -> tuple:
