@@ -123,7 +123,8 @@ def _merges_in_grid(batch: int) -> bool:
 
     Either way, on sm_90+ a single request in 2..8 splits is merged by the provider in
     thread-block clusters (decode_launchers.h; batch 1 x 1024 8.8 -> 8.1 us, item 42),
-    whichever of the two the core asks for."""
+    whichever of the two the core asks for; so is a batch in the grid form whose clusters all
+    fit at once (_clusters_merge, _decode_plan.uniform_grid), the in-grid merge its fallback."""
     return batch > 1
 
 
