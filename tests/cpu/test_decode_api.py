@@ -1390,6 +1390,7 @@ def test_single_decode_refuses_kv_on_another_device_and_an_empty_cache():
 def test_num_sms_reads_each_devices_count_once(monkeypatch):
     """The provider path's SM count: read from the device's properties once per device (the
     current device for an index-less one). torch.cuda is stood in for here."""
+    import functools
     from types import SimpleNamespace
 
     from aotinfer import _decode_launch
@@ -1400,7 +1401,9 @@ def test_num_sms_reads_each_devices_count_once(monkeypatch):
         reads.append(index)
         return SimpleNamespace(multi_processor_count=100 + index)
 
-    monkeypatch.setattr(_decode_launch, "_sm_counts", {})
+    # A fresh cache of device properties, dropped with the stand-in when the test ends.
+    fresh = functools.cache(_decode_launch._device_properties.__wrapped__)
+    monkeypatch.setattr(_decode_launch, "_device_properties", fresh)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     devices = [torch.device("cuda", 0), torch.device("cuda"), torch.device("cuda", 1)]
