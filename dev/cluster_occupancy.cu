@@ -1,7 +1,7 @@
 // How many thread-block clusters of the decode kernel's shape fit on this card at once (a lab
 // tool, GPU machine; no provider needed): cudaOccupancyMaxActiveClusters for a kernel of 128
 // threads with the tensor-core decode kernel's dynamic shared memory at each head dim and
-// depth (tc_smem_bytes), clusters of 2, 4 and 8 CTAs along z, beside the CTAs that fit
+// depth (tc_smem_bytes), clusters of 2 to 8 CTAs along z, beside the CTAs that fit
 // without clusters (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs). A cluster's CTAs
 // share one GPC, so GPCs whose slots are not a multiple of the cluster size leave slots
 // idle: this says whether a grid of clusters fits in one round.
@@ -28,7 +28,7 @@ int main() {
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, shaped, 128, smem);
     std::printf("d%d depth %d kv %d B (%d B smem): %d CTAs an SM, %d slots;", s[0], s[1], s[2], smem, per_sm,
                 per_sm * sms);
-    for (unsigned z : {2u, 4u, 8u}) {
+    for (unsigned z = 2; z <= 8; ++z) {
       int clusters = 0;  // the provider's own query (launch_cache.h)
       const cudaError_t err =
           aotinfer::cached_max_active_clusters<shaped>(&clusters, dim3(128), smem, z, /*device=*/0);

@@ -432,11 +432,22 @@ def plan_work(
     max_splits_allowed: int,
     force_chunk: Optional[int] = None,
     resident: int = WAVES,
+    cluster_slots: int = 0,
 ) -> SplitPlan:
     """The work-list plan of the module docstring for requests of ``pages`` pages (host
     int tensor), with ``resident`` CTAs on a multiprocessor (:func:`resident_ctas`).
     ``force_chunk`` skips the cost model and the runs (dev/sweep_decode_plan.py measures
-    each candidate with it)."""
+    each candidate with it).
+
+    ``cluster_slots`` (0: none) is the CTAs the kernel keeps resident at once (its
+    :func:`resident_ctas` x SMs) where a single request's 2..``MAX_CLUSTER_SPLITS`` pieces
+    merge in thread-block clusters (the wrapper passes it on sm_90+): the provider launches
+    those clusters whether or not they all fit, so a candidate whose clusters overflow
+    :func:`cluster_room` is estimated with only that room's slots (the rest wait for a
+    second round), and the most pieces whose clusters all fit is a candidate too. H100, MHA
+    32/32 heads at 1 x 4096: 8 pieces (256 CTAs in clusters of 8, of which 240 fit) 37.2 us,
+    4 pieces 30.7, 16 (merge kernel) 33.2
+    (history/sweep-decode-config-chunks-fbe3d3d-h100.txt)."""
     host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
     slots = resident * num_sms
@@ -446,13 +457,29 @@ def plan_work(
         min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
         fair = _ceil_div(sum(host) * units, slots)
         candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
+        clustered = cluster_slots > 0 and len(host) == 1
+        if clustered:  # also the most pieces whose clusters all fit (factors may skip it)
+            fit = [
+                n
+                for n in range(2, MAX_CLUSTER_SPLITS + 1)
+                if units * n <= cluster_room(n, cluster_slots)
+            ]
+            if fit:
+                candidates.add(min(max(min_chunk, _ceil_div(max_pages, fit[-1])), max_pages))
         candidates = sorted(candidates | {max_pages}, reverse=True)
         hist = Counter(host)
+
+        def estimate(c: int) -> float:
+            s = slots
+            if clustered:
+                n = _piece_count(max_pages, c, allowed)
+                room = cluster_room(n, cluster_slots)
+                if 2 <= n <= MAX_CLUSTER_SPLITS and units * n > room:
+                    s = min(slots, room)
+            return _estimated_time(hist, c, units, s, page_size, allowed)
+
         # ties keep the larger chunk (fewer CTAs, no merge)
-        best = min(
-            ((_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in candidates),
-            key=lambda tc: tc[0],
-        )
+        best = min(((estimate(c), c) for c in candidates), key=lambda tc: tc[0])
         mode, runs = work_runs_mode(), None
         # Runs take at least the fair share of one wave of groups: where the best chunk is
         # already within RUNS_MARGIN of that (uniform batches), their search is skipped.
@@ -467,7 +494,7 @@ def plan_work(
         # which was fitted against the factors' best.
         if len(host) * units <= slots:
             finer = _breakpoints_below(list(hist), best[1], min_chunk)
-            tried = [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer]
+            tried = [(estimate(c), c) for c in finer]
             best = min([best] + tried, key=lambda tc: tc[0])
         force_chunk = best[1]
     chunk = max(force_chunk, 1)
@@ -496,6 +523,13 @@ def plan_work(
     )
 
 
+def cluster_room(splits: int, slots: int) -> int:
+    """The CTAs of ``slots`` resident ones that thread-block clusters of ``splits`` CTAs
+    may take and still all fit at once: every slot for pairs, ``CLUSTER_SLOT_SHARE`` of
+    them for clusters of 3 or more (:func:`uniform_grid` says why)."""
+    return slots if splits <= 2 else int(slots * CLUSTER_SLOT_SHARE)
+
+
 def uniform_grid(
     work: SplitPlan, pages: torch.Tensor, units: int, slots: int
 ) -> Optional[SplitPlan]:
@@ -518,8 +552,7 @@ def uniform_grid(
     splits = work.max_splits
     if work.work is None or work.work.dim() != 2 or not 2 <= splits <= MAX_CLUSTER_SPLITS:
         return None
-    room = slots if splits == 2 else int(slots * CLUSTER_SLOT_SHARE)
-    if len(pages) * units * splits > room:
+    if len(pages) * units * splits > cluster_room(splits, slots):
         return None
     lo, hi = torch.aminmax(pages)
     if int(lo) != int(hi):

@@ -366,6 +366,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if not self._use_cuda_graph:
             blocks = _plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads)
             resident = _plan.planned_resident(head_dim, batch)
+            # A single request's 2..8 pieces merge in clusters launched whether or not they
+            # all fit (plan_work's cluster_slots); the slots are the kernel's own there.
+            clusters = batch == 1 and self._clusters_merge()
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
@@ -374,6 +377,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
                 resident=resident,
+                cluster_slots=_plan.resident_ctas(head_dim) * self._num_sms() if clusters else 0,
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)

@@ -443,3 +443,60 @@ def test_uniform_grid_declines_what_clusters_cannot_merge(monkeypatch):
     # a plan without a work list (CUDA-graph mode's grid) is not a work list to convert
     grid_plan = dp.SplitPlan(chunk_pages=8, max_splits=8)
     assert dp.uniform_grid(grid_plan, torch.tensor([64, 64]), 1, 2 * SMS) is None
+
+
+def test_cluster_room_takes_every_slot_for_pairs_and_a_share_for_larger_clusters():
+    assert dp.cluster_room(2, 264) == 264
+    assert dp.cluster_room(3, 264) == dp.cluster_room(8, 264) == int(264 * dp.CLUSTER_SLOT_SHARE)
+
+
+@pytest.mark.parametrize(
+    "hkv, d, kv, before, after",
+    [
+        (32, 128, 4096, 8, 7),  # MHA 32/32: 256 CTAs in clusters of 8 -> 224 in clusters of 7
+        (32, 128, 1024, 8, 7),
+        (16, 256, 1024, 8, 7),  # d256, one CTA an SM: 128 CTAs -> 112 of its 115 room
+        (8, 128, 4096, 16, 16),  # 32/8: 16 pieces merge in a kernel, no cluster to fit
+        (8, 128, 1024, 8, 8),  # 64 CTAs in clusters of 8 fit
+    ],
+)
+def test_single_request_pieces_merge_in_clusters_that_fit(hkv, d, kv, before, after):
+    pages = torch.tensor([kv // 16])
+    kw = dict(num_kv_heads=hkv, row_blocks=1, page_size=16, num_sms=SMS, max_splits_allowed=64)
+    kw["resident"] = dp.planned_resident(d, 1)
+    assert dp.plan_work(pages, **kw).max_splits == before
+    slots = dp.resident_ctas(d) * SMS
+    plan = dp.plan_work(pages, cluster_slots=slots, **kw)
+    assert plan.max_splits == after
+    if 2 <= after <= dp.MAX_CLUSTER_SPLITS:
+        assert hkv * after <= dp.cluster_room(after, slots)
+    # batches are left to uniform_grid: the rule is a single request's
+    two = torch.tensor([kv // 16] * 2)
+    assert (
+        dp.plan_work(two, cluster_slots=slots, **kw).max_splits
+        == dp.plan_work(two, **kw).max_splits
+    )
+
+
+def test_wrapper_plans_a_single_requests_clusters_to_fit_on_sm90(monkeypatch):
+    # MHA 32/32 at 1 x 4096 on a simulated sm_90 CUDA device: 7 pieces (224 CTAs in clusters
+    # of 7); with the cluster merge off, the 8 of the plain model.
+    import aotinfer
+    from aotinfer import _decode_wrapper
+
+    pages = 256
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8))
+    indptr = torch.tensor([0, pages], dtype=torch.int32)
+    indices = torch.arange(pages, dtype=torch.int32)
+    last = torch.tensor([16], dtype=torch.int32)
+    monkeypatch.setattr(w, "_num_sms", lambda: SMS)
+    monkeypatch.setattr(
+        _decode_wrapper.BatchDecodeWithPagedKVCacheWrapper, "_clusters_merge", lambda self: True
+    )
+    w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16)
+    assert w._plan.split.max_splits == 7
+    monkeypatch.setattr(
+        _decode_wrapper.BatchDecodeWithPagedKVCacheWrapper, "_clusters_merge", lambda self: False
+    )
+    w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16)
+    assert w._plan.split.max_splits == 8
