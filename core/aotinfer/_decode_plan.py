@@ -236,6 +236,7 @@ def plan_splits(
     num_sms: int,
     max_splits_allowed: int,
     resident: int = WAVES,
+    cluster_slots: int = 0,
 ) -> SplitPlan:
     """The cost model of the module docstring.
 
@@ -250,6 +251,10 @@ def plan_splits(
         What the workspace holds (:func:`splits_that_fit`).
     resident : int
         CTAs resident on one multiprocessor (:func:`resident_ctas`).
+    cluster_slots : int
+        As :func:`plan_work`'s, for a single request (``batch == 1``): 3..8 splits whose
+        clusters overflow :func:`cluster_room` become the most that fit (the provider
+        launches a single request's clusters unchecked; a batch's it checks itself).
     """
     max_pages = max(max_pages, 1)
     units = max(batch * num_kv_heads, 1)
@@ -266,6 +271,9 @@ def plan_splits(
             return _ceil_div(ctas, slots) * c
 
         if cost(splits - 1) <= cost(splits):
+            splits -= 1
+    if cluster_slots and batch == 1 and splits <= MAX_CLUSTER_SPLITS:
+        while splits > 2 and units * splits > cluster_room(splits, cluster_slots):
             splits -= 1
     if splits <= 1:
         return SplitPlan(chunk_pages=max_pages, max_splits=1)

@@ -366,9 +366,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if not self._use_cuda_graph:
             blocks = _plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads)
             resident = _plan.planned_resident(head_dim, batch)
-            # A single request's 2..8 pieces merge in clusters launched whether or not they
-            # all fit (plan_work's cluster_slots); the slots are the kernel's own there.
-            clusters = batch == 1 and self._clusters_merge()
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
@@ -377,7 +374,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
                 resident=resident,
-                cluster_slots=_plan.resident_ctas(head_dim) * self._num_sms() if clusters else 0,
+                cluster_slots=self._single_cluster_slots(batch, head_dim),
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
@@ -394,7 +391,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
             resident=_plan.planned_resident(head_dim, batch),
+            cluster_slots=self._single_cluster_slots(batch, head_dim),
         )
+
+    def _single_cluster_slots(self, batch: int, head_dim: int) -> int:
+        """The planners' ``cluster_slots``: a single request's 2..8 pieces merge in clusters
+        that the provider launches whether or not they all fit, so the plan keeps them to
+        the kernel's own resident CTAs (0 where no cluster merges)."""
+        if batch != 1 or not self._clusters_merge():
+            return 0
+        return _plan.resident_ctas(head_dim) * self._num_sms()
 
     def _clusters_merge(self) -> bool:
         """Whether the provider merges a grid plan's splits in thread-block clusters (sm_90+,

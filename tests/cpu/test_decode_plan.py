@@ -500,3 +500,28 @@ def test_wrapper_plans_a_single_requests_clusters_to_fit_on_sm90(monkeypatch):
     )
     w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16)
     assert w._plan.split.max_splits == 8
+
+
+def test_grid_plan_of_a_single_request_keeps_its_clusters_to_those_that_fit():
+    # MHA 32/32, 1 x 4096 (CUDA-graph mode's grid): 8 splits, 256 CTAs; with the kernel's 264
+    # slots as cluster_slots, 7 (224 of the 231 that clusters of 3-8 fill). A batch keeps its
+    # splits (the provider checks a batch's clusters itself).
+    grid = dict(max_pages=256, total_pages=256, page_size=16, num_kv_heads=32, num_sms=SMS)
+    kw = dict(max_splits_allowed=64, **grid)
+    assert dp.plan_splits(batch=1, **kw).max_splits == 8
+    plan = dp.plan_splits(batch=1, cluster_slots=2 * SMS, **kw)
+    assert (plan.max_splits, plan.chunk_pages) == (7, 37)
+    many = dict(kw, max_pages=64, total_pages=128)
+    assert dp.plan_splits(batch=2, cluster_slots=2 * SMS, **many) == dp.plan_splits(batch=2, **many)
+    # 16 splits merge in a kernel: nothing to fit
+    gqa = dict(kw, num_kv_heads=8)
+    assert dp.plan_splits(batch=1, cluster_slots=2 * SMS, **gqa) == dp.plan_splits(batch=1, **gqa)
+
+
+@pytest.mark.parametrize("clusters, splits", [(True, 7), (False, 8)])
+def test_single_decode_splits_keep_clusters_to_those_that_fit(clusters, splits):
+    from aotinfer import decode
+
+    plan = decode._single_split.__wrapped__(4096, 32, 128, SMS, clusters)
+    assert plan.max_splits == splits
+    assert (plan.max_splits - 1) * plan.chunk_pages < 4096 <= plan.max_splits * plan.chunk_pages
