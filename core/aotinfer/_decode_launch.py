@@ -93,6 +93,15 @@ def cluster_merge_on() -> bool:
     return _switch_on(ENV_CLUSTER_MERGE)
 
 
+def clusters_merge(device: torch.device) -> bool:
+    """Whether the provider merges a split request's pieces in thread-block clusters on
+    ``device`` (sm_90+, unless :func:`cluster_merge_on` says off). Not for a CPU device:
+    the CPU tests' simulated provider keeps the plain plans."""
+    if device.type != "cuda":
+        return False
+    return cc_major(device) >= 9 and cluster_merge_on()
+
+
 ENV_PREPARED = "AOTINFER_DECODE_PREPARED"
 
 

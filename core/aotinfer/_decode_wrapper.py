@@ -406,9 +406,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """Whether the provider merges a grid plan's splits in thread-block clusters (sm_90+,
         unless AOTINFER_DECODE_CLUSTER_MERGE=off): then a uniform batch takes the grid form of
         its work list (_decode_plan.uniform_grid)."""
-        if self.device.type != "cuda":  # (the CPU tests' simulated provider keeps work lists)
-            return False
-        return _launch.cc_major(self.device) >= 9 and _launch.cluster_merge_on()
+        return _launch.clusters_merge(self.device)
 
     def plan(
         self,

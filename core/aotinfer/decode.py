@@ -210,7 +210,7 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
     buffers are one allocation."""
     kernels = _launch.provider_kernels(q.device)
     num_qo_heads, head_dim = q.shape
-    clusters = _launch.cc_major(q.device) >= 9 and _launch.cluster_merge_on()
+    clusters = _launch.clusters_merge(q.device)
     index = q.get_device()
     split = _single_split(kv_len, num_kv_heads, head_dim, _launch.num_sms(q.device), clusters)
     partial_views = (None, None)
