@@ -716,6 +716,47 @@ def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypa
     check(out, lse, want, torch.bfloat16)
 
 
+@pytest.mark.parametrize("hkv, d, kv_len", [(32, 128, 4096), (16, 256, 1024)])
+def test_single_request_planned_into_clusters_that_fit_matches_the_oracle(hkv, d, kv_len):
+    """MHA-like heads at batch 1: the planners keep a single request's 3..8 splits to
+    clusters that all fit (plan_work / plan_splits cluster_slots; 256 CTAs in clusters of 8
+    would leave 16 for a second round on an H100), through the wrapper, captured and eager,
+    and single_decode_with_kv_cache, all against the oracle."""
+    from aotinfer import _decode_launch, _decode_plan, decode
+
+    hq = hkv
+    q, cache, indptr, indices, last = make_batch(
+        [kv_len], hq=hq, hkv=hkv, d=d, dtype=torch.bfloat16, seed=d
+    )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+    w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=torch.bfloat16)
+    splits = w._plan.split.max_splits
+    dev = torch.device(DEV)
+    slots = _decode_plan.resident_ctas(d) * _decode_launch.num_sms(dev)
+    if _decode_launch.clusters_merge(dev) and 2 <= splits <= _decode_plan.MAX_CLUSTER_SPLITS:
+        assert hkv * splits <= _decode_plan.cluster_room(splits, slots)
+    want = oracle(q, cache, indptr, indices, last)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+    w.run(q, cache, out=out, lse=lse)
+    check(out, lse, want, torch.bfloat16)
+    graph = captured_run(w, q, cache, out, lse)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, lse, want, torch.bfloat16)
+    k, v = unpack_paged_kv_cache(cache, "NHD")
+    order = indices.long()
+    keys = k[order].reshape(-1, hkv, d)[:kv_len].contiguous()
+    vals = v[order].reshape(-1, hkv, d)[:kv_len].contiguous()
+    single = decode._single_split(kv_len, hkv, d, _decode_launch.num_sms(dev), True)
+    if 2 <= single.max_splits <= _decode_plan.MAX_CLUSTER_SPLITS:
+        assert hkv * single.max_splits <= _decode_plan.cluster_room(single.max_splits, slots)
+    so, sl = aotinfer.single_decode_with_kv_cache(q[0], keys, vals, return_lse=True)
+    check(so[None], sl[None], ref.attention(q, keys, vals, compute_dtype=F64), torch.bfloat16)
+
+
 @pytest.mark.parametrize(
     "d, dtype, splits, q_len, window, sinks",
     [
