@@ -166,7 +166,7 @@ RUN_ENTRY_TOKENS = 128
 RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 MAX_CLUSTER_SPLITS = 8  # the splits one cluster merges (kMaxClusterSplits in cluster_merge.cuh)
-CLUSTER_SLOT_SHARE = 0.875  # of the resident slots that clusters of 3-8 CTAs fill (uniform_grid)
+CLUSTER_SLOT_SHARE = 0.75  # of the resident slots that clusters of 3-8 CTAs fill (cluster_room)
 MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
 ALIGN = 256  # bytes between carved buffers
 
@@ -550,11 +550,15 @@ def uniform_grid(
     heads at 16 x 1024 0.87x, 64/8 0.93x, 32/8 0.97x).
 
     A cluster's CTAs share one GPC, and GPCs whose slots are not a multiple of the cluster
-    size leave some idle: on an H100 at d128, clusters of 2 fill all 264 slots, of 4 only 248
-    and of 8 only 240 (dev/cluster_occupancy.cu). So clusters of 3 or more are held to
-    ``CLUSTER_SLOT_SHARE`` of the slots. The provider asks the occupancy API itself and
-    merges in the grid where they do not fit; this keeps such batches on their work list
-    (their grid form then ran 1.00-1.03x of it: no gain to take). The grid's pieces are
+    size leave some idle. On an H100 (dev/cluster_occupancy.cu, the occupancy API for the
+    kernel's shared memory; history/cluster-occupancy-h100.txt), clusters of 2 fill every
+    slot, and of 3..8 CTAs at d128 237 / 248 / 235 / 234 / 224 / 240 of 264, at d256 (one CTA
+    an SM) 117 / 120 / 110 / 102 / 105 / 120 of 132, at d64 329-372 of 396: the least is 77%
+    (d256, clusters of 6). So clusters of 3 or more are held to ``CLUSTER_SLOT_SHARE`` (3/4)
+    of the slots (:func:`cluster_room`); GPC sizes differ between chips, so the provider
+    asks the occupancy API itself and merges another way where clusters still do not fit.
+    Batches beyond the room keep their work list (their grid form ran 1.00-1.03x of it
+    where the clusters did not fit: no gain to take). The grid's pieces are
     ``ceil(p / n)`` pages with a shorter last one, where the work list's differ by at most a
     page (``max_splits`` is recounted, so no split is empty)."""
     splits = work.max_splits

@@ -432,10 +432,10 @@ def test_uniform_grid_declines_what_clusters_cannot_merge(monkeypatch):
     assert grid([64, 64, 63], force_chunk=8) is None  # lengths differ
     assert grid([64] * 4, force_chunk=64) is None  # one piece each: nothing to merge
     assert grid([64] * 4, force_chunk=4) is None  # 16 pieces: beyond a portable cluster
-    # clusters of 8 fill 7/8 of the 264 slots (231 CTAs): 28 x 8 fit, 29 x 8 do not; clusters
+    # clusters of 8 fill 3/4 of the 264 slots (198 CTAs): 24 x 8 fit, 25 x 8 do not; clusters
     # of 2 fill them all (132 x 2)
-    assert grid([64] * 28, force_chunk=8) is not None
-    assert grid([64] * 29, force_chunk=8) is None
+    assert grid([64] * 24, force_chunk=8) is not None
+    assert grid([64] * 25, force_chunk=8) is None
     assert grid([64] * 132, force_chunk=32) is not None
     assert grid([64] * 133, force_chunk=32) is None
     monkeypatch.setenv(dp.ENV_WORK_RUNS, "always")
@@ -453,9 +453,9 @@ def test_cluster_room_takes_every_slot_for_pairs_and_a_share_for_larger_clusters
 @pytest.mark.parametrize(
     "hkv, d, kv, before, after",
     [
-        (32, 128, 4096, 8, 7),  # MHA 32/32: 256 CTAs in clusters of 8 -> 224 in clusters of 7
-        (32, 128, 1024, 8, 7),
-        (16, 256, 1024, 8, 7),  # d256, one CTA an SM: 128 CTAs -> 112 of its 115 room
+        (32, 128, 4096, 8, 6),  # MHA 32/32: 256 CTAs in clusters of 8 -> 192 in clusters of 6
+        (32, 128, 1024, 8, 6),
+        (16, 256, 1024, 8, 6),  # d256, one CTA an SM: 128 CTAs -> 96 of its room of 99
         (8, 128, 4096, 16, 16),  # 32/8: 16 pieces merge in a kernel, no cluster to fit
         (8, 128, 1024, 8, 8),  # 64 CTAs in clusters of 8 fit
     ],
@@ -479,8 +479,8 @@ def test_single_request_pieces_merge_in_clusters_that_fit(hkv, d, kv, before, af
 
 
 def test_wrapper_plans_a_single_requests_clusters_to_fit_on_sm90(monkeypatch):
-    # MHA 32/32 at 1 x 4096 on a simulated sm_90 CUDA device: 7 pieces (224 CTAs in clusters
-    # of 7); with the cluster merge off, the 8 of the plain model.
+    # MHA 32/32 at 1 x 4096 with the cluster merge patched on: 6 pieces (192 CTAs in clusters
+    # of 6); with the cluster merge off, the 8 of the plain model.
     import aotinfer
     from aotinfer import _decode_wrapper
 
@@ -494,7 +494,7 @@ def test_wrapper_plans_a_single_requests_clusters_to_fit_on_sm90(monkeypatch):
         _decode_wrapper.BatchDecodeWithPagedKVCacheWrapper, "_clusters_merge", lambda self: True
     )
     w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16)
-    assert w._plan.split.max_splits == 7
+    assert w._plan.split.max_splits == 6
     monkeypatch.setattr(
         _decode_wrapper.BatchDecodeWithPagedKVCacheWrapper, "_clusters_merge", lambda self: False
     )
@@ -504,13 +504,13 @@ def test_wrapper_plans_a_single_requests_clusters_to_fit_on_sm90(monkeypatch):
 
 def test_grid_plan_of_a_single_request_keeps_its_clusters_to_those_that_fit():
     # MHA 32/32, 1 x 4096 (CUDA-graph mode's grid): 8 splits, 256 CTAs; with the kernel's 264
-    # slots as cluster_slots, 7 (224 of the 231 that clusters of 3-8 fill). A batch keeps its
+    # slots as cluster_slots, 6 (192 of the 198 that clusters of 3-8 fill). A batch keeps its
     # splits (the provider checks a batch's clusters itself).
     grid = dict(max_pages=256, total_pages=256, page_size=16, num_kv_heads=32, num_sms=SMS)
     kw = dict(max_splits_allowed=64, **grid)
     assert dp.plan_splits(batch=1, **kw).max_splits == 8
     plan = dp.plan_splits(batch=1, cluster_slots=2 * SMS, **kw)
-    assert (plan.max_splits, plan.chunk_pages) == (7, 37)
+    assert (plan.max_splits, plan.chunk_pages) == (6, 43)
     many = dict(kw, max_pages=64, total_pages=128)
     assert dp.plan_splits(batch=2, cluster_slots=2 * SMS, **many) == dp.plan_splits(batch=2, **many)
     # 16 splits merge in a kernel: nothing to fit
@@ -518,7 +518,7 @@ def test_grid_plan_of_a_single_request_keeps_its_clusters_to_those_that_fit():
     assert dp.plan_splits(batch=1, cluster_slots=2 * SMS, **gqa) == dp.plan_splits(batch=1, **gqa)
 
 
-@pytest.mark.parametrize("clusters, splits", [(True, 7), (False, 8)])
+@pytest.mark.parametrize("clusters, splits", [(True, 6), (False, 8)])
 def test_single_decode_splits_keep_clusters_to_those_that_fit(clusters, splits):
     from aotinfer import decode
 

@@ -76,8 +76,9 @@ struct DecodeParams {
   // Tensor-core kernel, a split grid plan without a work list (sm_90+): the grid runs in
   // clusters of the splits, which merge through distributed shared memory
   // (cluster_merge.cuh); partial_out, partial_lse and arrivals are then unused. The host
-  // sets kClustersIfResident for a batch; the launcher turns it into 1 where every cluster
-  // of the grid is resident at once and 0 (the in-grid merge) where not, before the launch.
+  // sets kClustersIfResident; the launcher turns it into 1 where every cluster of the grid
+  // is resident at once and 0 where not (the in-grid merge, or the merge kernel after a
+  // grid without arrivals), before the launch.
   int cluster_merge;
 };
 

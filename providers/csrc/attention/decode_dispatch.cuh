@@ -22,6 +22,9 @@ namespace aotinfer::attention {
 struct RawDecode : DecodeParams<void, void> {
   int device;  // where the launch goes (current device)
   bool pdl;    // launch with programmatic dependent launch (sm_90+)
+  // Where set, receives the launch's cluster_merge once kClustersIfResident is resolved (1:
+  // the grid ran in clusters; 0: it did not, and the caller merges the splits another way).
+  int* cluster_merge_used = nullptr;
 };
 
 // DecodeParams<void, void> and DecodeParams<QT, KVT> declare the same members in the same
@@ -53,14 +56,15 @@ cudaError_t launch_decode_tc_typed(const RawDecode& r, dim3 grid, cudaStream_t s
   const int smem = static_cast<int>(tc_smem_bytes(D, r.stages, static_cast<int>(sizeof(KVT))));
   cudaError_t err = ensure_dynamic_smem<decode_tc_kernel<T, KVT, D>>(smem, r.device);
   if (err != cudaSuccess) return err;
-  // A cluster merge groups the splits (grid z) of each (request, row block, KV head); a
-  // batch's only where every cluster is resident at once (decode_launch.cu, use_cluster_merge).
+  // A cluster merge groups the splits (grid z) of each (request, row block, KV head), only
+  // where every cluster is resident at once (decode_launch.cu, use_cluster_merge).
   if (p.cluster_merge == kClustersIfResident) {
     int fit = 0;
     err = cached_max_active_clusters<decode_tc_kernel<T, KVT, D>>(&fit, dim3(kTcThreads), smem, grid.z, r.device);
     if (err != cudaSuccess) return err;
     p.cluster_merge = static_cast<std::int64_t>(grid.x) * grid.y <= fit ? 1 : 0;
   }
+  if (r.cluster_merge_used) *r.cluster_merge_used = p.cluster_merge;
   const dim3 cluster(1, 1, p.cluster_merge ? grid.z : 1);
   return launch_in_clusters(decode_tc_kernel<T, KVT, D>, grid, dim3(kTcThreads), static_cast<size_t>(smem), stream,
                             r.pdl, cluster, p);

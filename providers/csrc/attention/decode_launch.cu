@@ -74,22 +74,21 @@ bool use_tensor_core_kernel(int cc_major, int stages, bool kv_dtype_ok, PosEncod
 
 // Whether a split decode merges its splits inside thread-block clusters (cluster_merge.cuh),
 // as DecodeParams::cluster_merge: the tensor-core kernel on sm_90+, a grid plan (no work
-// list) of 2..kMaxClusterSplits splits; one request always (batch 1 x 1024 at d128: 8 splits,
-// 8.8 -> 8.1 us), a batch only where every cluster of its grid is resident at once
-// (kClustersIfResident: the launcher asks cudaOccupancyMaxActiveClusters), which the core
-// gives uniform batches a grid plan for (_decode_plan.uniform_grid). Why resident: a
+// list) of 2..kMaxClusterSplits splits (one request: batch 1 x 1024 at d128, 8 splits, 8.8
+// -> 8.1 us; uniform batches, which the core gives a grid plan for: _decode_plan.
+// uniform_grid), and only where every cluster of the grid is resident at once
+// (kClustersIfResident: the launcher asks cudaOccupancyMaxActiveClusters). Why resident: a
 // cluster's CTAs share one GPC and wait for each other at its end, so a grid of clusters
 // that overflows the GPCs' slots runs a second round (H100, 256 CTAs in clusters of 8: 1.25x
-// slower than the in-grid merge), and the empty splits of a CUDA-graph plan would hold
-// their slots while later CTAs wait. A batch needs `arrivals` for that: where its clusters do
-// not fit, the grid merges in itself (without arrivals the merge kernel follows instead).
+// slower than the in-grid merge; one request at Gemma-7B's 16/16 heads, d256, 1 x 1024 in 7
+// splits: 112 CTAs in clusters of 7 where 105 fit, 22.8 us against 14.4 in 6 splits), and
+// the empty splits of a CUDA-graph plan would hold their slots while later CTAs wait. Where
+// they do not fit, the grid merges in itself (`arrivals`) or the merge kernel follows.
 // AOTINFER_DECODE_CLUSTER_MERGE=off|on (default on) pins it off for tests and A/B runs.
-int use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t batch, std::int64_t splits, bool work_list,
-                      bool arrivals) {
+int use_cluster_merge(int cc_major, bool tensor_cores, std::int64_t splits, bool work_list) {
   if (cc_major < 9 || !tensor_cores || work_list || splits < 2 || splits > kMaxClusterSplits) return 0;
-  if (batch != 1 && !arrivals) return 0;
   if (!env_switch_on("AOTINFER_DECODE_CLUSTER_MERGE")) return 0;
-  return batch == 1 ? 1 : kClustersIfResident;
+  return kClustersIfResident;
 }
 
 template <typename TIn, typename TOut>
@@ -382,14 +381,15 @@ void launch_prepared_decode(const PreparedDecode& p, const DecodeCall& c, std::u
                 std::to_string(p.cuda_core_smem / 1024) + " KB of shared memory per block; this GPU allows " +
                 std::to_string(p.smem_limit / 1024) + " KB");
   }
-  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.batch, p.splits, p.work_list, p.arrivals);
+  r.cluster_merge = use_cluster_merge(p.cc_major, tensor_cores, p.splits, p.work_list);
+  int clustered = r.cluster_merge;
+  r.cluster_merge_used = &clustered;
   cudaError_t err = cudaErrorInvalidValue;
   if (D == 64) err = launch_decode_d64(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 128) err = launch_decode_d128(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   if (D == 256) err = launch_decode_d256(r, p.q_dtype, p.kv_dtype, tensor_cores, p.grid, stream);
   throw_on_cuda_error(err, kOp, device);
-  // (A batch's kClustersIfResident may become the in-grid merge: it has arrivals then.)
-  if (p.splits > 1 && !p.arrivals && !r.cluster_merge) {
+  if (p.splits > 1 && !p.arrivals && !clustered) {
     // Combine the splits: partial (rows, splits, Hq, D) -> out (rows, Hq, D), with sinks and v_scale.
     const std::int64_t rows = p.rows, Hq = p.num_qo_heads, splits = p.splits;
     const auto po_data = reinterpret_cast<std::uintptr_t>(r.partial_out);
