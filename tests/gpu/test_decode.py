@@ -757,6 +757,31 @@ def test_single_request_planned_into_clusters_that_fit_matches_the_oracle(hkv, d
     check(so[None], sl[None], ref.attention(q, keys, vals, compute_dtype=F64), torch.bfloat16)
 
 
+def test_single_request_whose_clusters_overflow_the_card_merges_another_way():
+    """fixed_split_size cuts one MHA request (32/32 heads, d128) into 8 splits: 256 CTAs in
+    clusters of 8, more than an H100 / H200 holds at once (240). The provider asks the
+    occupancy API and, where they do not all fit, merges in the grid (eager: arrivals) or in
+    the merge kernel after it (captured): both match the oracle, LSE included."""
+    kv_len = 4096
+    q, cache, indptr, indices, last = make_batch(
+        [kv_len], hq=32, hkv=32, dtype=torch.bfloat16, seed=11
+    )
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
+    w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16, fixed_split_size=32)
+    assert w._plan.split.max_splits == 8
+    want = oracle(q, cache, indptr, indices, last)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
+    w.run(q, cache, out=out, lse=lse)
+    check(out, lse, want, torch.bfloat16)
+    graph = captured_run(w, q, cache, out, lse)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, lse, want, torch.bfloat16)
+
+
 @pytest.mark.parametrize(
     "d, dtype, splits, q_len, window, sinks",
     [
