@@ -702,11 +702,22 @@ def test_split_single_request_eager_and_captured(kv_len, cluster_merge, monkeypa
     w.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
     assert w._plan.split.max_splits > 1 and w._plan.eager_split_args is not None
     want = oracle(q, cache, indptr, indices, last)
+
+    def arrivals_reset():
+        torch.cuda.synchronize()
+        assert not w._arrivals.any()
+
+    check_eager_and_captured(w, q, cache, want, after_eager=arrivals_reset)
+
+
+def check_eager_and_captured(w, q, cache, want, after_eager=None):
+    """``w.run`` eagerly (then ``after_eager()``) and as a replayed CUDA graph, each into
+    poisoned out and lse, against ``want`` (bf16 q)."""
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:2], float("nan"), device=DEV)
     w.run(q, cache, out=out, lse=lse)
-    torch.cuda.synchronize()
-    assert not w._arrivals.any()
+    if after_eager:
+        after_eager()
     check(out, lse, want, torch.bfloat16)
     graph = captured_run(w, q, cache, out, lse)
     out.fill_(float("nan"))
@@ -735,17 +746,7 @@ def test_single_request_planned_into_clusters_that_fit_matches_the_oracle(hkv, d
     slots = _decode_plan.resident_ctas(d) * _decode_launch.num_sms(dev)
     if _decode_launch.clusters_merge(dev) and 2 <= splits <= _decode_plan.MAX_CLUSTER_SPLITS:
         assert hkv * splits <= _decode_plan.cluster_room(splits, slots)
-    want = oracle(q, cache, indptr, indices, last)
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
-    w.run(q, cache, out=out, lse=lse)
-    check(out, lse, want, torch.bfloat16)
-    graph = captured_run(w, q, cache, out, lse)
-    out.fill_(float("nan"))
-    lse.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(out, lse, want, torch.bfloat16)
+    check_eager_and_captured(w, q, cache, oracle(q, cache, indptr, indices, last))
     k, v = unpack_paged_kv_cache(cache, "NHD")
     order = indices.long()
     keys = k[order].reshape(-1, hkv, d)[:kv_len].contiguous()
@@ -769,17 +770,7 @@ def test_single_request_whose_clusters_overflow_the_card_merges_another_way():
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", use_tensor_cores=True)
     w.plan(indptr, indices, last, 32, 32, 128, 16, q_data_type=torch.bfloat16, fixed_split_size=32)
     assert w._plan.split.max_splits == 8
-    want = oracle(q, cache, indptr, indices, last)
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:2], float("nan"), device=DEV)
-    w.run(q, cache, out=out, lse=lse)
-    check(out, lse, want, torch.bfloat16)
-    graph = captured_run(w, q, cache, out, lse)
-    out.fill_(float("nan"))
-    lse.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(out, lse, want, torch.bfloat16)
+    check_eager_and_captured(w, q, cache, oracle(q, cache, indptr, indices, last))
 
 
 @pytest.mark.parametrize(
