@@ -253,8 +253,9 @@ def plan_splits(
         CTAs resident on one multiprocessor (:func:`resident_ctas`).
     cluster_slots : int
         As :func:`plan_work`'s, for a single request (``batch == 1``): 3..8 splits whose
-        clusters overflow :func:`cluster_room` become the most that fit (the provider
-        launches a single request's clusters unchecked; a batch's it checks itself).
+        clusters overflow :func:`cluster_room` become the most that fit (a batch's grid is
+        left as it is: its splits are fixed by the buffers, and the provider merges them in
+        the grid where their clusters do not fit).
     """
     max_pages = max(max_pages, 1)
     units = max(batch * num_kv_heads, 1)
@@ -449,13 +450,17 @@ def plan_work(
 
     ``cluster_slots`` (0: none) is the CTAs the kernel keeps resident at once (its
     :func:`resident_ctas` x SMs) where a single request's 2..``MAX_CLUSTER_SPLITS`` pieces
-    merge in thread-block clusters (the wrapper passes it on sm_90+): the provider launches
-    those clusters whether or not they all fit, so a candidate whose clusters overflow
-    :func:`cluster_room` is estimated with only that room's slots (the rest wait for a
-    second round), and the most pieces whose clusters all fit is a candidate too. H100, MHA
-    32/32 heads at 1 x 4096: 8 pieces (256 CTAs in clusters of 8, of which 240 fit) 37.2 us,
-    4 pieces 30.7, 16 (merge kernel) 33.2
-    (history/sweep-decode-config-chunks-fbe3d3d-h100.txt)."""
+    may merge in thread-block clusters (the wrapper passes it on sm_90+). The provider
+    merges in clusters only where all of them fit at once (else in the grid or by the merge
+    kernel); here a candidate whose clusters overflow :func:`cluster_room` is estimated with
+    only that room's slots, and the most pieces whose clusters fit is a candidate too, so a
+    single request keeps to clusters that fit. H100, MHA 32/32 heads at 1 x 4096: 8 pieces
+    37.2-38.5 us while their 256 CTAs ran in clusters of 8 unchecked (240 fit: a second
+    round), 30.7-32.5 in 4-7 pieces, 33.2-34.5 in 16 (merge kernel); the 6 taken here
+    31.6-31.9 (history/sweep-decode-config-chunks-fbe3d3d-h100.txt, sweep-decode-batch1-
+    clusters-b86b4fa-h100.txt, sweep-decode-batch1-gated-9e33ced-h100.txt). The estimate
+    overcharges an overflowing candidate now that the provider checks: single decode of
+    4096 keys ran 29.5 us in 8 pieces and the merge kernel, 31.0 in 6 clustered pieces."""
     host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
     slots = resident * num_sms

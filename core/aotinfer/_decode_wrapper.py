@@ -395,9 +395,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
 
     def _single_cluster_slots(self, batch: int, head_dim: int) -> int:
-        """The planners' ``cluster_slots``: a single request's 2..8 pieces merge in clusters
-        that the provider launches whether or not they all fit, so the plan keeps them to
-        the kernel's own resident CTAs (0 where no cluster merges)."""
+        """The planners' ``cluster_slots`` (the kernel's own resident CTAs; 0 for a batch or
+        where no cluster merges): a single request's 2..8 pieces merge in clusters only
+        where all fit, and its plan keeps to those (_decode_plan.plan_work)."""
         if batch != 1 or not self._clusters_merge():
             return 0
         return _plan.resident_ctas(head_dim) * self._num_sms()
