@@ -525,3 +525,19 @@ def test_single_decode_splits_keep_clusters_to_those_that_fit(clusters, splits):
     plan = decode._single_split.__wrapped__(4096, 32, 128, SMS, clusters)
     assert plan.max_splits == splits
     assert (plan.max_splits - 1) * plan.chunk_pages < 4096 <= plan.max_splits * plan.chunk_pages
+
+
+def test_clusters_merge_needs_a_cuda_sm90_device_and_the_switch_on(monkeypatch):
+    from aotinfer import _decode_launch as launch
+
+    cuda = torch.device("cuda", 0)
+    assert not launch.clusters_merge(torch.device("cpu"))
+    monkeypatch.setattr(launch, "cc_major", lambda device: 9)
+    assert launch.clusters_merge(cuda)
+    monkeypatch.setenv(launch.ENV_CLUSTER_MERGE, "off")
+    assert not launch.clusters_merge(cuda)
+    monkeypatch.setenv(launch.ENV_CLUSTER_MERGE, "sometimes")
+    with pytest.raises(ValueError, match="AOTINFER_DECODE_CLUSTER_MERGE must be on or off"):
+        launch.clusters_merge(cuda)
+    monkeypatch.setattr(launch, "cc_major", lambda device: 8)  # (sm_80: the switch is not read)
+    assert not launch.clusters_merge(cuda)
