@@ -91,11 +91,17 @@ KV head, and a merge combines their partial states):
 
 ``WAVES * num_sms`` is the number of CTAs resident at once: the tensor-core kernel at head
 dim 128 fits two per multiprocessor (decode_tc_kernel.cuh). Both planners take that count as
-``resident`` (default ``WAVES``): the wrapper passes :func:`resident_ctas`, three at d64 and
-one at d256, for batches of two or more (a single request keeps ``WAVES``:
-:func:`planned_resident` says why). Measured on an H100 against ``WAVES`` everywhere
+``resident`` (default ``WAVES``): the wrapper and single decode pass :func:`resident_ctas`,
+three at d64 and one at d256. Measured on an H100 against ``WAVES`` everywhere
 (history/ab-decode-plan-resident-h100.txt): d64 64 x 4096 0.93x, 16 x 1024 0.95x; d256 16/8
-heads 16 x 1024 0.85x, 2-8 requests 0.82-0.97x; d128 unchanged. ``MIN_CHUNK_TOKENS`` is 128, two
+heads 16 x 1024 0.85x, 2-8 requests 0.82-0.97x; d128 unchanged. A single request kept
+``WAVES`` until the provider checked that a grid's clusters fit (the kernel's figure then
+took Gemma-7B's 16/16 d256 at 1 x 4096 to 8 splits, 128 CTAs in clusters of 8 where an H100
+holds 120, 1.15x slower); with the check it is the faster plan at every single request it
+changes (H100, history/sweep-decode-batch1-gated-79a5c19-h100.txt: 16/16 d256 1 x 4096
+35.7 -> 31.7 us, 1 x 16384 102.3 -> 96.1; 16/8 d256 1 x 16384 59.5 -> 54.9; single decode
+16/16 and 16/8 d256 at 4096 keys 34.9 -> 31.2, 25.6 -> 21.0; d64 1 x 4096 9.9 both).
+``MIN_CHUNK_TOKENS`` is 128, two
 16-key tiles per warp: short requests still spread over the card (batch 1, kv 1024: 8
 splits x 8 heads), and the merge of their partial rows costs less than the idle SMs would.
 Measured on an H200 at batch 1, kv 1024 (dev/sweep_decode.py, per call in a 10-call graph):
@@ -128,16 +134,6 @@ def resident_ctas(head_dim: int) -> int:
     """CTAs of the decode kernel resident on one multiprocessor at ``head_dim``
     (``RESIDENT_CTAS``; WAVES for a head dim it does not list)."""
     return RESIDENT_CTAS.get(head_dim, WAVES)
-
-
-def planned_resident(head_dim: int, batch: int) -> int:
-    """The resident CTAs the planners are given for a batch: the kernel's at this head dim
-    (:func:`resident_ctas`), but the d128 figure for a single request. One request's pieces
-    are latency-bound (a CTA alone on an SM streams slowly), so cutting them finer than one
-    round pays there: H100, resident figure against the d128 one
-    (history/ab-decode-plan-resident-h100.txt), batch 1 x 4096 1.15x slower at 16/16 heads
-    d256 and 1.03x at d64, batches of 2-64 0.82-1.00x at d64 and d256."""
-    return WAVES if batch == 1 else resident_ctas(head_dim)
 
 
 MIN_CHUNK_TOKENS = 128
@@ -236,7 +232,6 @@ def plan_splits(
     num_sms: int,
     max_splits_allowed: int,
     resident: int = WAVES,
-    cluster_slots: int = 0,
 ) -> SplitPlan:
     """The cost model of the module docstring.
 
@@ -251,11 +246,6 @@ def plan_splits(
         What the workspace holds (:func:`splits_that_fit`).
     resident : int
         CTAs resident on one multiprocessor (:func:`resident_ctas`).
-    cluster_slots : int
-        As :func:`plan_work`'s, for a single request (``batch == 1``): 3..8 splits whose
-        clusters overflow :func:`cluster_room` become the most that fit (a batch's grid is
-        left as it is: its splits are fixed by the buffers, and the provider merges them in
-        the grid where their clusters do not fit).
     """
     max_pages = max(max_pages, 1)
     units = max(batch * num_kv_heads, 1)
@@ -272,9 +262,6 @@ def plan_splits(
             return _ceil_div(ctas, slots) * c
 
         if cost(splits - 1) <= cost(splits):
-            splits -= 1
-    if cluster_slots and batch == 1 and splits <= MAX_CLUSTER_SPLITS:
-        while splits > 2 and units * splits > cluster_room(splits, cluster_slots):
             splits -= 1
     if splits <= 1:
         return SplitPlan(chunk_pages=max_pages, max_splits=1)
@@ -441,26 +428,11 @@ def plan_work(
     max_splits_allowed: int,
     force_chunk: Optional[int] = None,
     resident: int = WAVES,
-    cluster_slots: int = 0,
 ) -> SplitPlan:
     """The work-list plan of the module docstring for requests of ``pages`` pages (host
     int tensor), with ``resident`` CTAs on a multiprocessor (:func:`resident_ctas`).
     ``force_chunk`` skips the cost model and the runs (dev/sweep_decode_plan.py measures
-    each candidate with it).
-
-    ``cluster_slots`` (0: none) is the CTAs the kernel keeps resident at once (its
-    :func:`resident_ctas` x SMs) where a single request's 2..``MAX_CLUSTER_SPLITS`` pieces
-    may merge in thread-block clusters (the wrapper passes it on sm_90+). The provider
-    merges in clusters only where all of them fit at once (else in the grid or by the merge
-    kernel); here a candidate whose clusters overflow :func:`cluster_room` is estimated with
-    only that room's slots, and the most pieces whose clusters fit is a candidate too, so a
-    single request keeps to clusters that fit. H100, MHA 32/32 heads at 1 x 4096: 8 pieces
-    37.2-38.5 us while their 256 CTAs ran in clusters of 8 unchecked (240 fit: a second
-    round), 30.7-32.5 in 4-7 pieces, 33.2-34.5 in 16 (merge kernel); the 6 taken here
-    31.6-31.9 (history/sweep-decode-config-chunks-fbe3d3d-h100.txt, sweep-decode-batch1-
-    clusters-b86b4fa-h100.txt, sweep-decode-batch1-gated-9e33ced-h100.txt). The estimate
-    overcharges an overflowing candidate now that the provider checks: single decode of
-    4096 keys ran 29.5 us in 8 pieces and the merge kernel, 31.0 in 6 clustered pieces."""
+    each candidate with it)."""
     host = [int(x) for x in pages.tolist()]
     units = max(num_kv_heads * row_blocks, 1)
     slots = resident * num_sms
@@ -470,29 +442,13 @@ def plan_work(
         min_chunk = _ceil_div(MIN_CHUNK_TOKENS, page_size)
         fair = _ceil_div(sum(host) * units, slots)
         candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
-        clustered = cluster_slots > 0 and len(host) == 1
-        if clustered:  # also the most pieces whose clusters all fit (factors may skip it)
-            fit = [
-                n
-                for n in range(2, MAX_CLUSTER_SPLITS + 1)
-                if units * n <= cluster_room(n, cluster_slots)
-            ]
-            if fit:
-                candidates.add(min(max(min_chunk, _ceil_div(max_pages, fit[-1])), max_pages))
         candidates = sorted(candidates | {max_pages}, reverse=True)
         hist = Counter(host)
-
-        def estimate(c: int) -> float:
-            s = slots
-            if clustered:
-                n = _piece_count(max_pages, c, allowed)
-                room = cluster_room(n, cluster_slots)
-                if 2 <= n <= MAX_CLUSTER_SPLITS and units * n > room:
-                    s = min(slots, room)
-            return _estimated_time(hist, c, units, s, page_size, allowed)
-
         # ties keep the larger chunk (fewer CTAs, no merge)
-        best = min(((estimate(c), c) for c in candidates), key=lambda tc: tc[0])
+        best = min(
+            ((_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in candidates),
+            key=lambda tc: tc[0],
+        )
         mode, runs = work_runs_mode(), None
         # Runs take at least the fair share of one wave of groups: where the best chunk is
         # already within RUNS_MARGIN of that (uniform batches), their search is skipped.
@@ -507,7 +463,7 @@ def plan_work(
         # which was fitted against the factors' best.
         if len(host) * units <= slots:
             finer = _breakpoints_below(list(hist), best[1], min_chunk)
-            tried = [(estimate(c), c) for c in finer]
+            tried = [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer]
             best = min([best] + tried, key=lambda tc: tc[0])
         force_chunk = best[1]
     chunk = max(force_chunk, 1)

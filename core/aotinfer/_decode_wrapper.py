@@ -365,7 +365,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
         if not self._use_cuda_graph:
             blocks = _plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads)
-            resident = _plan.planned_resident(head_dim, batch)
+            resident = _plan.resident_ctas(head_dim)
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
@@ -374,7 +374,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 num_sms=self._num_sms(),
                 max_splits_allowed=allowed,
                 resident=resident,
-                cluster_slots=self._single_cluster_slots(batch, head_dim),
             )
             if not _merges_in_grid(batch):  # the same pieces as grid splits, merge kernel
                 return _plan.SplitPlan(chunk_pages=work.chunk_pages, max_splits=work.max_splits)
@@ -390,17 +389,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
-            resident=_plan.planned_resident(head_dim, batch),
-            cluster_slots=self._single_cluster_slots(batch, head_dim),
+            resident=_plan.resident_ctas(head_dim),
         )
-
-    def _single_cluster_slots(self, batch: int, head_dim: int) -> int:
-        """The planners' ``cluster_slots`` (the kernel's own resident CTAs; 0 for a batch or
-        where no cluster merges): a single request's 2..8 pieces merge in clusters only
-        where all fit, and its plan keeps to those (_decode_plan.plan_work)."""
-        if batch != 1 or not self._clusters_merge():
-            return 0
-        return _plan.resident_ctas(head_dim) * self._num_sms()
 
     def _clusters_merge(self) -> bool:
         """Whether the provider merges a grid plan's splits in thread-block clusters (sm_90+,

@@ -210,9 +210,8 @@ def _single_decode_cuda(q, k, v, kv_layout, kv_len, num_kv_heads, scalars, slope
     buffers are one allocation."""
     kernels = _launch.provider_kernels(q.device)
     num_qo_heads, head_dim = q.shape
-    clusters = _launch.clusters_merge(q.device)
     index = q.get_device()
-    split = _single_split(kv_len, num_kv_heads, head_dim, _launch.num_sms(q.device), clusters)
+    split = _single_split(kv_len, num_kv_heads, head_dim, _launch.num_sms(q.device))
     partial_views = (None, None)
     if split.max_splits > 1:
         splits = split.max_splits
@@ -261,12 +260,10 @@ def _batch_of_one(t: torch.Tensor, index: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _single_split(
-    kv_len: int, num_kv_heads: int, head_dim: int, num_sms: int, clusters: bool
-) -> _plan.SplitPlan:
-    """The split of one request of ``kv_len`` keys (remembered: the planner's cost model
-    costs microseconds of host time per call); ``clusters``: 2..8 splits merge in
-    thread-block clusters (sm_90+), which plan_splits keeps to those that all fit."""
+def _single_split(kv_len: int, num_kv_heads: int, head_dim: int, num_sms: int) -> _plan.SplitPlan:
+    """The split of one request of ``kv_len`` keys, for the kernel's resident CTAs at
+    ``head_dim`` (remembered: the planner's cost model costs microseconds of host time per
+    call)."""
     split = _plan.plan_splits(
         batch=1,
         max_pages=kv_len,
@@ -275,7 +272,7 @@ def _single_split(
         num_kv_heads=num_kv_heads,
         num_sms=num_sms,
         max_splits_allowed=_SINGLE_MAX_SPLITS,
-        cluster_slots=_plan.resident_ctas(head_dim) * num_sms if clusters else 0,
+        resident=_plan.resident_ctas(head_dim),
     )
     if split.max_splits > 1:  # (rounding the chunk up may leave a single split)
         chunk = -(-split.chunk_pages // _SINGLE_CHUNK_KEYS) * _SINGLE_CHUNK_KEYS

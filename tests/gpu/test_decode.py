@@ -727,33 +727,25 @@ def check_eager_and_captured(w, q, cache, want, after_eager=None):
     check(out, lse, want, torch.bfloat16)
 
 
-@pytest.mark.parametrize("hkv, d, kv_len", [(32, 128, 4096), (16, 256, 1024)])
-def test_single_request_planned_into_clusters_that_fit_matches_the_oracle(hkv, d, kv_len):
-    """MHA-like heads at batch 1: the planners keep a single request's 3..8 splits to
-    clusters that all fit (plan_work / plan_splits cluster_slots; 256 CTAs in clusters of 8
-    would leave 16 for a second round on an H100), through the wrapper, captured and eager,
-    and single_decode_with_kv_cache, all against the oracle."""
-    from aotinfer import _decode_launch, _decode_plan, decode
-
+@pytest.mark.parametrize("hkv, d, kv_len", [(32, 128, 4096), (16, 256, 1024), (16, 256, 4096)])
+def test_single_request_of_many_kv_heads_matches_the_oracle(hkv, d, kv_len):
+    """One request with as many KV heads as query heads, as planned: MHA 32/32 at 4096 keys
+    and 16/16 d256 at 1024 take 8 splits whose clusters of 8 overflow an H100 / H200 (256
+    CTAs where 240 fit; 128 at d256 where 120 fit), so the provider merges them another way;
+    16/16 d256 at 4096 takes 8 splits planned for one CTA an SM. Through the wrapper (eager
+    and captured) and single_decode_with_kv_cache, against the oracle."""
     hq = hkv
     q, cache, indptr, indices, last = make_batch(
-        [kv_len], hq=hq, hkv=hkv, d=d, dtype=torch.bfloat16, seed=d
+        [kv_len], hq=hq, hkv=hkv, d=d, dtype=torch.bfloat16, seed=d + kv_len
     )
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
     w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=torch.bfloat16)
-    splits = w._plan.split.max_splits
-    dev = torch.device(DEV)
-    slots = _decode_plan.resident_ctas(d) * _decode_launch.num_sms(dev)
-    if _decode_launch.clusters_merge(dev) and 2 <= splits <= _decode_plan.MAX_CLUSTER_SPLITS:
-        assert hkv * splits <= _decode_plan.cluster_room(splits, slots)
+    assert w._plan.split.max_splits > 1
     check_eager_and_captured(w, q, cache, oracle(q, cache, indptr, indices, last))
     k, v = unpack_paged_kv_cache(cache, "NHD")
     order = indices.long()
     keys = k[order].reshape(-1, hkv, d)[:kv_len].contiguous()
     vals = v[order].reshape(-1, hkv, d)[:kv_len].contiguous()
-    single = decode._single_split(kv_len, hkv, d, _decode_launch.num_sms(dev), True)
-    if 2 <= single.max_splits <= _decode_plan.MAX_CLUSTER_SPLITS:
-        assert hkv * single.max_splits <= _decode_plan.cluster_room(single.max_splits, slots)
     so, sl = aotinfer.single_decode_with_kv_cache(q[0], keys, vals, return_lse=True)
     check(so[None], sl[None], ref.attention(q, keys, vals, compute_dtype=F64), torch.bfloat16)
 
@@ -832,8 +824,8 @@ def test_cluster_merge_matches_the_oracle_and_the_merge_kernel(
 def test_uniform_batch_in_grid_form_matches_the_oracle(
     hq, hkv, d, batch, q_len, chunk, sinks, monkeypatch
 ):
-    """A uniform batch cut into 2..8 pieces whose CTAs fit in the resident slots (7/8 of them
-    for clusters of 3-8) takes the grid form of its work list on sm_90+
+    """A uniform batch cut into 2..8 pieces whose CTAs fit in the resident slots (3/4 of them
+    for clusters of 3-8: _decode_plan.cluster_room) takes the grid form of its work list on sm_90+
     (_decode_plan.uniform_grid), whose splits the provider merges in thread-block clusters
     where they all fit at once, else in the grid; pinned off, or beyond those slots, the work
     list. Eager and captured, every form matches the oracle."""
@@ -855,8 +847,7 @@ def test_uniform_batch_in_grid_form_matches_the_oracle(
         w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=dtype, q_len_per_req=q_len)
         sms = torch.cuda.get_device_properties(DEV).multi_processor_count
         splits, slots = -(-63 // chunk), _decode_plan.resident_ctas(d) * sms
-        room = slots if splits == 2 else int(slots * _decode_plan.CLUSTER_SLOT_SHARE)
-        one_round = batch * hkv * splits <= room
+        one_round = batch * hkv * splits <= _decode_plan.cluster_room(splits, slots)
         grid_form = pin == "on" and torch.cuda.get_device_capability()[0] >= 9 and one_round
         assert (w._plan.split.work is None) == grid_form
         assert w._plan.split.max_splits == -(-63 // chunk)
