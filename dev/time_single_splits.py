@@ -49,7 +49,7 @@ def main() -> None:
         for s in os.environ.get("LAB_SPLITS", "auto").split():
             decode._single_split = real if s == "auto" else forced(int(s))
             try:
-                plan = decode._single_split(kv, hkv, d, 132, True)
+                plan = decode._single_split(kv, hkv, d, 132)
                 us = rotation_graph_us(
                     lambda k, v, q=q: aotinfer.single_decode_with_kv_cache(q, k, v), sets
                 )
