@@ -4,12 +4,13 @@ warmed up first, then called once between torch.cuda.profiler.start() and stop()
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-        python3 dev/ncu_targets.py [decode] [fp8] [latency] [softmax] [sampling] [renorm] \
+        python3 dev/ncu_targets.py [decode] [fp8] [latency] [behind] [softmax] [sampling] [renorm] \
         [cluster] [top-p] [rejection] [joint] [local] [peaked1]
 
 Cases: batch decode 64 x 4096 (aotinfer and FlashInfer with tensor cores, same page table;
 "fp8": the same in float8_e4m3fn KV),
-batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's),
+batch decode 1 x 1024 and single decode 32768 ("latency", each with FlashInfer's), the
+batch decode shapes furthest behind FlashInfer ("behind", each with FlashInfer's kernels),
 softmax 128 x 128256 bf16 (rowwise, split and split_cluster pinned), top-p and top-k
 sampling 128 x 128256 (bench_sampling's flat and peaked rows), ("renorm") top-k masking
 and top-k / top-p renormalisation on those rows, ("cluster") the batch-1 cluster
@@ -87,6 +88,36 @@ def latency_cases(fi):
                 lambda: fi.single_decode_with_kv_cache(qs, k, v, use_tensor_cores=True),
             )
         )
+    return cases
+
+
+BEHIND = ((16, 1, 128, 16, 1024), (32, 8, 128, 1, 4096), (16, 8, 256, 1, 4096))
+
+
+def behind_cases(fi):
+    """The batch-decode shapes furthest behind FlashInfer's faster kernel in
+    bench_decode_configs (H100, 76acd15): the 16/1 shard at 16 x 1024 (0.82x), the goals'
+    32/8 at 1 x 4096 (0.94x) and Gemma-3's 16/8 d256 at 1 x 4096 (0.89x), each with
+    FlashInfer's tensor-core and (where its wrapper takes the group) CUDA-core kernels on the
+    same page table: their kernel durations against our decode and merge kernels' say how
+    much of the gap lies inside the kernels and how much between them."""
+    cases = []
+    for hq, hkv, d, batch, kv in BEHIND:
+        g = torch.Generator().manual_seed(batch * 7 + kv)
+        cache, indptr, indices, last = paged_setup([kv] * batch, g, hkv=hkv, d=d)
+        q = torch.randn(batch, hq, d, dtype=DT, device="cuda")
+        args = (indptr, indices, last, hq, hkv, d, PAGE)
+        tag = f"{hq}/{hkv} d{d} {batch}x{kv}"
+        wrappers = [("aotinfer", aotinfer, {})]
+        if fi is not None:
+            wrappers += [("flashinfer tc", fi, dict(use_tensor_cores=True))]
+            if hq // hkv not in (7, 16):  # its CUDA-core wrapper refuses these groups
+                wrappers += [("flashinfer cuda cores", fi, {})]
+        for name, lib, kw in wrappers:
+            buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+            w = lib.BatchDecodeWithPagedKVCacheWrapper(buf, "NHD", **kw)
+            w.plan(*args, q_data_type=DT, kv_data_type=DT)
+            cases.append((f"{name} {tag}", lambda w=w, q=q, c=cache: w.run(q, c)))
     return cases
 
 
@@ -293,6 +324,8 @@ def main():
         cases += decode_cases(try_import_flashinfer(), torch.float8_e4m3fn)
     if "latency" in want:
         cases += latency_cases(try_import_flashinfer())
+    if "behind" in want:
+        cases += behind_cases(try_import_flashinfer())
     if "softmax" in want:
         cases += softmax_cases()
     if "sampling" in want:
