@@ -100,7 +100,9 @@ def behind_cases(fi):
     32/8 at 1 x 4096 (0.94x) and Gemma-3's 16/8 d256 at 1 x 4096 (0.89x), each with
     FlashInfer's tensor-core and (where its wrapper takes the group) CUDA-core kernels on the
     same page table: their kernel durations against our decode and merge kernels' say how
-    much of the gap lies inside the kernels and how much between them."""
+    much of the gap lies inside the kernels and how much between them. Nine to ten kernels
+    at 17 passes each under four sections: give ncu well over 100 s (a 100 s timeout cut the
+    first run after six)."""
     cases = []
     for hq, hkv, d, batch, kv in BEHIND:
         g = torch.Generator().manual_seed(batch * 7 + kv)
