@@ -311,3 +311,38 @@ def test_time_sampling_graph_refuses_an_unknown_row_kind():
         sys.path.pop(0)
     with pytest.raises(ValueError, match="LAB_DISTS takes flat, peaked and sharp, got 'shrap'"):
         time_sampling_graph.make_rows(1, 8, "shrap", 0)
+
+
+def test_trace_graph_kernels_summarises_a_replays_kernel_timeline():
+    """dev/trace_graph_kernels.py: kernels are read from a Chrome trace's kernel events in
+    start order (other events ignored), named without namespaces and template arguments, and
+    each gets its mean duration and mean gap from the previous kernel's end (negative where it
+    started early); the first kernels (a warm-up call) can be skipped."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "dev"))
+    import trace_graph_kernels as t
+
+    decode = "void aotinfer::decode_tc_kernel<__nv_bfloat16, 128>(aotinfer::DecodeParams<T1, T2>)"
+    merge = "void flashinfer::MergeStatesKernel<8, 16>(T5 *, float *)"
+    trace = {
+        "traceEvents": [
+            {"cat": "kernel", "ph": "X", "name": merge, "ts": 12.0, "dur": 2.0},
+            {"cat": "cuda_runtime", "ph": "X", "name": "cudaGraphLaunch", "ts": 0.0, "dur": 1.0},
+            {"cat": "kernel", "ph": "X", "name": decode, "ts": 0.0, "dur": 10.0},
+            {"cat": "kernel", "ph": "X", "name": decode, "ts": 13.0, "dur": 10.0},
+            {"cat": "kernel", "ph": "X", "name": merge, "ts": 24.0, "dur": 2.0},
+        ]
+    }
+    events = t.kernel_events(trace)
+    assert [e[1] for e in events] == [0.0, 12.0, 13.0, 24.0]
+    assert t.short_name(decode) == "decode_tc_kernel"
+    assert t.short_name(merge) == "MergeStatesKernel"
+    assert t.timeline_summary(events) == {
+        "MergeStatesKernel": {"count": 2, "mean_us": 2.0, "mean_gap_us": 1.5},
+        "decode_tc_kernel": {"count": 1, "mean_us": 10.0, "mean_gap_us": -1.0},
+    }
+    assert t.timeline_summary(events, skip=2) == {
+        "decode_tc_kernel": {"count": 1, "mean_us": 10.0, "mean_gap_us": -1.0},
+        "MergeStatesKernel": {"count": 1, "mean_us": 2.0, "mean_gap_us": 1.0},
+    }
