@@ -94,6 +94,18 @@ def latency_cases(fi):
 BEHIND = ((16, 1, 128, 16, 1024), (32, 8, 128, 1, 4096), (16, 8, 256, 1, 4096))
 
 
+def behind_wrappers(fi, group: int) -> list:
+    """(name, module, wrapper keywords) of the decode wrappers compared at a BEHIND shape:
+    ours, FlashInfer's tensor-core path and, where its wrapper takes the GQA group, its
+    CUDA-core kernel (FlashInfer absent: ours alone)."""
+    wrappers = [("aotinfer", aotinfer, {})]
+    if fi is not None:
+        wrappers.append(("flashinfer tc", fi, dict(use_tensor_cores=True)))
+        if group not in (7, 16):  # its CUDA-core wrapper refuses these groups
+            wrappers.append(("flashinfer cuda cores", fi, {}))
+    return wrappers
+
+
 def behind_cases(fi):
     """The batch-decode shapes furthest behind FlashInfer's faster kernel in
     bench_decode_configs (H100, 76acd15): the 16/1 shard at 16 x 1024 (0.82x), the goals'
@@ -110,12 +122,7 @@ def behind_cases(fi):
         q = torch.randn(batch, hq, d, dtype=DT, device="cuda")
         args = (indptr, indices, last, hq, hkv, d, PAGE)
         tag = f"{hq}/{hkv} d{d} {batch}x{kv}"
-        wrappers = [("aotinfer", aotinfer, {})]
-        if fi is not None:
-            wrappers += [("flashinfer tc", fi, dict(use_tensor_cores=True))]
-            if hq // hkv not in (7, 16):  # its CUDA-core wrapper refuses these groups
-                wrappers += [("flashinfer cuda cores", fi, {})]
-        for name, lib, kw in wrappers:
+        for name, lib, kw in behind_wrappers(fi, hq // hkv):
             buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
             w = lib.BatchDecodeWithPagedKVCacheWrapper(buf, "NHD", **kw)
             w.plan(*args, q_data_type=DT, kv_data_type=DT)

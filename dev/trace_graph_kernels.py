@@ -77,9 +77,7 @@ def main() -> None:
     sys.path.insert(0, HERE)
     from bench_common import try_import_flashinfer
     from bench_decode import DT, PAGE, paged_setup, set_count
-    from ncu_targets import BEHIND
-
-    import aotinfer
+    from ncu_targets import BEHIND, behind_wrappers
 
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     fi = try_import_flashinfer()
@@ -90,12 +88,7 @@ def main() -> None:
             torch.randn_like(cache) for _ in range(set_count(cache.numel() * 2) - 1)
         ]
         q = torch.randn(batch, hq, d, dtype=DT, device="cuda")
-        libs = [("aotinfer", aotinfer, {})]
-        if fi is not None:
-            libs.append(("flashinfer tc", fi, dict(use_tensor_cores=True)))
-            if hq // hkv not in (7, 16):  # its CUDA-core wrapper refuses these groups
-                libs.append(("flashinfer cuda cores", fi, {}))
-        for name, lib, kw in libs:
+        for name, lib, kw in behind_wrappers(fi, hq // hkv):
             w = lib.BatchDecodeWithPagedKVCacheWrapper(
                 torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", **kw
             )
