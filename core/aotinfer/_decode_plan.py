@@ -444,11 +444,12 @@ def plan_work(
         candidates = {min(max(min_chunk, math.ceil(fair * f)), max_pages) for f in CHUNK_FACTORS}
         candidates = sorted(candidates | {max_pages}, reverse=True)
         hist = Counter(host)
+
+        def estimate(c: int) -> float:
+            return _estimated_time(hist, c, units, slots, page_size, allowed)
+
         # ties keep the larger chunk (fewer CTAs, no merge)
-        best = min(
-            ((_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in candidates),
-            key=lambda tc: tc[0],
-        )
+        best = min(((estimate(c), c) for c in candidates), key=lambda tc: tc[0])
         mode, runs = work_runs_mode(), None
         # Runs take at least the fair share of one wave of groups: where the best chunk is
         # already within RUNS_MARGIN of that (uniform batches), their search is skipped.
@@ -463,7 +464,7 @@ def plan_work(
         # which was fitted against the factors' best.
         if len(host) * units <= slots:
             finer = _breakpoints_below(list(hist), best[1], min_chunk)
-            tried = [(_estimated_time(hist, c, units, slots, page_size, allowed), c) for c in finer]
+            tried = [(estimate(c), c) for c in finer]
             best = min([best] + tried, key=lambda tc: tc[0])
         force_chunk = best[1]
     chunk = max(force_chunk, 1)

@@ -363,9 +363,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         allowed = _plan.splits_that_fit(workspace_bytes, rows, num_qo_heads, head_dim)
         if opts["fixed_split_size"] is not None:
             return _plan.plan_fixed(max_pages, opts["fixed_split_size"], allowed)
+        resident = _plan.resident_ctas(head_dim)
         if not self._use_cuda_graph:
             blocks = _plan.row_blocks(rows // max(batch, 1), num_qo_heads // num_kv_heads)
-            resident = _plan.resident_ctas(head_dim)
             work = _plan.plan_work(
                 pages,
                 num_kv_heads=num_kv_heads,
@@ -389,7 +389,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_kv_heads=num_kv_heads,
             num_sms=self._num_sms(),
             max_splits_allowed=allowed,
-            resident=_plan.resident_ctas(head_dim),
+            resident=resident,
         )
 
     def _clusters_merge(self) -> bool:
