@@ -18,6 +18,9 @@ POS_ENCODING_MODES = {"NONE": 0, "ROPE_LLAMA": 1, "ALIBI": 2}
 HEAD_DIMS_BUILT = (64, 128, 256)
 Q_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# The merge kernels (cascade's, and the split-KV merge of both decodes) launch one block per
+# (row, head) with the heads in grid.y, which CUDA caps at 65535.
+MAX_HEADS = 65535
 
 PagedKVCache = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
@@ -193,9 +196,17 @@ def check_head_dim(head_dim: int, what: str = "head_dim") -> int:
 
 
 def check_heads(num_qo_heads: int, num_kv_heads: int) -> None:
+    """Positive ints, at most :data:`MAX_HEADS` (checked before anything is sized by them:
+    a head count of 2**62 once hung plan()'s cost model), the KV heads dividing the query
+    heads."""
     for name, v in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if v > MAX_HEADS:
+            raise ValueError(
+                f"{name} must be at most {MAX_HEADS} (the merge kernels' grid.y holds the "
+                f"heads), got {v}"
+            )
     if num_qo_heads % num_kv_heads != 0:
         raise ValueError(
             f"num_qo_heads ({num_qo_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"

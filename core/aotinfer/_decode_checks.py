@@ -154,6 +154,8 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
     _int_vector("indptr", indptr)
     _int_vector("indices", indices)
     _int_vector("last_page_len", last_page_len)
+    for name, t in (("indptr", indptr), ("last_page_len", last_page_len)):
+        _views.check_device_supported(name, t)  # (read here: a meta tensor holds no values)
     indptr_h = indptr.to("cpu", torch.int64)
     last_h = last_page_len.to("cpu", torch.int64)
     batch = indptr_h.numel() - 1
@@ -247,6 +249,8 @@ def check_plan_options(num_qo_heads, num_kv_heads, head_dim, page_size, opts, us
             f"o_data_type must equal q_data_type ({_u.dtype_name(q_dtype)}): aotinfer's "
             f"decode kernels write the output in q's dtype; got {_u.dtype_name(o_dtype)}"
         )
+    for name in ("disable_split_kv", "non_blocking"):
+        opts[name] = _views.flag(name, opts[name])
     q_len = opts["q_len_per_req"]
     if isinstance(q_len, bool) or not isinstance(q_len, int) or q_len < 1:
         raise ValueError(f"q_len_per_req must be an int >= 1, got {q_len!r}")

@@ -164,6 +164,7 @@ ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 MAX_CLUSTER_SPLITS = 8  # the splits one cluster merges (kMaxClusterSplits in cluster_merge.cuh)
 CLUSTER_SLOT_SHARE = 0.75  # of the resident slots that clusters of 3-8 CTAs fill (cluster_room)
 MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
+MAX_GRID_CTAS = 2**31 - 1  # a launch's grid.x, which holds requests x KV heads x row blocks
 ALIGN = 256  # bytes between carved buffers
 
 

@@ -453,6 +453,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         indptr_h, last_h, pages, kv_lens, max_page_id = _c.host_page_table(
             indptr, indices, last_page_len, page_size, q_len
         )
+        _views.check_device_supported("indices", indices)  # (copied to the device below)
         batch = indptr_h.numel() - 1
         seq_lens = opts["seq_lens"]
         if seq_lens is not None:
@@ -477,6 +478,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     f"{self._paged_kv_indices_buf.numel()})"
                 )
         rows = batch * q_len
+        # The provider refuses a grid wider than this at run(); refused here it is refused
+        # before the cost model walks that many CTAs (and on the CPU reference path too).
+        blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
+        if batch * num_kv_heads * blocks > _plan.MAX_GRID_CTAS:
+            raise ValueError(
+                f"batch_size {batch} x num_kv_heads {num_kv_heads} x {blocks} blocks of 16 "
+                f"query rows = {batch * num_kv_heads * blocks} CTAs, more than one launch "
+                f"holds ({_plan.MAX_GRID_CTAS}); plan the batch in parts"
+            )
         split = self._split(
             batch,
             rows,
@@ -489,7 +499,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             self._workspace_bytes(),
         )
 
-        non_blocking = bool(opts["non_blocking"])
+        non_blocking = opts["non_blocking"]  # (a bool: check_plan_options)
         if self._use_cuda_graph:
             d_indptr, d_indices = self._paged_kv_indptr_buf, self._paged_kv_indices_buf
             d_last = self._paged_kv_last_page_len_buf
@@ -663,6 +673,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
         batch = indptr_h.numel() - 1
         rows = batch * q_len
+        # The provider refuses a grid wider than this at run(); refused here it is refused
+        # before the cost model walks that many CTAs (and on the CPU reference path too).
+        blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
+        if batch * num_kv_heads * blocks > _plan.MAX_GRID_CTAS:
+            raise ValueError(
+                f"batch_size {batch} x num_kv_heads {num_kv_heads} x {blocks} blocks of 16 "
+                f"query rows = {batch * num_kv_heads * blocks} CTAs, more than one launch "
+                f"holds ({_plan.MAX_GRID_CTAS}); plan the batch in parts"
+            )
         split = self._split(
             batch, rows, num_qo_heads, num_kv_heads, head_dim, page_size, pages, opts, 1 << 62
         )
@@ -758,7 +777,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     f"{p.q_len}; re-plan with the matching q_len_per_req."
                 )
         scalars = None  # the planned ones
-        if window_left is not None or (q_scale, k_scale, v_scale) != (None, None, None):
+        # (identity tests: a tuple compare runs ==, which a NumPy scale answers elementwise)
+        if (
+            window_left is not None
+            or q_scale is not None
+            or k_scale is not None
+            or v_scale is not None
+        ):
             scalars = _c.call_scalars(p.default_scalars, window_left, q_scale, k_scale, v_scale)
         return self._run(p, q, paged_kv_cache, scalars, out, lse, return_lse, sinks)
 

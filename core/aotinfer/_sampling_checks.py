@@ -174,7 +174,8 @@ def unit_interval_arg(
 
 
 def filter_order_arg(value) -> str:
-    if value not in FILTER_ORDERS:
+    # (isinstance first: `in` compares with ==, which a NumPy array answers elementwise)
+    if not isinstance(value, str) or value not in FILTER_ORDERS:
         raise ValueError(
             f"Invalid filter_apply_order: {value}; expected one of "
             f"{', '.join(repr(o) for o in FILTER_ORDERS)}"

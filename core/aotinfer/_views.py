@@ -115,7 +115,8 @@ def check_dense(name: str, value: torch.Tensor) -> None:
 def flag(name: str, value) -> bool:
     """A bool argument, read as Python's truth value (as FlashInfer reads it), except that a
     tensor of other than one element is refused naming ``name``: ``bool()`` of it raises
-    torch's own "ambiguous" RuntimeError, which names no argument. (True and False return
+    torch's own "ambiguous" RuntimeError, which names no argument; so does any other value
+    whose truth value raises (a NumPy array of several elements). (True and False return
     at once: this runs on every call.)"""
     if value is True or value is False:
         return value
@@ -124,7 +125,10 @@ def flag(name: str, value) -> bool:
             f"{name} must be a bool, got a tensor of {value.numel()} elements with shape "
             f"{tuple(value.shape)}"
         )
-    return bool(value)
+    try:
+        return bool(value)
+    except Exception as e:  # (NumPy's ValueError; anything a __bool__ raises)
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__}: {e}") from e
 
 
 def check_device_supported(name: str, t: torch.Tensor) -> None:

@@ -20,6 +20,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _attention_ops as _ops
+from . import _attention_utils as _u
 from . import _custom_ops, _views
 from . import _decode_launch as _launch
 from .reference import cascade as _ref
@@ -34,7 +35,7 @@ def _kernels(device: torch.device):
 
 
 # The merge kernels launch one block per (position, head): grid.x positions, grid.y heads.
-_MAX_POSITIONS, _MAX_HEADS = 2**31 - 1, 65535
+_MAX_POSITIONS, _MAX_HEADS = 2**31 - 1, _u.MAX_HEADS
 
 
 def _check_v(name: str, v, ndim: int) -> torch.Tensor:

@@ -112,8 +112,9 @@ def get_batch_indices_positions(
         "seq_lens", seq_lens, ndim=1, dtypes=_INT_DTYPES, device=append_indptr.device
     )
     nnz = _u.as_int(nnz)
-    if isinstance(nnz, bool) or not isinstance(nnz, int) or nnz < 0:
-        raise ValueError(f"nnz must be an int >= 0, got {nnz!r}")
+    if isinstance(nnz, bool) or not isinstance(nnz, int) or not 0 <= nnz < 2**31:
+        # (int32 outputs; append_paged_kv_cache launches one block per token in grid.x)
+        raise ValueError(f"nnz must be an int in [0, 2**31), got {nnz!r}")
     if append_indptr.numel() == 0:
         raise ValueError("append_indptr must have batch_size + 1 >= 1 entries, got 0")
     batch = append_indptr.numel() - 1
@@ -221,6 +222,7 @@ def append_paged_kv_cache(
         )
     _views.check_tensor("append_key", append_key, ndim=3)
     _views.check_device_supported("append_key", append_key)
+    _views.check_tensor("append_value", append_value, ndim=3)
     device = append_key.device
     nnz = append_key.size(0)
     halves = (("paged_kv_cache (k half)", k_cache), ("paged_kv_cache (v half)", v_cache))

@@ -10,6 +10,7 @@ import re
 import warnings
 
 import decode_contract
+import numpy as np
 import pytest
 import torch
 
@@ -453,6 +454,11 @@ def test_bool_flags_given_tensors_of_several_elements_are_named():
     w, q, cache, indptr, indices, last = planned()
     with pytest.raises(ValueError, match=re.escape(f"return_lse {text}")):
         w.run(q, cache, return_lse=two)
+    for name in ("disable_split_kv", "non_blocking"):
+        with pytest.raises(ValueError, match=re.escape(f"{name} {text}")):
+            _plan(**{name: two})
+        with pytest.raises(ValueError, match=f"{name} must be a bool, got ndarray"):
+            _plan(**{name: np.array([True, False])})
     out, lse = w.run(q, cache, return_lse=torch.tensor([True]))
     close(out, lse, *expected(q, cache, indptr, indices, last))
     q1, k, v = _randn((8, 64), 1), _randn((20, 2, 64), 2), _randn((20, 2, 64), 3)
@@ -1231,6 +1237,46 @@ def test_reset_workspace_buffer_recarves_a_split_cpu_plan():
         assert lo <= t.data_ptr() and t.data_ptr() + t.numel() * 4 <= hi
     assert torch.equal(w.run(q, cache), want)
     close(want, None, expected(q, cache, indptr, indices, last)[0], None)
+
+
+def test_head_counts_past_the_merge_grid_and_grids_past_one_launch_are_refused():
+    """Found by a bad-input sweep: num_qo_heads=2**62 hung plan() in its cost model, and
+    2**31 sized ALiBi slopes past the host's memory. Head counts past the merge kernels'
+    grid.y (65535) and batches past one launch's grid.x are refused before anything is sized
+    by them, on both decodes; so are page tables on a device that holds no values."""
+    at_most = "must be at most 65535 (the merge kernels' grid.y holds the heads), got "
+    with pytest.raises(ValueError, match=re.escape(f"num_qo_heads {at_most}{2**62}")):
+        _plan(hq=2**62)
+    with pytest.raises(ValueError, match=re.escape(f"num_kv_heads {at_most}65536")):
+        _plan(hq=8, hkv=2**16)
+    k = _randn((3, 1, 64), 1)
+    with pytest.raises(ValueError, match=re.escape(f"num_qo_heads {at_most}65536")):
+        aotinfer.single_decode_with_kv_cache(_randn((2**16, 64), 2), k, k)
+    n, i32 = 2**16 + 1, dict(dtype=torch.int32)
+    table = (torch.arange(n + 1, **i32), torch.arange(n, **i32), torch.ones(n, **i32))
+    text = (
+        "batch_size 65537 x num_kv_heads 32768 x 1 blocks of 16 query rows = 2147516416 "
+        "CTAs, more than one launch holds (2147483647); plan the batch in parts"
+    )
+    with pytest.raises(ValueError, match=re.escape(text)):
+        _plan(table=table, hq=2**15, hkv=2**15, ps=1)
+    _, _, indptr, indices, last = make_batch([1, 17, 40])
+    for i, name in enumerate(("indptr", "indices", "last_page_len")):
+        bad = [indptr, indices, last]
+        bad[i] = bad[i].to("meta")
+        with pytest.raises(
+            ValueError, match=f"{name} must be a CUDA or CPU tensor, got device meta"
+        ):
+            _plan(table=tuple(bad))
+
+
+def test_run_names_a_numpy_scale():
+    """A NumPy array as a scale: run()'s test for per-call options compares by identity
+    (a tuple compare ran NumPy's elementwise ==, whose truth value raised unnamed)."""
+    w, q, cache, *_ = planned()
+    for name in ("q_scale", "k_scale", "v_scale"):
+        with pytest.raises(ValueError, match=f"{name} must be a float, got array"):
+            w.run(q, cache, **{name: np.array([1.0, 2.0])})
 
 
 def test_plan_refuses_an_empty_batch_bad_head_counts_and_a_zero_split():

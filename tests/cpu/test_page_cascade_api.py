@@ -479,8 +479,10 @@ def test_page_utilities_refuse_empty_indptrs_and_bad_nnz():
         ValueError, match="append_indptr must have batch_size \\+ 1 >= 1 entries, got 0"
     ):
         aotinfer.get_batch_indices_positions(i32(), i32(), 2)
-    for bad in (-1, 2.0, True, "3"):
-        with pytest.raises(ValueError, match=f"nnz must be an int >= 0, got {bad!r}"):
+    for bad in (-1, 2.0, True, "3", 2**31, 2**62):  # (2**62 once failed in torch's allocator)
+        with pytest.raises(
+            ValueError, match=re.escape(f"nnz must be an int in [0, 2**31), got {bad!r}")
+        ):
             aotinfer.get_batch_indices_positions(i32(0, 2), i32(3), bad)
     with pytest.raises(ValueError, match="batch_indices must be a torch.Tensor, got list"):
         aotinfer.get_batch_indices_positions(i32(0, 2), i32(3), 2, [0, 0])
@@ -516,6 +518,10 @@ def test_append_refuses_mismatched_halves_and_devices():
     c, (kc, vc), args, b = _append_error_case()
     with pytest.raises(ValueError, match="append_value must be on cpu like append_key, got meta"):
         aotinfer.append_paged_kv_cache(c["k"], c["v"].to("meta"), b, b, c["cache"], *args)
+    with pytest.raises(ValueError, match="append_value must be a torch.Tensor, got NoneType"):
+        aotinfer.append_paged_kv_cache(c["k"], None, b, b, c["cache"], *args)
+    with pytest.raises(ValueError, match="append_value must be a 3-D tensor, got 2-D"):
+        aotinfer.append_paged_kv_cache(c["k"], c["v"][0], b, b, c["cache"], *args)
     with pytest.raises(
         ValueError,
         match=re.escape("paged_kv_cache (k half) must be on cpu like append_key, got meta"),

@@ -255,6 +255,10 @@ def test_filter_apply_order():
         aotinfer.top_k_top_p_sampling_from_probs(PROBS, 3, 0.5, filter_apply_order="top_p_first")
     with raises("Invalid filter_apply_order: None" + valid):
         aotinfer.top_k_top_p_sampling_from_logits(LOGITS, 3, 0.5, filter_apply_order=None)
+    with raises("Invalid filter_apply_order: ['joint' 'joint']" + valid):  # (not NumPy's ==)
+        aotinfer.top_k_top_p_sampling_from_probs(
+            PROBS, 3, 0.5, filter_apply_order=np.array(["joint", "joint"])
+        )
 
 
 def test_softmax_temperature():
@@ -484,6 +488,8 @@ def test_bool_flags_given_tensors_of_several_elements_are_named(name, fn, x):
     for flag in flags:
         with raises(f"{flag} must be a bool, got a tensor of 2 elements with shape (2,)"):
             fn(x, **{flag: two})
+        with raises(f"{flag} must be a bool, got ndarray: The truth value of an array"):
+            fn(x, **{flag: np.array([True, False])})
     assert fn(x, check_nan=np.bool_(True)).shape == (4,)
     if name in PROB_SAMPLERS:
         samples, valid = fn(x, return_valid=torch.tensor(True))
