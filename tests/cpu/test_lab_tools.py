@@ -346,3 +346,32 @@ def test_trace_graph_kernels_summarises_a_replays_kernel_timeline():
         "decode_tc_kernel": {"count": 1, "mean_us": 10.0, "mean_gap_us": -1.0},
         "MergeStatesKernel": {"count": 1, "mean_us": 2.0, "mean_gap_us": 1.0},
     }
+
+
+def test_bad_input_sweep_flags_accepted_unnamed_and_other_errors(capsys):
+    """dev/sweep_bad_inputs.py: a replaced argument that the call accepts, that raises an
+    exception other than ValueError / TypeError / NotImplementedError / AssertionError (or
+    their subclasses), or whose message does not name the argument, is printed; a named
+    ValueError is not."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "dev"))
+    import sweep_bad_inputs as s
+
+    def check(x, flag=True):
+        if x is None:
+            raise KeyError("x is None")
+        if isinstance(x, str):
+            raise ValueError("not the argument's name")
+        if isinstance(x, list):
+            raise ValueError(f"x must be a number, got {x!r}")
+        return x
+
+    s.sweep("toy", check, lambda: dict(x=1.0))
+    lines = capsys.readouterr().out.splitlines()
+    assert "BADTYPE  toy(x=None) -> KeyError: 'x is None'" in lines
+    assert "UNNAMED  toy(x=str) -> ValueError: not the argument's name" in lines
+    assert "ACCEPT   toy(x=nan) -> returned" in lines
+    assert not any("toy(x=list)" in line for line in lines)
+    s.sweep("broken", check, lambda: dict(x=None))
+    assert capsys.readouterr().out.startswith("BASE     broken: the valid call fails: KeyError")
