@@ -13,6 +13,7 @@ import torch
 
 from . import _attention_utils as _u
 from . import _decode_launch as _launch
+from . import _decode_plan as _plan
 from . import _views
 
 # plan()'s options after page_size, in the legacy positional order, with their defaults.
@@ -208,6 +209,19 @@ def host_page_table(indptr, indices, last_page_len, page_size: int, q_len: int):
             "row needs its own key in the cache"
         )
     return indptr_h, last_h, pages, kv_lens, max_page_id
+
+
+def check_grid_fits(batch: int, num_qo_heads: int, num_kv_heads: int, q_len: int) -> None:
+    """The provider refuses a grid wider than one launch holds at run(); refused here, it is
+    refused before plan()'s cost model walks that many CTAs (and on the CPU path too)."""
+    blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
+    ctas = batch * num_kv_heads * blocks
+    if ctas > _plan.MAX_GRID_CTAS:
+        raise ValueError(
+            f"batch_size {batch} x num_kv_heads {num_kv_heads} x {blocks} blocks of 16 query "
+            f"rows = {ctas} CTAs, more than one launch holds ({_plan.MAX_GRID_CTAS}); plan "
+            "the batch in parts"
+        )
 
 
 def check_plan_options(num_qo_heads, num_kv_heads, head_dim, page_size, opts, use_tensor_cores):

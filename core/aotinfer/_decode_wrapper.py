@@ -478,15 +478,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     f"{self._paged_kv_indices_buf.numel()})"
                 )
         rows = batch * q_len
-        # The provider refuses a grid wider than this at run(); refused here it is refused
-        # before the cost model walks that many CTAs (and on the CPU reference path too).
-        blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
-        if batch * num_kv_heads * blocks > _plan.MAX_GRID_CTAS:
-            raise ValueError(
-                f"batch_size {batch} x num_kv_heads {num_kv_heads} x {blocks} blocks of 16 "
-                f"query rows = {batch * num_kv_heads * blocks} CTAs, more than one launch "
-                f"holds ({_plan.MAX_GRID_CTAS}); plan the batch in parts"
-            )
+        _c.check_grid_fits(batch, num_qo_heads, num_kv_heads, q_len)
         split = self._split(
             batch,
             rows,
@@ -673,15 +665,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         )
         batch = indptr_h.numel() - 1
         rows = batch * q_len
-        # The provider refuses a grid wider than this at run(); refused here it is refused
-        # before the cost model walks that many CTAs (and on the CPU reference path too).
-        blocks = _plan.row_blocks(q_len, num_qo_heads // num_kv_heads)
-        if batch * num_kv_heads * blocks > _plan.MAX_GRID_CTAS:
-            raise ValueError(
-                f"batch_size {batch} x num_kv_heads {num_kv_heads} x {blocks} blocks of 16 "
-                f"query rows = {batch * num_kv_heads * blocks} CTAs, more than one launch "
-                f"holds ({_plan.MAX_GRID_CTAS}); plan the batch in parts"
-            )
+        _c.check_grid_fits(batch, num_qo_heads, num_kv_heads, q_len)
         split = self._split(
             batch, rows, num_qo_heads, num_kv_heads, head_dim, page_size, pages, opts, 1 << 62
         )

@@ -1260,6 +1260,9 @@ def test_head_counts_past_the_merge_grid_and_grids_past_one_launch_are_refused()
     )
     with pytest.raises(ValueError, match=re.escape(text)):
         _plan(table=table, hq=2**15, hkv=2**15, ps=1)
+    w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match=re.escape(text)):  # (it runs plan()'s planner)
+        w.workspace_size(*table, 2**15, 2**15, 64, 1)
     _, _, indptr, indices, last = make_batch([1, 17, 40])
     for i, name in enumerate(("indptr", "indices", "last_page_len")):
         bad = [indptr, indices, last]
