@@ -226,6 +226,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise NotImplementedError(
                 "jit_args customises JIT-compiled kernels; aotinfer ships prebuilt kernels only"
             )
+        if not isinstance(backend, str):  # (before `in`, whose == NumPy answers elementwise)
+            raise ValueError(f"backend must be 'auto' or 'fa2', got {backend!r}")
         if backend in _BACKENDS_FLASHINFER:
             raise NotImplementedError(
                 f"backend {backend!r} is not available in aotinfer; "
@@ -277,7 +279,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 "is fixed in cudagraph mode), got 0"
             )
         if self._paged_kv_indptr_buf.numel() != self._fixed_batch_size + 1:
-            raise ValueError("The size of paged_kv_indptr_buffer should be batch_size + 1")
+            raise ValueError(
+                "The size of paged_kv_indptr_buffer should be batch_size + 1 "
+                f"(paged_kv_last_page_len_buffer holds batch_size = {self._fixed_batch_size} "
+                f"entries; paged_kv_indptr_buffer holds {self._paged_kv_indptr_buf.numel()})"
+            )
         if self._paged_kv_indices_buf.numel() < 1:
             raise ValueError(
                 "paged_kv_indices_buffer must hold at least one page index, got 0 entries"
@@ -988,6 +994,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             pos_encoding_mode, q_scale, k_scale, v_scale, window_left, logits_soft_cap,
             sm_scale, rope_scale, rope_theta,
         )  # fmt: skip
+        return_lse = _views.flag("return_lse", return_lse)
         if not _tracing():
             return self._forward_into(
                 q, paged_kv_cache, None, None, *options, return_lse=return_lse

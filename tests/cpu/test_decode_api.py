@@ -99,6 +99,8 @@ def test_constructor_errors():
         aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend="trtllm-gen")
     with pytest.raises(ValueError, match="backend must be 'auto' or 'fa2'"):
         aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend="fast")
+    with pytest.raises(ValueError, match="backend must be 'auto' or 'fa2', got array"):
+        aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, backend=np.array(["auto", "fa2"]))
     with pytest.raises(NotImplementedError, match="jit_args"):
         aotinfer.BatchDecodeWithPagedKVCacheWrapper(ws, jit_args=[1])
     r = ws[1:].data_ptr() % 16
@@ -124,10 +126,14 @@ def test_cuda_graph_constructor_errors():
         aotinfer.BatchDecodeWithPagedKVCacheWrapper(
             ws, use_cuda_graph=True, paged_kv_indptr_buffer=ip
         )
-    with pytest.raises(
-        ValueError, match=re.escape("The size of paged_kv_indptr_buffer should be batch_size + 1")
-    ):
+    text = (
+        "The size of paged_kv_indptr_buffer should be batch_size + 1 (paged_kv_last_page_len_"
+        "buffer holds batch_size = {} entries; paged_kv_indptr_buffer holds {})"
+    )
+    with pytest.raises(ValueError, match=re.escape(text.format(4, 4))):
         aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip[:4], ix, lp)
+    with pytest.raises(ValueError, match=re.escape(text.format(3, 5))):
+        aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip, ix, lp[:3])
     with pytest.raises(ValueError, match="must have dtype int32"):
         aotinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(ws, ip.long(), ix, lp)
     with pytest.raises(
@@ -454,6 +460,10 @@ def test_bool_flags_given_tensors_of_several_elements_are_named():
     w, q, cache, indptr, indices, last = planned()
     with pytest.raises(ValueError, match=re.escape(f"return_lse {text}")):
         w.run(q, cache, return_lse=two)
+    with pytest.raises(ValueError, match=re.escape(f"return_lse {text}")):
+        w.forward(q, cache, return_lse=two)
+    with pytest.raises(ValueError, match="return_lse must be a bool, got ndarray"):
+        w.forward(q, cache, return_lse=np.array([True, False]))
     for name in ("disable_split_kv", "non_blocking"):
         with pytest.raises(ValueError, match=re.escape(f"{name} {text}")):
             _plan(**{name: two})
