@@ -43,10 +43,16 @@ def _probs():
     return torch.softmax(torch.randn(B, V), -1)
 
 
-def _with(t: torch.Tensor, value) -> torch.Tensor:
+def _with(out: dict, label: str, t: torch.Tensor, value) -> None:
+    """out[label]: a copy of ``t`` holding ``value`` first, where its dtype can hold it."""
+    if t.numel() == 0:
+        return
     t = t.clone()
-    t.view(-1)[0] = value
-    return t
+    try:
+        t.view(-1)[0] = value
+    except RuntimeError:  # (uint8 and bool hold no -1 or 10**6)
+        return
+    out[label] = t
 
 
 def variants(value) -> dict:
@@ -73,9 +79,9 @@ def variants(value) -> dict:
     out["meta"] = t.to("meta")
     if t.is_floating_point():
         out["requires_grad"] = t.clone().requires_grad_(True)
-        out["has NaN"], out["has -1"] = _with(t, float("nan")), _with(t, -1.0)
-    else:
-        out["has -1"], out["has 10**6"] = _with(t, -1), _with(t, 10**6)
+    for label, value in (("has NaN", float("nan")), ("has -1", -1), ("has 10**6", 10**6)):
+        if t.is_floating_point() or label != "has NaN":
+            _with(out, label, t, value)
     return out
 
 
@@ -131,10 +137,23 @@ def _decode_cases() -> dict:
         w.plan(**kw)
         w.run(q, cache)
 
+    def construct_plan_and_run(**kw):
+        w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(**kw)
+        w.plan(indptr, indices, last, HQ, HKV, D, PS)
+        w.run(q, cache)
+
     wrapper = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
     wrapper.plan(indptr, indices, last, HQ, HKV, D, PS)
-    f16 = dict(dtype=torch.float16)
+    f16, i32 = dict(dtype=torch.float16), dict(dtype=torch.int32)
     return {
+        "graph_wrapper": (construct_plan_and_run, lambda: dict(
+            float_workspace_buffer=workspace(), kv_layout="NHD", use_cuda_graph=True,
+            use_tensor_cores=True, paged_kv_indptr_buffer=torch.zeros(4, **i32),
+            paged_kv_indices_buffer=torch.zeros(40, **i32),
+            paged_kv_last_page_len_buffer=torch.zeros(3, **i32), backend="auto")),
+        "forward": (wrapper.forward, lambda: dict(
+            q=q.clone(), paged_kv_cache=cache, pos_encoding_mode="ALIBI", window_left=5,
+            logits_soft_cap=10.0, sm_scale=0.1, return_lse=True)),
         "plan": (plan_and_run, lambda: dict(
             {k: v.clone() for k, v in table.items()}, num_qo_heads=HQ, num_kv_heads=HKV,
             head_dim=D, page_size=PS, pos_encoding_mode="NONE", window_left=-1,
