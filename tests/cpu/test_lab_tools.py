@@ -358,7 +358,7 @@ def test_bad_input_sweep_flags_accepted_unnamed_and_other_errors(capsys):
     sys.path.insert(0, str(ROOT / "dev"))
     import sweep_bad_inputs as s
 
-    def check(x, flag=True):
+    def check(x):
         if x is None:
             raise KeyError("x is None")
         if isinstance(x, str):
