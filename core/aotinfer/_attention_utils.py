@@ -18,9 +18,11 @@ POS_ENCODING_MODES = {"NONE": 0, "ROPE_LLAMA": 1, "ALIBI": 2}
 HEAD_DIMS_BUILT = (64, 128, 256)
 Q_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# The merge kernels (cascade's, and the split-KV merge of both decodes) launch one block per
-# (row, head) with the heads in grid.y, which CUDA caps at 65535.
-MAX_HEADS = 65535
+# CUDA's grid limits: grid.x up to 2**31 - 1 blocks, grid.y and grid.z up to 65535 each. The
+# merge kernels (cascade's, and the split-KV merge of both decodes) launch one block per
+# (row, head) with the heads in grid.y.
+MAX_GRID_X, MAX_GRID_YZ = 2**31 - 1, 65535
+MAX_HEADS = MAX_GRID_YZ
 
 PagedKVCache = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 

@@ -119,6 +119,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from . import _attention_utils as _u
+
 WAVES = 2  # resident CTAs per multiprocessor at head dim 128, the cost model's fit
 # CTAs of the tensor-core kernel resident on one multiprocessor by head dim, with 16-bit KV
 # (decode_tc_kernel.cuh: its shared memory at depths 4 / 3 / 3, 67.5 / 101.5 / 201.5 KB a
@@ -163,8 +165,8 @@ RUNS_MARGIN = 0.95
 ENV_WORK_RUNS = "AOTINFER_DECODE_WORK_RUNS"
 MAX_CLUSTER_SPLITS = 8  # the splits one cluster merges (kMaxClusterSplits in cluster_merge.cuh)
 CLUSTER_SLOT_SHARE = 0.75  # of the resident slots that clusters of 3-8 CTAs fill (cluster_room)
-MAX_GRID_SPLITS = 65535  # a launch's grid.z, which holds a request's splits
-MAX_GRID_CTAS = 2**31 - 1  # a launch's grid.x, which holds requests x KV heads x row blocks
+MAX_GRID_SPLITS = _u.MAX_GRID_YZ  # a launch's grid.z, which holds a request's splits
+MAX_GRID_CTAS = _u.MAX_GRID_X  # a launch's grid.x, which holds requests x KV heads x row blocks
 ALIGN = 256  # bytes between carved buffers
 
 

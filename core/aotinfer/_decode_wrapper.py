@@ -226,15 +226,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise NotImplementedError(
                 "jit_args customises JIT-compiled kernels; aotinfer ships prebuilt kernels only"
             )
-        if not isinstance(backend, str):  # (before `in`, whose == NumPy answers elementwise)
-            raise ValueError(f"backend must be 'auto' or 'fa2', got {backend!r}")
-        if backend in _BACKENDS_FLASHINFER:
+        if isinstance(backend, str) and backend in _BACKENDS_FLASHINFER:
             raise NotImplementedError(
                 f"backend {backend!r} is not available in aotinfer; "
                 "BatchDecodeWithPagedKVCacheWrapper supports backend 'auto' and 'fa2' (both run "
                 "aotinfer's decode kernels)"
             )
-        if backend not in _BACKENDS_OURS:
+        if not isinstance(backend, str) or backend not in _BACKENDS_OURS:
             raise ValueError(f"backend must be 'auto' or 'fa2', got {backend!r}")
         self._float_workspace_buffer = _u.check_workspace(
             "float_workspace_buffer", float_workspace_buffer
@@ -435,7 +433,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             ``(batch_size,)`` int32, each in ``[1, page_size]``; request b holds
             ``page_size * (pages_b - 1) + last_page_len[b]`` keys.
         num_qo_heads, num_kv_heads, head_dim, page_size : int
-            Geometry; ``num_qo_heads % num_kv_heads == 0``; head_dim 64, 128 or 256.
+            Geometry; ``num_qo_heads % num_kv_heads == 0``, each at most 65535; head_dim
+            64, 128 or 256.
         **kwargs
             ``pos_encoding_mode="NONE"``, ``window_left=-1``, ``logits_soft_cap=None``,
             ``q_data_type="float16"``, ``kv_data_type=None`` (q's), ``o_data_type=None``

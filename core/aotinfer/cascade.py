@@ -35,7 +35,7 @@ def _kernels(device: torch.device):
 
 
 # The merge kernels launch one block per (position, head): grid.x positions, grid.y heads.
-_MAX_POSITIONS, _MAX_HEADS = 2**31 - 1, _u.MAX_HEADS
+_MAX_POSITIONS, _MAX_HEADS = _u.MAX_GRID_X, _u.MAX_HEADS
 
 
 def _check_v(name: str, v, ndim: int) -> torch.Tensor:

@@ -84,8 +84,8 @@ def single_decode_with_kv_cache(
         ``(kv_len, num_kv_heads, head_dim)`` for ``kv_layout="NHD"`` or ``(num_kv_heads,
         kv_len, head_dim)`` for ``"HND"``; q's dtype, float8_e4m3fn or float8_e5m2 (both the
         same). ``num_qo_heads`` must be a multiple of ``num_kv_heads`` (grouped-query
-        attention: query head h reads KV head ``h // (num_qo_heads // num_kv_heads)``).
-        ``head_dim`` is 64, 128 or 256.
+        attention: query head h reads KV head ``h // (num_qo_heads // num_kv_heads)``), both
+        at most 65535. ``head_dim`` is 64, 128 or 256.
     kv_layout : str
         ``"NHD"`` or ``"HND"``.
     pos_encoding_mode : str

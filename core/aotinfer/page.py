@@ -88,7 +88,7 @@ def get_batch_indices_positions(
     seq_lens : torch.Tensor
         ``(batch_size,)`` keys per request *after* the append (:func:`get_seq_lens`).
     nnz : int
-        Number of token slots to fill (normally ``append_indptr[-1]``).
+        Number of token slots to fill (normally ``append_indptr[-1]``), below 2**31.
     batch_indices, positions : torch.Tensor, optional
         Preallocated ``(nnz,)`` int32 outputs on the inputs' device.
 
@@ -112,7 +112,7 @@ def get_batch_indices_positions(
         "seq_lens", seq_lens, ndim=1, dtypes=_INT_DTYPES, device=append_indptr.device
     )
     nnz = _u.as_int(nnz)
-    if isinstance(nnz, bool) or not isinstance(nnz, int) or not 0 <= nnz < 2**31:
+    if isinstance(nnz, bool) or not isinstance(nnz, int) or not 0 <= nnz <= _u.MAX_GRID_X:
         # (int32 outputs; append_paged_kv_cache launches one block per token in grid.x)
         raise ValueError(f"nnz must be an int in [0, 2**31), got {nnz!r}")
     if append_indptr.numel() == 0:
