@@ -151,7 +151,8 @@ def merge_state_in_place(
         if mask.numel() != v.size(0):
             raise ValueError(f"mask must have seq_len = {v.size(0)} entries, got {mask.numel()}")
     if _launch.use_reference(v.device):
-        _ref.merge_state_in_place(v, s, v_other, s_other, mask)
+        with torch.no_grad():  # written outside autograd, as the kernel writes (README)
+            _ref.merge_state_in_place(v, s, v_other, s_other, mask)
         return
     mask = None if mask is None else _dense(mask)
     _in_place_cuda(v, s, _dense(v_other), _dense(s_other.to(torch.float32)), mask)

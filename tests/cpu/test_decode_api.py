@@ -594,6 +594,17 @@ def test_run_out_lse_aliases_and_window_override():
     w.end_forward()
 
 
+def test_run_fills_out_and_lse_that_require_grad():
+    """Written outside autograd on both paths, as FlashInfer's kernels write them (README)."""
+    w, q, cache, indptr, indices, last = planned()
+    out = torch.empty(3, HQ, D, dtype=torch.float16).requires_grad_()
+    lse = torch.empty(3, HQ).requires_grad_()
+    res = w.run(q, cache, out=out, lse=lse, return_lse=True)
+    assert res[0] is out and res[1] is lse
+    eo, el = expected(q, cache, indptr, indices, last)
+    close(out.detach(), lse.detach(), eo, el)
+
+
 def test_sinks_q_len_and_fp8():
     q, cache, indptr, indices, last = make_batch([5, 17, 33], q_len=4, dtype=torch.float8_e4m3fn)
     w = aotinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)

@@ -181,6 +181,24 @@ def test_append_writes_where_the_page_table_says(layout, tuple_cache):
     assert changed <= 2 * c["nnz"] * 2  # nothing but the appended slots (k and v, 2 heads)
 
 
+def test_in_place_outputs_that_require_grad_are_written_as_the_kernels_write_them():
+    """The kernels write through the pointer, outside autograd; the CPU path did raise
+    torch's leaf in-place error there, naming no argument (README, torch.compile)."""
+    c = _append_case("NHD", False)
+    c["cache"] = c["cache"].float().requires_grad_()
+    c["k"], c["v"] = c["k"].float(), c["v"].float()
+    _append(c, "NHD")
+    _check_appended(c, "NHD")
+    v = _randn((4, 3, 2, 8), 1)
+    s = _randn((4, 3, 2), 2, scale=3.0)
+    base_v = v[:, 0].clone().requires_grad_()
+    base_s = s[:, 0].clone().requires_grad_()
+    aotinfer.merge_state_in_place(base_v, base_s, v[:, 1], s[:, 1])
+    ev, es = _direct_merge([v[:, 0], v[:, 1]], [s[:, 0], s[:, 1]])
+    torch.testing.assert_close(base_v.detach().to(F64), ev)
+    torch.testing.assert_close(base_s.detach().to(F64), es)
+
+
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_append_skips_what_the_page_table_cannot_place(layout):
     """As the kernel: the -1 padding slots of get_batch_indices_positions, negative
