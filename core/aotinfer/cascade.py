@@ -95,7 +95,8 @@ def merge_state(
     _check_s("s_a", s_a, v_a.shape[:2], v_a.device)
     _check_s("s_b", s_b, v_a.shape[:2], v_a.device)
     if _launch.use_reference(v_a.device):
-        v, s = _ref.merge_state(v_a, s_a, v_b, s_b)
+        with torch.no_grad():  # no gradient, as on the GPU path (README)
+            v, s = _ref.merge_state(v_a, s_a, v_b, s_b)
         return v.to(v_a.dtype), s.to(torch.float32)
     # Two launches: copy state a, then merge b into it in place.
     v_merged = v_a.clone(memory_format=torch.contiguous_format)
@@ -197,7 +198,8 @@ def merge_states(v: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.
         )
     n, _, h, d = v.shape
     if _launch.use_reference(v.device):
-        vm, sm = _ref.merge_states(v, s)
+        with torch.no_grad():  # no gradient, as on the GPU path (README)
+            vm, sm = _ref.merge_states(v, s)
         return vm.to(v.dtype), sm.to(torch.float32)
     v_out = torch.empty((n, h, d), dtype=v.dtype, device=v.device)
     s_out = torch.empty((n, h), dtype=torch.float32, device=v.device)

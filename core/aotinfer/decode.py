@@ -171,9 +171,10 @@ def single_decode_with_kv_cache(
     slopes = _c.alibi_slopes(num_qo_heads, device) if scalars.pos_code == 2 else None
 
     if _launch.use_reference(device):
-        o, s = _ref.single_decode(
-            q, k, v, kv_layout=kv_layout, **_launch.reference_params(scalars, slopes, None)
-        )
+        with torch.no_grad():  # no gradient, as on the GPU path (README)
+            o, s = _ref.single_decode(
+                q, k, v, kv_layout=kv_layout, **_launch.reference_params(scalars, slopes, None)
+            )
         out = o.to(q.dtype)
         return (out, s.to(torch.float32)) if return_lse else out
 

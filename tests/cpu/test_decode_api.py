@@ -594,7 +594,7 @@ def test_run_out_lse_aliases_and_window_override():
     w.end_forward()
 
 
-def test_run_fills_out_and_lse_that_require_grad():
+def test_decode_outputs_carry_no_gradient_and_fill_outs_that_require_grad():
     """Written outside autograd on both paths, as FlashInfer's kernels write them (README)."""
     w, q, cache, indptr, indices, last = planned()
     out = torch.empty(3, HQ, D, dtype=torch.float16).requires_grad_()
@@ -603,6 +603,10 @@ def test_run_fills_out_and_lse_that_require_grad():
     assert res[0] is out and res[1] is lse
     eo, el = expected(q, cache, indptr, indices, last)
     close(out.detach(), lse.detach(), eo, el)
+    # and outputs it allocates carry no gradient, as on the GPU path
+    q, k = q.requires_grad_(), torch.randn(9, HKV, D, dtype=torch.float16, requires_grad=True)
+    for o in (w.run(q, cache), *aotinfer.single_decode_with_kv_cache(q[0], k, k, return_lse=True)):
+        assert not o.requires_grad and o.grad_fn is None
 
 
 def test_sinks_q_len_and_fp8():

@@ -181,7 +181,7 @@ def test_append_writes_where_the_page_table_says(layout, tuple_cache):
     assert changed <= 2 * c["nnz"] * 2  # nothing but the appended slots (k and v, 2 heads)
 
 
-def test_in_place_outputs_that_require_grad_are_written_as_the_kernels_write_them():
+def test_outputs_carry_no_gradient_and_in_place_ones_are_written_as_the_kernels_write():
     """The kernels write through the pointer, outside autograd; the CPU path did raise
     torch's leaf in-place error there, naming no argument (README, torch.compile)."""
     c = _append_case("NHD", False)
@@ -197,6 +197,13 @@ def test_in_place_outputs_that_require_grad_are_written_as_the_kernels_write_the
     ev, es = _direct_merge([v[:, 0], v[:, 1]], [s[:, 0], s[:, 1]])
     torch.testing.assert_close(base_v.detach().to(F64), ev)
     torch.testing.assert_close(base_s.detach().to(F64), es)
+    # and the merges' new outputs carry no gradient, as on the GPU path
+    v.requires_grad_()
+    for out in (
+        *aotinfer.merge_states(v, s),
+        *aotinfer.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1]),
+    ):
+        assert not out.requires_grad and out.grad_fn is None
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
