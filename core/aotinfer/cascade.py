@@ -98,9 +98,11 @@ def merge_state(
         with torch.no_grad():  # no gradient, as on the GPU path (README)
             v, s = _ref.merge_state(v_a, s_a, v_b, s_b)
         return v.to(v_a.dtype), s.to(torch.float32)
-    # Two launches: copy state a, then merge b into it in place.
-    v_merged = v_a.clone(memory_format=torch.contiguous_format)
-    s_merged = s_a.to(torch.float32).clone(memory_format=torch.contiguous_format)
+    # Two launches: copy state a, then merge b into it in place. Detached: a clone of an
+    # input that requires grad would report CloneBackward, a gradient the kernel's write
+    # makes wrong (no output of the family carries one).
+    v_merged = v_a.detach().clone(memory_format=torch.contiguous_format)
+    s_merged = s_a.detach().to(torch.float32).clone(memory_format=torch.contiguous_format)
     _in_place_cuda(v_merged, s_merged, _dense(v_b), _dense(s_b.to(torch.float32)), None)
     return v_merged, s_merged
 

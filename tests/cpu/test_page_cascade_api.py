@@ -435,6 +435,9 @@ def test_merge_provider_path(monkeypatch):
     mask = torch.tensor([True, False, True, True, False])
     aotinfer.merge_state_in_place(va, sa, vb, sb, mask)
     assert fake.calls[-1][1]["mask"] is mask
+    # state a is copied before the in-place merge: the copy must not carry a gradient
+    for out in aotinfer.merge_state(va.requires_grad_(), sa.requires_grad_(), vb, sb):
+        assert not out.requires_grad and out.grad_fn is None
 
 
 def test_append_saturates_int64_indices_instead_of_wrapping():
