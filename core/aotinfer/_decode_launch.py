@@ -45,6 +45,14 @@ def use_reference(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def reference(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` of the reference for the CPU path, outside autograd as the
+    kernels run (README): no output carries a gradient, and an in-place output that
+    requires grad is written, not refused with torch's unnamed leaf error."""
+    with torch.no_grad():
+        return fn(*args, **kwargs)
+
+
 # Whether the current CUDA stream is capturing a graph (the CPU tests replace this to drive
 # both sides of run()'s eager/captured merge choice).
 capturing = _views.stream_capturing
@@ -232,8 +240,10 @@ def run_reference(
     out: torch.Tensor,
     lse: Optional[torch.Tensor],
 ) -> None:
-    """The CPU path: the reference, written into ``out`` (and ``lse``)."""
-    o, s = _ref.batch_decode(
+    """The CPU path: the reference, written into ``out`` (and ``lse``) outside autograd
+    (:func:`reference`)."""
+    o, s = reference(
+        _ref.batch_decode,
         q,
         k_cache,
         v_cache,
@@ -244,9 +254,6 @@ def run_reference(
         q_len_per_req=q_len_per_req,
         **reference_params(scalars, alibi_slopes, sinks),
     )
-    # Written outside autograd, as the kernels write through the pointer (README): an out
-    # or lse that requires grad is filled on both paths rather than refused on this one.
-    with torch.no_grad():
-        out.copy_(o)
-        if lse is not None:
-            lse.copy_(s)
+    reference(out.copy_, o)
+    if lse is not None:
+        reference(lse.copy_, s)

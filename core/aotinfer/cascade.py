@@ -95,8 +95,7 @@ def merge_state(
     _check_s("s_a", s_a, v_a.shape[:2], v_a.device)
     _check_s("s_b", s_b, v_a.shape[:2], v_a.device)
     if _launch.use_reference(v_a.device):
-        with torch.no_grad():  # no gradient, as on the GPU path (README)
-            v, s = _ref.merge_state(v_a, s_a, v_b, s_b)
+        v, s = _launch.reference(_ref.merge_state, v_a, s_a, v_b, s_b)
         return v.to(v_a.dtype), s.to(torch.float32)
     # Two launches: copy state a, then merge b into it in place. Detached: a clone of an
     # input that requires grad would report CloneBackward, a gradient the kernel's write
@@ -154,8 +153,7 @@ def merge_state_in_place(
         if mask.numel() != v.size(0):
             raise ValueError(f"mask must have seq_len = {v.size(0)} entries, got {mask.numel()}")
     if _launch.use_reference(v.device):
-        with torch.no_grad():  # written outside autograd, as the kernel writes (README)
-            _ref.merge_state_in_place(v, s, v_other, s_other, mask)
+        _launch.reference(_ref.merge_state_in_place, v, s, v_other, s_other, mask)
         return
     mask = None if mask is None else _dense(mask)
     _in_place_cuda(v, s, _dense(v_other), _dense(s_other.to(torch.float32)), mask)
@@ -200,8 +198,7 @@ def merge_states(v: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.
         )
     n, _, h, d = v.shape
     if _launch.use_reference(v.device):
-        with torch.no_grad():  # no gradient, as on the GPU path (README)
-            vm, sm = _ref.merge_states(v, s)
+        vm, sm = _launch.reference(_ref.merge_states, v, s)
         return vm.to(v.dtype), sm.to(torch.float32)
     v_out = torch.empty((n, h, d), dtype=v.dtype, device=v.device)
     s_out = torch.empty((n, h), dtype=torch.float32, device=v.device)

@@ -171,10 +171,8 @@ def single_decode_with_kv_cache(
     slopes = _c.alibi_slopes(num_qo_heads, device) if scalars.pos_code == 2 else None
 
     if _launch.use_reference(device):
-        with torch.no_grad():  # no gradient, as on the GPU path (README)
-            o, s = _ref.single_decode(
-                q, k, v, kv_layout=kv_layout, **_launch.reference_params(scalars, slopes, None)
-            )
+        params = _launch.reference_params(scalars, slopes, None)
+        o, s = _launch.reference(_ref.single_decode, q, k, v, kv_layout=kv_layout, **params)
         out = o.to(q.dtype)
         return (out, s.to(torch.float32)) if return_lse else out
 

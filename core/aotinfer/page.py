@@ -261,18 +261,18 @@ def append_paged_kv_cache(
     if nnz == 0:
         return
     if _launch.use_reference(device):
-        with torch.no_grad():  # written outside autograd, as the kernel writes (README)
-            _ref.append_paged_kv_cache(
-                append_key,
-                append_value,
-                batch_indices,
-                positions,
-                k_cache,
-                v_cache,
-                kv_indices,
-                kv_indptr,
-                kv_layout,
-            )
+        _launch.reference(
+            _ref.append_paged_kv_cache,
+            append_key,
+            append_value,
+            batch_indices,
+            positions,
+            k_cache,
+            v_cache,
+            kv_indices,
+            kv_indptr,
+            kv_layout,
+        )
         return
     _u.check_head_dim_contiguous(k_cache, v_cache)
     append_key = append_key if append_key.stride(-1) == 1 else append_key.contiguous()
